@@ -1,0 +1,85 @@
+// protocol.h: the c10d TCPStore request codec for both dialects, without any I/O.
+// Legacy = PyTorch 1.13/2.0 (no handshake, SET=0 ... DELETE_KEY=8, plus 2.0's 9..12);
+// modern = PyTorch 2.2+ (VALIDATE=0 with magic first, SET=1 ... BARRIER=18).
+// The byte grammar of both dialects opens protocol.cpp; docs/protocol.md has the tables.
+// Used by the server's sessions (tcp_store_server.cpp), the fuzzer and the tests.
+// Thread-safety: pure functions over caller-owned buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::store {
+
+enum class Dialect : std::uint8_t { kLegacy, kModern };
+
+inline constexpr std::uint32_t kValidationMagic = 0x3C85F7CE;
+
+// Dialect-independent operation. Wire numbers live in protocol.cpp, per dialect.
+enum class Op : std::uint8_t {
+  kValidate, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kGetNumKeys, kWatchKey,
+  kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop,
+  kQueueLen, kListKeys, kBarrier,
+};
+const char* op_name(Op op);
+
+// Size caps. Defaults are PyTorch's libuv server limits plus a cap on one whole request
+// so that a connection can never make the server buffer without bound.
+struct Limits {
+  std::size_t max_key_bytes = 8 * 1024;
+  std::size_t max_value_bytes = 8 * 1024 * 1024;
+  std::size_t max_keys_per_request = 131072;
+  std::size_t max_request_bytes = 64 * 1024 * 1024;
+};
+
+// One decoded request. Which fields are meaningful depends on `op`:
+//   kSet, kAppend, kQueuePush : keys[0], values[0]
+//   kCompareSet               : keys[0], values[0] = expected, values[1] = desired
+//   kGet, kDeleteKey, kWatchKey, kQueuePop, kQueueLen : keys[0]
+//   kAdd                      : keys[0], number = delta
+//   kBarrier                  : keys[0], number = world size
+//   kCheck, kWait, kMultiGet  : keys
+//   kMultiSet                 : keys, values (same count)
+//   kPing                     : nonce
+//   kValidate                 : nonce = magic as received (already checked)
+//   kGetNumKeys, kCancelWait, kListKeys : nothing
+struct Request {
+  Op op = Op::kGetNumKeys;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  std::int64_t number = 0;
+  std::uint32_t nonce = 0;
+};
+
+enum class ParseStatus : std::uint8_t { kNeedMore, kOk, kBad };
+struct ParseResult {
+  ParseStatus status = ParseStatus::kNeedMore;
+  std::size_t consumed = 0;  // bytes of `buf` that made up the request (kOk only)
+  std::string error;         // one line naming what is wrong (kBad only)
+};
+
+// Tries to decode one request from the front of `buf`. Never throws on input and never
+// allocates a length it has not checked against `limits`. On kOk, `out` holds the
+// request and `consumed` its size; on kNeedMore nothing is consumed.
+ParseResult parse_request(std::string_view buf, Dialect dialect, const Limits& limits,
+                          Request& out);
+
+// Decides a connection's dialect from its first bytes: `00 ce f7 85 3c` is modern, any
+// other start is legacy. kNeedMore while a prefix of the modern handshake is all there is.
+enum class DetectResult : std::uint8_t { kNeedMore, kLegacy, kModern };
+DetectResult detect_dialect(std::string_view first_bytes);
+
+// Encodes `req` as a client of `dialect` would send it (used by the C++ client, the
+// load generator and the tests). kValidate writes the magic; kPing writes `nonce`.
+void encode_request(const Request& req, Dialect dialect, std::string& out);
+
+// Reply values shared by both dialects.
+inline constexpr std::uint8_t kCheckReady = 0, kCheckNotReady = 1;
+inline constexpr std::uint8_t kStopWaiting = 0, kWaitCanceled = 1;
+inline constexpr std::uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1,
+                              kWatchKeyDeleted = 2, kWatchCallbackRegistered = 3;
+
+}  // namespace ddprun::store

@@ -1,0 +1,57 @@
+// tcp_store_server.h: TcpStoreServer, the c10d TCPStore-compatible server. Serves PyTorch
+// 1.13/2.0 (legacy) and 2.2+ (modern, VALIDATE first) clients on one port, deciding the
+// dialect per connection from its first bytes, over one shared KvState.
+// Used by the ddprun-store binary, the launcher's agent (workers' store) and the
+// rendezvous (the c10d rendezvous store).
+// Thread-safety: start/stop/reset/port may be called from any thread; the server runs
+// its own single io thread, which is the only user of its KvState.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "store/protocol.h"
+
+namespace ddprun::store {
+
+struct ServerOptions {
+  // Address to bind. Empty = all interfaces: "::" dual-stack, falling back to 0.0.0.0.
+  std::string host;
+  std::uint16_t port = 0;  // 0 = let the OS choose; port() tells which
+  Limits limits;
+  // Connections beyond this are accepted and closed at once with one log line.
+  std::size_t max_connections = 65536;
+};
+
+class TcpStoreServer {
+ public:
+  explicit TcpStoreServer(ServerOptions options);
+  ~TcpStoreServer();  // stop()
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  // Binds, listens and starts the io thread. Returns the bound port.
+  // Throws std::runtime_error naming host:port and the OS reason when binding fails.
+  std::uint16_t start();
+
+  // Closes the listener and every connection, joins the io thread. Idempotent.
+  void stop();
+
+  // Closes every connection and clears every key, queue and waiter, keeping the
+  // listener: a fresh key space on the same port (between worker-group attempts).
+  // Blocks until done.
+  void reset();
+
+  std::uint16_t port() const;
+
+  // Number of open client connections (for tests and the launcher's diagnostics).
+  std::size_t connection_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::store
