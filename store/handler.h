@@ -1,0 +1,38 @@
+// handler.h: applies one decoded request to a KvState and encodes the reply bytes, for
+// either dialect. This is everything a server session does between "bytes parsed" and
+// "bytes to write", kept pure so that it is unit-tested and fuzzed without sockets.
+// Used by TcpStoreServer's sessions and by the fuzzer.
+// Thread-safety: none; runs on the thread that owns the KvState.
+#pragma once
+
+#include <string>
+
+#include "store/kv_state.h"
+#include "store/protocol.h"
+
+namespace ddprun::store {
+
+struct HandleResult {
+  enum class Kind {
+    kDone,     // the reply (possibly none, e.g. SET) was appended to `reply`
+    kPending,  // a WAIT/BARRIER was registered; its `00` comes later through Effects
+    kClose,    // the request is invalid for the state (e.g. ADD on a non-number):
+               // close this connection; `error` is one line saying why
+  };
+  Kind kind = Kind::kDone;
+  std::string error;
+};
+
+// Applies `req` from client `who` speaking `dialect`. Appends this client's reply bytes to
+// `reply`; adds released waiters and watch notifications (for this or other clients)
+// to `fx`. `req` may be moved from.
+HandleResult handle_request(KvState& kv, KvState::ClientId who, Dialect dialect,
+                            Request& req, std::string& reply, KvState::Effects& fx);
+
+// Appends the bytes that complete one released WAIT/BARRIER (STOP_WAITING, `00`).
+void encode_release(std::string& out);
+
+// Appends one legacy WATCH_KEY push: u8 type, str key, bytes old, bytes new.
+void encode_notification(const KvState::Notification& n, std::string& out);
+
+}  // namespace ddprun::store
