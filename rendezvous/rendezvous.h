@@ -1,0 +1,101 @@
+// rendezvous.h: how an agent finds its peers. A RendezvousHandler turns "this node wants
+// to run N local workers" into the group layout of one attempt (group rank, world
+// sizes, global rank base) and the address of the workers' store. Implementations:
+// LocalRendezvous (one node), StaticRendezvous (fixed nodes, --node-rank) and
+// C10dRendezvous (dynamic membership through a ddprun store); created only by
+// make_rendezvous_handler() in registry.h.
+// Thread-safety: an instance is used by the agent thread only, except
+// num_nodes_waiting() and is_closed(), which may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddprun::rdzv {
+
+// Everything the agent needs to start one attempt's workers.
+struct RendezvousInfo {
+  int round = 0;               // rendezvous round (changes on membership changes)
+  int group_rank = 0;          // this node's rank, 0..group_world_size-1 (GROUP_RANK)
+  int group_world_size = 1;    // number of nodes (GROUP_WORLD_SIZE)
+  int rank_base = 0;           // global rank of this node's local rank 0
+  int world_size = 1;          // total workers across nodes (WORLD_SIZE)
+  std::string master_addr;     // the workers' store (MASTER_ADDR / MASTER_PORT)
+  std::uint16_t master_port = 0;
+  bool use_agent_store = true; // TORCHELASTIC_USE_AGENT_STORE: an agent hosts that store
+  std::vector<std::string> node_names;  // per group rank, for logs and failure reports
+};
+
+// What the launcher knows that the rendezvous needs (parsed from the command line).
+struct RendezvousParams {
+  std::string backend = "static";   // "static" | "c10d" (| "etcd" later)
+  std::string endpoint;             // --rdzv-endpoint, "host[:port]", may be empty
+  std::string run_id = "none";      // --rdzv-id
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int node_rank = -1;               // --node-rank if given explicitly, else -1
+  std::string master_addr;          // --master-addr if given, else empty
+  int master_port = -1;             // --master-port if given, else -1
+  std::string local_addr;           // --local-addr if given, else empty
+  int local_world_size = 1;         // this node's --nproc-per-node
+  std::map<std::string, std::string> conf;  // --rdzv-conf key=value pairs
+};
+
+// Errors, all one line naming the endpoint and the cause.
+class RendezvousError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class RendezvousClosedError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+class RendezvousTimeoutError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+class RendezvousConnectionError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+class RendezvousStateError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+
+class RendezvousHandler {
+ public:
+  virtual ~RendezvousHandler() = default;
+
+  // Joins the next round and blocks until it is complete. On the node that hosts the
+  // workers' store, that store is (re)started empty for the new attempt, so no key of a
+  // previous attempt survives. Throws a RendezvousError subclass.
+  virtual RendezvousInfo next_rendezvous() = 0;
+
+  // Nodes that arrived after the current round completed and wait for the next one;
+  // the agent restarts its workers into a new round when this is > 0.
+  virtual int num_nodes_waiting() = 0;
+
+  virtual bool is_closed() = 0;
+  // Marks the rendezvous closed (the job has ended): late joiners get
+  // RendezvousClosedError.
+  virtual void set_closed() = 0;
+
+  // Waits (bounded by `timeout`) until every node of the current round has called
+  // exit_barrier, so the store host does not vanish while peers still need it.
+  // Returns false on timeout. Single-node handlers return true at once.
+  virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+
+  virtual std::string run_id() const = 0;
+  virtual std::string backend_name() const = 0;
+
+  // Stops heartbeats and any hosted store. Idempotent.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace ddprun::rdzv
