@@ -81,6 +81,12 @@ class RendezvousHandler {
   // the agent restarts its workers into a new round when this is > 0.
   virtual int num_nodes_waiting() = 0;
 
+  // True when the current round cannot go on as formed: nodes are waiting to join, or a
+  // participant left or missed its heartbeats. The agent polls this every monitor
+  // interval (it must be cheap: answer from state a background thread keeps fresh), then
+  // stops its workers and calls next_rendezvous() without spending a restart.
+  virtual bool needs_new_round() { return num_nodes_waiting() > 0; }
+
   virtual bool is_closed() = 0;
   // Marks the rendezvous closed (the job has ended): late joiners get
   // RendezvousClosedError.
