@@ -52,6 +52,7 @@ struct Request {
   std::vector<std::string> values;
   std::int64_t number = 0;
   std::uint32_t nonce = 0;
+  bool operator==(const Request&) const = default;
 };
 
 enum class ParseStatus : std::uint8_t { kNeedMore, kOk, kBad };
@@ -59,6 +60,10 @@ struct ParseResult {
   ParseStatus status = ParseStatus::kNeedMore;
   std::size_t consumed = 0;  // bytes of `buf` that made up the request (kOk only)
   std::string error;         // one line naming what is wrong (kBad only)
+  // kNeedMore only: a lower bound on the buffer size at which parsing can make progress
+  // (e.g. the end of a long value whose length is known). Re-parsing before the buffer
+  // reaches it is harmless but pointless; servers use it to skip work on slow streams.
+  std::size_t needed = 0;
 };
 
 // Tries to decode one request from the front of `buf`. Never throws on input and never
@@ -72,8 +77,14 @@ ParseResult parse_request(std::string_view buf, Dialect dialect, const Limits& l
 enum class DetectResult : std::uint8_t { kNeedMore, kLegacy, kModern };
 DetectResult detect_dialect(std::string_view first_bytes);
 
+// Whether `dialect` has a command byte for `op` (legacy lacks VALIDATE, PING, the queues,
+// LIST_KEYS and BARRIER; modern lacks WATCH_KEY).
+bool op_in_dialect(Op op, Dialect dialect);
+
 // Encodes `req` as a client of `dialect` would send it (used by the C++ client, the
 // load generator and the tests). kValidate writes the magic; kPing writes `nonce`.
+// REQUIRES op_in_dialect(req.op, dialect); otherwise nothing is appended.
+// The output parses back to `req` (fields the op does not use are ignored).
 void encode_request(const Request& req, Dialect dialect, std::string& out);
 
 // Reply values shared by both dialects.

@@ -40,6 +40,8 @@ class Decoder {
   // Reads a u64 length and that many bytes. A declared length above `max_len` is
   // kTooLong without allocating anything.
   BytesStatus bytes(std::string& v, std::size_t max_len);
+  // Advances over `n` bytes without reading them; false (position unchanged) if fewer remain.
+  bool skip(std::size_t n);
   std::size_t position() const { return pos_; }
   std::size_t remaining() const { return in_.size() - pos_; }
 
