@@ -1,0 +1,116 @@
+// signals.cpp: see signals.h.
+#include "launcher/signals.h"
+
+#include <pthread.h>
+#include <sys/signalfd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <csignal>
+#include <stdexcept>
+#include <system_error>
+#include <utility>
+
+namespace ddprun::launcher {
+namespace {
+
+// Standard Linux signal names (without "SIG"); SIGIOT/SIGPOLL/SIGCLD are aliases whose
+// numbers map back to their canonical names.
+constexpr std::array<std::pair<std::string_view, int>, 34> kNames = {{
+    {"HUP", SIGHUP},       {"INT", SIGINT},       {"QUIT", SIGQUIT},   {"ILL", SIGILL},
+    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},     {"BUS", SIGBUS},     {"FPE", SIGFPE},
+    {"KILL", SIGKILL},     {"USR1", SIGUSR1},     {"SEGV", SIGSEGV},   {"USR2", SIGUSR2},
+    {"PIPE", SIGPIPE},     {"ALRM", SIGALRM},     {"TERM", SIGTERM},   {"STKFLT", SIGSTKFLT},
+    {"CHLD", SIGCHLD},     {"CONT", SIGCONT},     {"STOP", SIGSTOP},   {"TSTP", SIGTSTP},
+    {"TTIN", SIGTTIN},     {"TTOU", SIGTTOU},     {"URG", SIGURG},     {"XCPU", SIGXCPU},
+    {"XFSZ", SIGXFSZ},     {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF},   {"WINCH", SIGWINCH},
+    {"IO", SIGIO},         {"PWR", SIGPWR},       {"SYS", SIGSYS},     {"IOT", SIGIOT},
+    {"POLL", SIGPOLL},     {"CLD", SIGCHLD},
+}};
+
+sigset_t make_set(const std::vector<int>& signals) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : signals) {
+    if (sigaddset(&set, s) != 0) throw_errno("sigaddset(" + std::to_string(s) + ")");
+  }
+  return set;
+}
+
+std::string upper(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+void block_signals(const std::vector<int>& signals) {
+  sigset_t set = make_set(signals);
+  int rc = pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  if (rc != 0) throw std::system_error(rc, std::generic_category(), "pthread_sigmask");
+}
+
+void prepare_agent_signals(const std::vector<int>& handled) {
+  std::vector<int> all = handled;
+  all.push_back(SIGCHLD);
+  block_signals(all);
+  if (std::signal(SIGPIPE, SIG_IGN) == SIG_ERR) throw_errno("signal(SIGPIPE)");
+}
+
+UniqueFd make_signalfd(const std::vector<int>& signals) {
+  sigset_t set = make_set(signals);
+  UniqueFd fd(::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!fd) throw_errno("signalfd");
+  return fd;
+}
+
+int signal_from_name(std::string_view name) {
+  std::string_view text = trim(name);
+  auto unknown = [&] { return std::invalid_argument("unknown signal '" + std::string(name) + "'"); };
+  if (text.empty()) throw unknown();
+  if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (text.size() > 3) throw unknown();
+    int n = std::stoi(std::string(text));
+    if (n < 1 || n >= NSIG) throw unknown();
+    return n;
+  }
+  std::string up = upper(text);
+  std::string_view bare = up;
+  if (bare.starts_with("SIG")) bare.remove_prefix(3);
+  for (const auto& [n, num] : kNames) {
+    if (n == bare) return num;
+  }
+  throw unknown();
+}
+
+std::vector<int> parse_signal_list(std::string_view list) {
+  std::vector<int> out;
+  while (true) {
+    size_t comma = list.find(',');
+    int s = signal_from_name(list.substr(0, comma));
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+std::string signal_name(int signo) {
+  for (const auto& [n, num] : kNames) {
+    if (num == signo) return "SIG" + std::string(n);
+  }
+  if (signo >= SIGRTMIN && signo <= SIGRTMAX) {
+    return signo == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(signo - SIGRTMIN);
+  }
+  return "SIG" + std::to_string(signo);
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,86 @@
+// Table-driven tests of LineSplitter: chunks in, whole lines out.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "launcher/line_splitter.h"
+
+using ddprun::launcher::Line;
+using ddprun::launcher::LineSplitter;
+
+namespace {
+
+// Renders lines as "text|end" with the terminator escaped and '!' for a splitter break.
+std::string render(const Line& l) {
+  std::string end;
+  for (char c : l.end) end += c == '\n' ? "\\n" : c == '\r' ? "\\r" : std::string(1, c);
+  return std::string(l.text) + "|" + end + (l.broken ? "!" : "");
+}
+
+std::vector<std::string> run(const std::vector<std::string>& chunks, std::size_t max_line) {
+  LineSplitter s(max_line);
+  std::vector<std::string> out;
+  for (const auto& c : chunks) {
+    for (const Line& l : s.feed(c)) out.push_back(render(l));
+  }
+  for (const Line& l : s.finish()) out.push_back(render(l));
+  return out;
+}
+
+struct Case {
+  const char* name;
+  std::vector<std::string> chunks;
+  std::size_t max_line;
+  std::vector<std::string> want;
+};
+
+}  // namespace
+
+TEST_CASE("LineSplitter table", "[line_splitter]") {
+  const std::vector<Case> cases = {
+      {"empty input", {}, 64, {}},
+      {"one line", {"hello\n"}, 64, {"hello|\\n"}},
+      {"two lines one chunk", {"a\nb\n"}, 64, {"a|\\n", "b|\\n"}},
+      {"partial across chunks", {"hel", "lo\nwor", "ld\n"}, 64, {"hello|\\n", "world|\\n"}},
+      {"byte by byte", {"a", "b", "\n", "c", "\n"}, 64, {"ab|\\n", "c|\\n"}},
+      {"empty lines", {"\n\n\nx\n"}, 64, {"|\\n", "|\\n", "|\\n", "x|\\n"}},
+      {"crlf", {"a\r\nb\r\n"}, 64, {"a|\\r\\n", "b|\\r\\n"}},
+      {"crlf split between chunks", {"a\r", "\nb\n"}, 64, {"a|\\r\\n", "b|\\n"}},
+      {"lone cr (progress bar)", {"10%\r20%\r", "30%\n"}, 64, {"10%|\\r", "20%|\\r", "30%|\\n"}},
+      {"cr at eof", {"50%\r"}, 64, {"50%|\\r"}},
+      {"eof flush", {"abc\nlast"}, 64, {"abc|\\n", "last|\\n!"}},
+      {"eof flush only partial", {"x"}, 64, {"x|\\n!"}},
+      {"overlong line in pieces", {"abcdefghij\n"}, 4, {"abcd|\\n!", "efgh|\\n!", "ij|\\n"}},
+      {"exactly max then newline", {"abcd\n"}, 4, {"abcd|\\n"}},
+      {"exactly max then crlf split", {"abcd\r", "\n"}, 4, {"abcd|\\r\\n"}},
+      {"overlong across chunks", {"abc", "def", "ghi"}, 4, {"abcd|\\n!", "efgh|\\n!", "i|\\n!"}},
+      {"overlong then eof", {"abcdef"}, 4, {"abcd|\\n!", "ef|\\n!"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    CHECK(run(c.chunks, c.max_line) == c.want);
+  }
+}
+
+TEST_CASE("LineSplitter keeps only the partial line pending", "[line_splitter]") {
+  LineSplitter s(1024);
+  std::string big;
+  for (int i = 0; i < 1000; ++i) big += "line " + std::to_string(i) + "\n";
+  big += "tail";
+  std::size_t count = s.feed(big).size();
+  CHECK(count == 1000);
+  CHECK(s.pending() == 4);
+  CHECK(s.feed("\n").size() == 1);
+  CHECK(s.pending() == 0);
+  CHECK(s.finish().empty());
+}
+
+TEST_CASE("LineSplitter default cap is 64 KiB", "[line_splitter]") {
+  LineSplitter s;
+  std::string huge(200 * 1024, 'x');
+  std::vector<std::size_t> sizes;
+  for (const Line& l : s.feed(huge)) sizes.push_back(l.text.size());
+  for (const Line& l : s.finish()) sizes.push_back(l.text.size());
+  CHECK(sizes == std::vector<std::size_t>{65536, 65536, 65536, 200 * 1024 - 3 * 65536});
+}

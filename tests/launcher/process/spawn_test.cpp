@@ -1,0 +1,152 @@
+// spawn_process with real /bin/sh children: exec failures, environment, fds, session,
+// death signal and signal state as the child sees them.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <set>
+#include <thread>
+
+#include "launcher/spawn.h"
+#include "tests/launcher/process/process_test_util.h"
+
+using namespace ddprun::launcher;
+using namespace ddprun::launcher::test;
+
+namespace {
+
+struct Result {
+  pid_t pid = 0;
+  int status = 0;
+  std::string out;
+};
+
+// Spawns `argv` with `env` and stdout to a pipe; reads it to EOF and reaps the child.
+Result run_child(std::vector<std::string> argv, std::vector<std::string> env = {"PATH=/usr/bin:/bin"},
+                 std::string cwd = {}) {
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  SpawnOptions o;
+  o.argv = std::move(argv);
+  o.env = std::move(env);
+  o.cwd = std::move(cwd);
+  o.stdout_fd = write_end.get();
+  Result r;
+  r.pid = spawn_process(o);
+  write_end.reset();
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(read_end.get(), buf, sizeof buf)) > 0) r.out.append(buf, n);
+  REQUIRE(::waitpid(r.pid, &r.status, 0) == r.pid);
+  return r;
+}
+
+std::string sh_field(const std::string& status_text, const std::string& key) {
+  for (const auto& line : split_lines(status_text)) {
+    if (line.rfind(key + ":", 0) == 0) {
+      auto v = line.substr(key.size() + 1);
+      return v.substr(v.find_first_not_of(" \t"));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("spawn: a missing program is a SpawnError naming it", "[spawn]") {
+  CHECK_THROWS_WITH(run_child({"ddprun-no-such-program", "x"}),
+                    "cannot execute 'ddprun-no-such-program': No such file or directory");
+  // With a slash there is no PATH lookup: the error comes back from execve in the child.
+  CHECK_THROWS_WITH(run_child({"/nonexistent/dir/prog"}),
+                    "cannot execute '/nonexistent/dir/prog': No such file or directory");
+  // An empty PATH entry and no PATH at all follow execvp (default /bin:/usr/bin).
+  CHECK(run_child({"true"}, {}).status == 0);
+}
+
+TEST_CASE("spawn: a non-executable file gives Permission denied", "[spawn]") {
+  char dir_template[] = "/tmp/ddprun-spawn-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  std::string dir = dir_template;
+  std::string file = dir + "/script";
+  { std::ofstream(file) << "#!/bin/sh\necho hi\n"; }
+  ::chmod(file.c_str(), 0644);
+  CHECK_THROWS_WITH(run_child({"script"}, {"PATH=" + dir}),
+                    "cannot execute 'script': Permission denied");
+  CHECK_THROWS_WITH(run_child({file}), "cannot execute '" + file + "': Permission denied");
+  ::chmod(file.c_str(), 0755);
+  CHECK(run_child({"script"}, {"PATH=" + dir}).out == "hi\n");
+  CHECK_THROWS_WITH(run_child({"/bin/true"}, {}, dir + "/missing"),
+                    "cannot execute '/bin/true': cannot change directory to '" + dir +
+                        "/missing': No such file or directory");
+  CHECK(run_child({"/bin/pwd"}, {}, dir).out == dir + "\n");
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("spawn: the environment is passed exactly", "[spawn]") {
+  Result r = run_child({"/usr/bin/env"}, {"A=1", "B=two words", "EMPTY=", "PATH=/nowhere"});
+  CHECK(r.out == "A=1\nB=two words\nEMPTY=\nPATH=/nowhere\n");
+  CHECK(run_child({"/usr/bin/env"}, {}).out.empty());
+}
+
+TEST_CASE("spawn: exit codes come through", "[spawn]") {
+  for (int code : {0, 1, 77, 255}) {
+    Result r = run_child({"/bin/sh", "-c", "exit " + std::to_string(code)});
+    REQUIRE(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == code);
+  }
+}
+
+TEST_CASE("spawn: no stray fds reach the child", "[spawn]") {
+  // A leaked fd without FD_CLOEXEC in the parent must still not reach the child.
+  int leaked = ::open("/dev/null", O_RDONLY);
+  REQUIRE(leaked >= 0);
+  Result r = run_child({"/bin/ls", "/proc/self/fd"});
+  ::close(leaked);
+  // ls sees 0, 1, 2 and the directory it is reading.
+  std::set<std::string> fds;
+  for (const auto& l : split_lines(r.out)) fds.insert(l);
+  CHECK(fds == std::set<std::string>{"0", "1", "2", "3"});
+}
+
+TEST_CASE("spawn: the child leads its own session and process group", "[spawn]") {
+  Result r = run_child({"/bin/cat", "/proc/self/stat"});
+  std::string stat = r.out;
+  auto close = stat.rfind(')');
+  REQUIRE(close != std::string::npos);
+  std::istringstream rest(stat.substr(close + 2));
+  char state;
+  pid_t ppid, pgrp, session;
+  rest >> state >> ppid >> pgrp >> session;
+  CHECK(pgrp == r.pid);
+  CHECK(session == r.pid);
+  CHECK(ppid == ::getpid());
+}
+
+TEST_CASE("spawn: empty signal mask, default dispositions, stdin inherited", "[spawn]") {
+  agent_signal_setup();  // the parent blocks signals and ignores SIGPIPE
+  Result r = run_child({"/bin/cat", "/proc/self/status"});
+  CHECK(sh_field(r.out, "SigBlk") == "0000000000000000");
+  CHECK(sh_field(r.out, "SigIgn") == "0000000000000000");
+  struct stat ours {}, theirs {};
+  ::fstat(0, &ours);
+  Result link = run_child({"/bin/sh", "-c", "stat -L -c '%d:%i' /proc/self/fd/0"});
+  CHECK(link.out == std::to_string(ours.st_dev) + ":" + std::to_string(ours.st_ino) + "\n");
+  (void)theirs;
+}
+
+TEST_CASE("spawn: the child dies when the forking thread exits (PDEATHSIG)", "[spawn]") {
+  pid_t pid = 0;
+  std::thread forker([&] {
+    SpawnOptions o;
+    o.argv = {"/bin/sleep", "30"};
+    pid = spawn_process(o);
+  });
+  forker.join();
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+}
