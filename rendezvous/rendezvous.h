@@ -67,6 +67,11 @@ class RendezvousStateError : public RendezvousError {
  public:
   using RendezvousError::RendezvousError;
 };
+// interrupt() was called (the agent got SIGINT/SIGTERM while it was rendezvousing).
+class RendezvousInterruptedError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
 
 class RendezvousHandler {
  public:
@@ -102,6 +107,12 @@ class RendezvousHandler {
 
   // Stops heartbeats and any hosted store. Idempotent.
   virtual void shutdown() = 0;
+
+  // Makes a blocked (or the next) next_rendezvous() / exit_barrier() give up promptly
+  // (within about a second): next_rendezvous() throws RendezvousInterruptedError,
+  // exit_barrier() returns false. For the agent's signal path: callable from any thread
+  // (not from a signal handler). Sticky: later calls give up too.
+  virtual void interrupt() {}
 };
 
 }  // namespace ddprun::rdzv

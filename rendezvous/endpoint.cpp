@@ -1,0 +1,186 @@
+#include "rendezvous/endpoint.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::rdzv {
+namespace {
+
+std::string numeric_name(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  } else if (sa->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+// Canonical numeric form, so "::0001" and "::1" compare equal; "" if not numeric.
+std::string canonical(const std::string& host) {
+  in_addr a4{};
+  in6_addr a6{};
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) {
+    inet_ntop(AF_INET, &a4, buf, sizeof buf);
+    return buf;
+  }
+  std::string h = host.substr(0, host.find('%'));  // drop an IPv6 scope id
+  if (inet_pton(AF_INET6, h.c_str(), &a6) == 1) {
+    inet_ntop(AF_INET6, &a6, buf, sizeof buf);
+    return buf;
+  }
+  return {};
+}
+
+std::vector<std::string> resolve(const std::string& host) {
+  std::vector<std::string> out;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+  for (addrinfo* p = res; p != nullptr; p = p->ai_next) out.push_back(numeric_name(p->ai_addr));
+  freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace
+
+std::string Endpoint::to_string() const {
+  std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return port < 0 ? h : h + ":" + std::to_string(port);
+}
+
+Endpoint parse_endpoint(std::string_view text, int default_port, std::string_view what) {
+  auto fail = [&](std::string_view why) -> Endpoint {
+    throw RendezvousError(std::string(what) + " '" + std::string(text) + "' is invalid: " +
+                          std::string(why) + " (expected host[:port] or [ipv6]:port)");
+  };
+  Endpoint ep;
+  std::string_view port_text;
+  if (!text.empty() && text.front() == '[') {
+    auto close = text.find(']');
+    if (close == std::string_view::npos) return fail("missing ']'");
+    ep.host = std::string(text.substr(1, close - 1));
+    auto rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return fail("unexpected text after ']'");
+      port_text = rest.substr(1);
+      if (port_text.empty()) return fail("empty port");
+    }
+  } else if (std::count(text.begin(), text.end(), ':') > 1) {
+    ep.host = std::string(text);  // a bare IPv6 literal: no port possible
+  } else {
+    auto colon = text.find(':');
+    ep.host = std::string(text.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = text.substr(colon + 1);
+      if (port_text.empty()) return fail("empty port");
+    }
+  }
+  if (ep.host.empty()) return fail("empty host");
+  ep.port = default_port;
+  if (!port_text.empty()) {
+    int port = -1;
+    auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port < 0 ||
+        port > 65535) {
+      return fail("port '" + std::string(port_text) + "' is not a number in 0..65535");
+    }
+    ep.port = port;
+  }
+  return ep;
+}
+
+bool is_ip_literal(const std::string& host) { return !canonical(host).empty(); }
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  std::string c = canonical(host);
+  return c == "::1" || c.rfind("127.", 0) == 0;
+}
+
+std::vector<std::string> local_interface_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* p = ifs; p != nullptr; p = p->ifa_next) {
+    if (p->ifa_addr == nullptr) continue;
+    if (p->ifa_addr->sa_family != AF_INET && p->ifa_addr->sa_family != AF_INET6) continue;
+    out.push_back(numeric_name(p->ifa_addr));
+  }
+  freeifaddrs(ifs);
+  return out;
+}
+
+std::string local_hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return {};
+  return buf;
+}
+
+bool is_this_host(const std::string& host, const std::string& local_addr) {
+  if (!local_addr.empty()) {
+    if (host == local_addr) return true;
+    auto want = is_ip_literal(local_addr) ? std::vector<std::string>{canonical(local_addr)}
+                                          : resolve(local_addr);
+    auto have = is_ip_literal(host) ? std::vector<std::string>{canonical(host)} : resolve(host);
+    for (const auto& a : have) {
+      if (std::find(want.begin(), want.end(), a) != want.end()) return true;
+    }
+    return false;
+  }
+  if (host == "localhost") return true;
+  std::string hn = local_hostname();
+  if (!hn.empty() && (host == hn || host.rfind(hn + ".", 0) == 0)) return true;
+  auto mine = local_interface_addresses();
+  auto have = is_ip_literal(host) ? std::vector<std::string>{canonical(host)} : resolve(host);
+  for (const auto& a : have) {
+    if (std::find(mine.begin(), mine.end(), a) != mine.end()) return true;
+  }
+  return false;
+}
+
+std::string routed_local_address(const Endpoint& ep) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(ep.port > 0 ? ep.port : 9);
+  if (getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &res) != 0) return {};
+  std::string out;
+  for (addrinfo* p = res; p != nullptr && out.empty(); p = p->ai_next) {
+    int fd = socket(p->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    // A UDP connect only picks a route and a source address; nothing goes on the wire.
+    if (connect(fd, p->ai_addr, p->ai_addrlen) == 0) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+        out = numeric_name(reinterpret_cast<sockaddr*>(&ss));
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+std::string bind_host_for(const std::string& host) {
+  return is_ip_literal(host) ? host : std::string();
+}
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,52 @@
+// endpoint.h: `host[:port]` parsing (IPv6 as `[v6]:port`) and "is this host me?" checks
+// for the rendezvous backends. Addresses are used exactly as given: nothing here does
+// reverse DNS. Used by the handlers and the registry. Thread-safety: pure functions
+// (the interface queries read the OS each call).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::rdzv {
+
+struct Endpoint {
+  std::string host;  // without brackets
+  int port = -1;     // -1 = none given
+
+  // "host:port", with brackets around an IPv6 literal; "host" when port < 0.
+  std::string to_string() const;
+};
+
+// Parses "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 literal (no port then).
+// A missing port becomes `default_port`. Throws RendezvousError naming `what` and the
+// text on an empty host, a bad bracket or a port outside 0..65535.
+Endpoint parse_endpoint(std::string_view text, int default_port, std::string_view what);
+
+// True for a numeric IPv4 or IPv6 address (no name resolution).
+bool is_ip_literal(const std::string& host);
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_host(const std::string& host);
+
+// Addresses of this machine's interfaces (getifaddrs), numeric.
+std::vector<std::string> local_interface_addresses();
+
+// This machine's host name (gethostname), "" on failure.
+std::string local_hostname();
+
+// Whether `host` names this node. When `local_addr` is non-empty only it counts (so that
+// several agents on one machine with distinct --local-addr disagree correctly);
+// otherwise the host name, "localhost", and numeric or resolved addresses that belong
+// to a local interface count.
+bool is_this_host(const std::string& host, const std::string& local_addr);
+
+// The local address the kernel would use to reach `ep` (a connected UDP socket's name;
+// no packet is sent), or "" when it cannot be determined.
+std::string routed_local_address(const Endpoint& ep);
+
+// Address a server advertised as `host` should bind: the literal itself when `host` is
+// numeric, else "" (all interfaces), since a name may resolve to ::1 and 127.0.0.1 alike.
+std::string bind_host_for(const std::string& host);
+
+}  // namespace ddprun::rdzv

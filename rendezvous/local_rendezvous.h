@@ -1,0 +1,50 @@
+// local_rendezvous.h: LocalRendezvous, the handler of a one-node job (max nodes == 1,
+// whatever --rdzv-backend says): no rendezvous traffic at all, only the workers' store,
+// a TcpStoreServer this agent hosts and empties before every attempt after the first.
+// Created by make_rendezvous_handler(). Thread-safety: as RendezvousHandler.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::store {
+class TcpStoreServer;
+}
+
+namespace ddprun::rdzv {
+
+class LocalRendezvous final : public RendezvousHandler {
+ public:
+  // The store binds --master-port when given (MASTER_ADDR = --master-addr or 127.0.0.1,
+  // torchrun's static semantics), else an OS-chosen port (so concurrent jobs never
+  // collide on 29500). --local-addr, when given, is what MASTER_ADDR advertises.
+  explicit LocalRendezvous(RendezvousParams params);
+  ~LocalRendezvous() override;
+
+  // First call: starts the store (throws RendezvousError naming host:port when the bind
+  // fails). Later calls: reset() it, so no key of an earlier attempt survives.
+  RendezvousInfo next_rendezvous() override;
+  int num_nodes_waiting() override { return 0; }
+  bool needs_new_round() override { return false; }
+  bool is_closed() override { return closed_.load(); }
+  void set_closed() override { closed_.store(true); }
+  bool exit_barrier(std::chrono::milliseconds) override { return true; }
+  std::string run_id() const override { return params_.run_id; }
+  std::string backend_name() const override { return params_.backend; }
+  void shutdown() override;
+
+  // The hosted store's port (0 before the first next_rendezvous()).
+  std::uint16_t port() const;
+
+ private:
+  RendezvousParams params_;
+  std::string advertised_addr_;
+  std::unique_ptr<store::TcpStoreServer> server_;
+  int round_ = 0;
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace ddprun::rdzv

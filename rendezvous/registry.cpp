@@ -1,0 +1,290 @@
+#include "rendezvous/registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "rendezvous/endpoint.h"
+#include "rendezvous/local_rendezvous.h"
+#include "rendezvous/rdzv_conf.h"
+#include "rendezvous/store_rendezvous.h"
+#include "store/prefix_store.h"
+#include "store/tcp_store_client.h"
+#include "store/tcp_store_server.h"
+
+namespace ddprun::rdzv {
+namespace {
+
+using Clock = StoreRendezvous::Clock;
+using Ms = StoreRendezvous::Ms;
+
+// The rendezvous store of one handler: optionally hosted here, reached over TCP.
+// Shared by the handler's connect callback and its shutdown callback.
+struct TcpRendezvousStore {
+  Endpoint endpoint;
+  std::string backend;
+  std::string run_id;
+  bool try_host = false;
+  bool must_host = false;  // static node rank 0: failing to bind is an error
+  Ms read_timeout{60'000};
+  bool host_attempted = false;
+  std::unique_ptr<store::TcpStoreServer> server;
+
+  std::string where() const {
+    return "rendezvous '" + run_id + "' (" + backend + " at " + endpoint.to_string() + ")";
+  }
+
+  void maybe_host() {
+    if (!try_host || host_attempted) return;
+    host_attempted = true;
+    store::ServerOptions options;
+    options.host = bind_host_for(endpoint.host);
+    options.port = static_cast<std::uint16_t>(endpoint.port);
+    auto s = std::make_unique<store::TcpStoreServer>(options);
+    try {
+      s->start();
+      server = std::move(s);
+      spdlog::info("{}: this node hosts the rendezvous store", where());
+    } catch (const std::exception& e) {
+      if (must_host) {
+        throw RendezvousError(where() + ": node rank 0 cannot host the rendezvous store: " +
+                              e.what());
+      }
+      // Another agent on this machine (or a leftover) holds the port: join as a client.
+      spdlog::info("{}: could not host the rendezvous store ({}); joining as a client",
+                   where(), e.what());
+    }
+  }
+
+  std::shared_ptr<store::Store> connect(Clock::time_point deadline,
+                                        const std::atomic<bool>& interrupted) {
+    maybe_host();
+    // The host reaches its own listener by the literal it bound (or loopback when it
+    // bound every interface); others use the endpoint exactly as given.
+    std::string host = endpoint.host;
+    if (server && bind_host_for(endpoint.host).empty()) host = "127.0.0.1";
+    auto start = Clock::now();
+    auto next_log = start + Ms(3000);
+    std::string last_error;
+    for (;;) {
+      if (interrupted.load()) {
+        throw RendezvousInterruptedError(where() +
+                                         ": interrupted while connecting to the store");
+      }
+      auto now = Clock::now();
+      if (now >= deadline) {
+        throw RendezvousConnectionError(where() + ": cannot reach the rendezvous store: " +
+                                        (last_error.empty() ? "timed out" : last_error));
+      }
+      store::TcpStoreOptions options;
+      options.host = host;
+      options.port = static_cast<std::uint16_t>(endpoint.port);
+      options.timeout = read_timeout;
+      options.connect_timeout =
+          std::min<Ms>(Ms(1000), std::chrono::duration_cast<Ms>(deadline - now) + Ms(1));
+      options.world_size.reset();
+      options.wait_for_workers = false;
+      try {
+        auto tcp = std::make_shared<store::TcpStore>(options);
+        if (!last_error.empty()) spdlog::info("{}: connected to the rendezvous store", where());
+        return std::make_shared<store::PrefixStore>("ddprun/rdzv/" + run_id, tcp);
+      } catch (const store::StoreConnectionError& e) {
+        last_error = e.what();
+      } catch (const store::StoreError& e) {
+        throw RendezvousConnectionError(where() + ": " + endpoint.to_string() +
+                                        " does not look like a ddprun/TCPStore store: " +
+                                        e.what());
+      }
+      if (Clock::now() >= next_log) {
+        spdlog::info("{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
+                     std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now())
+                         .count());
+        next_log = Clock::now() + Ms(5000);
+      }
+      // TcpStore already backs off within connect_timeout; a short pause on instant
+      // failures (e.g. name resolution) keeps this loop from spinning.
+      std::this_thread::sleep_for(Ms(100));
+    }
+  }
+
+  void shutdown() {
+    if (server) server->stop();
+  }
+};
+
+StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& conf) {
+  StoreRendezvous::Config c;
+  c.run_id = p.run_id;
+  c.min_nodes = p.min_nodes;
+  c.max_nodes = p.max_nodes;
+  c.local_world_size = p.local_world_size;
+  c.hostname = local_hostname();
+  c.last_call_timeout = conf_seconds(conf, "last_call_timeout", 30);
+  c.keep_alive_interval = conf_seconds(conf, "keep_alive_interval", 5);
+  c.keep_alive_max_attempt = conf_int(conf, "keep_alive_max_attempt", 3, 1);
+  if (c.keep_alive_interval.count() <= 0) {
+    throw RendezvousError("--rdzv-conf keep_alive_interval must be > 0");
+  }
+  // Progress lines every 5 s, more often when the caller asked for tiny intervals.
+  c.progress_interval = std::min<Ms>(Ms(5000), c.keep_alive_interval * 2);
+  c.poll_slice = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(20), Ms(250));
+  return c;
+}
+
+std::unique_ptr<RendezvousHandler> finish(StoreRendezvous::Config config,
+                                          std::shared_ptr<TcpRendezvousStore> rs) {
+  auto connect = [rs](Clock::time_point deadline, const std::atomic<bool>& interrupted) {
+    return rs->connect(deadline, interrupted);
+  };
+  return std::make_unique<StoreRendezvous>(std::move(config), connect,
+                                           [rs] { rs->shutdown(); });
+}
+
+std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
+  const ConfMap& conf = p.conf;
+  warn_unknown_conf_keys(conf,
+                         {"timeout", "join_timeout", "read_timeout", "rank",
+                          "keep_alive_interval", "keep_alive_max_attempt", "last_call_timeout"},
+                         "static");
+  if (p.min_nodes != p.max_nodes) {
+    spdlog::warn("static rendezvous: --nnodes {}:{} is not elastic under the static backend; "
+                 "waiting for exactly {} nodes (use --rdzv-backend c10d for MIN:MAX)",
+                 p.min_nodes, p.max_nodes, p.max_nodes);
+  }
+  int nnodes = p.max_nodes;
+  int node_rank = p.node_rank;
+  if (node_rank < 0 && conf.count("rank")) node_rank = conf_int(conf, "rank", 0);
+  bool defaulted = node_rank < 0;
+  if (defaulted) node_rank = 0;  // torchrun's --node-rank default
+  if (node_rank >= nnodes) {
+    throw RendezvousError("--node-rank " + std::to_string(node_rank) + " is out of range for " +
+                          "--nnodes " + std::to_string(nnodes) + " (must be 0.." +
+                          std::to_string(nnodes - 1) + ")");
+  }
+  Endpoint ep;
+  if (!p.endpoint.empty()) {
+    ep = parse_endpoint(p.endpoint, -1, "--rdzv-endpoint");
+    if (ep.port < 0) {
+      ep.port = p.master_port >= 0 ? p.master_port : kDefaultMasterPort;
+    }
+  } else {
+    ep.host = p.master_addr.empty() ? "127.0.0.1" : p.master_addr;
+    ep.port = p.master_port >= 0 ? p.master_port : kDefaultMasterPort;
+  }
+  if (ep.port == 0) {
+    throw RendezvousError("static rendezvous with --nnodes " + std::to_string(nnodes) +
+                          " needs a fixed port, not 0 (the other nodes must know it)");
+  }
+  if (is_loopback_host(ep.host) && p.local_addr.empty()) {
+    spdlog::warn("static rendezvous: the endpoint {} is a loopback address, reachable from "
+                 "this machine only; set --master-addr to node rank 0's address for a "
+                 "multi-machine job",
+                 ep.to_string());
+  }
+  StoreRendezvous::Config c = common_config(p, conf);
+  c.backend = "static";
+  c.endpoint = ep.to_string();
+  c.min_nodes = nnodes;
+  c.max_nodes = nnodes;
+  c.static_ranks = true;
+  c.node_rank = node_rank;
+  c.node_rank_defaulted = defaulted;
+  c.join_timeout = conf.count("join_timeout") ? conf_seconds(conf, "join_timeout", 900)
+                                              : conf_seconds(conf, "timeout", 900);
+  // Node rank 0 hosts both stores, so the workers reach it where the agents did.
+  c.advertise_addr = !p.local_addr.empty() ? p.local_addr : ep.host;
+  if (node_rank != 0 && p.local_addr.empty()) {
+    std::string routed = routed_local_address(ep);
+    c.advertise_addr = routed.empty() ? c.hostname : routed;
+  }
+  c.bind_addr = is_ip_literal(p.local_addr) ? p.local_addr : "";
+  auto rs = std::make_shared<TcpRendezvousStore>();
+  rs->endpoint = ep;
+  rs->backend = "static";
+  rs->run_id = p.run_id;
+  rs->try_host = node_rank == 0;
+  rs->must_host = true;
+  rs->read_timeout = conf_seconds(conf, "read_timeout", 60);
+  return finish(std::move(c), rs);
+}
+
+std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
+  const ConfMap& conf = p.conf;
+  warn_unknown_conf_keys(conf,
+                         {"join_timeout", "last_call_timeout", "close_timeout",
+                          "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt",
+                          "read_timeout", "is_host", "store_type", "timeout"},
+                         "c10d");
+  if (p.endpoint.empty()) {
+    throw RendezvousError("--rdzv-backend c10d with --nnodes " + std::to_string(p.min_nodes) +
+                          ":" + std::to_string(p.max_nodes) +
+                          " needs --rdzv-endpoint host[:port] (the address of the node that "
+                          "hosts the rendezvous store; default port 29400)");
+  }
+  if (auto it = conf.find("store_type"); it != conf.end() && it->second != "tcp") {
+    throw RendezvousError("--rdzv-conf store_type='" + it->second +
+                          "' is not supported (only tcp)");
+  }
+  Endpoint ep = parse_endpoint(p.endpoint, kDefaultC10dPort, "--rdzv-endpoint");
+  if (ep.port == 0) {
+    throw RendezvousError("--rdzv-endpoint " + ep.to_string() +
+                          ": a multi-node job needs a fixed port, not 0");
+  }
+  StoreRendezvous::Config c = common_config(p, conf);
+  c.backend = "c10d";
+  c.endpoint = ep.to_string();
+  c.node_rank = p.node_rank;
+  c.join_timeout = conf_seconds(conf, "join_timeout", 600);
+  conf_seconds(conf, "close_timeout", 30);      // validated; closing is a single SET
+  conf_seconds(conf, "heartbeat_timeout", 5);   // validated; heartbeats are single ADDs
+  std::optional<bool> is_host = conf_bool(conf, "is_host");
+  bool host = is_host ? *is_host : is_this_host(ep.host, p.local_addr);
+  if (!p.local_addr.empty()) {
+    c.advertise_addr = p.local_addr;
+  } else {
+    std::string routed = routed_local_address(ep);
+    c.advertise_addr = !routed.empty() ? routed : c.hostname;
+  }
+  if (is_loopback_host(c.advertise_addr) && !is_loopback_host(ep.host)) {
+    spdlog::warn("c10d rendezvous: this node would advertise the loopback address {}; set "
+                 "--local-addr to an address the other nodes can reach",
+                 c.advertise_addr);
+  }
+  c.bind_addr = is_ip_literal(p.local_addr) ? p.local_addr : "";
+  auto rs = std::make_shared<TcpRendezvousStore>();
+  rs->endpoint = ep;
+  rs->backend = "c10d";
+  rs->run_id = p.run_id;
+  rs->try_host = host;
+  rs->must_host = false;
+  rs->read_timeout = conf_seconds(conf, "read_timeout", 60);
+  return finish(std::move(c), rs);
+}
+
+}  // namespace
+
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParams& params) {
+  if (params.min_nodes < 1 || params.max_nodes < params.min_nodes) {
+    throw RendezvousError("--nnodes " + std::to_string(params.min_nodes) + ":" +
+                          std::to_string(params.max_nodes) + " is invalid: need 0 < MIN <= MAX");
+  }
+  if (params.local_world_size < 1) {
+    throw RendezvousError("--nproc-per-node must be >= 1");
+  }
+  const std::string& b = params.backend;
+  if (b != "static" && b != "c10d" && b != "etcd" && b != "etcd-v2") {
+    throw RendezvousError("unknown --rdzv-backend '" + b + "' (supported: static, c10d)");
+  }
+  if (params.max_nodes == 1) {
+    // One node needs no rendezvous traffic, whatever the backend: only the workers' store.
+    return std::make_unique<LocalRendezvous>(params);
+  }
+  if (b == "etcd" || b == "etcd-v2") {
+    throw RendezvousError("--rdzv-backend " + b +
+                          " is not supported yet; use c10d (ddprun hosts the store itself)");
+  }
+  if (b == "static") return make_static(params);
+  return make_c10d(params);
+}
+
+}  // namespace ddprun::rdzv

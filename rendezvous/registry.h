@@ -1,0 +1,30 @@
+// registry.h: make_rendezvous_handler(), the only place that picks a RendezvousHandler
+// for the launcher's parameters, and (with the handlers' sources) the only code that
+// creates TcpStoreServer / TcpStore objects for rendezvous.
+//   max_nodes == 1      -> LocalRendezvous, whatever the backend (a one-node job needs no
+//                          rendezvous traffic: only the workers' store)
+//   "static"            -> StoreRendezvous with fixed membership: node rank 0 hosts the
+//                          rendezvous store at --master-addr:--master-port (or
+//                          --rdzv-endpoint), group rank = node rank
+//   "c10d"              -> StoreRendezvous with dynamic membership (--nnodes MIN:MAX) at
+//                          --rdzv-endpoint (default port 29400)
+//   "etcd", "etcd-v2"   -> RendezvousError: not supported yet
+// Thread-safety: make_rendezvous_handler() is reentrant.
+#pragma once
+
+#include <memory>
+
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::rdzv {
+
+inline constexpr int kDefaultC10dPort = 29400;
+inline constexpr int kDefaultMasterPort = 29500;
+
+// Validates `params` and builds the handler; nothing is bound or connected before the
+// first next_rendezvous(). Throws RendezvousError (one line naming the bad value) on an
+// unknown backend, a bad endpoint, inconsistent node counts or ranks, or a bad
+// --rdzv-conf value. Unknown --rdzv-conf keys only log a warning.
+std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParams& params);
+
+}  // namespace ddprun::rdzv

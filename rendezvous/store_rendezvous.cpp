@@ -1,0 +1,646 @@
+#include "rendezvous/store_rendezvous.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <set>
+
+#include "rendezvous/endpoint.h"
+#include "store/store.h"
+#include "store/tcp_store_server.h"
+
+namespace ddprun::rdzv {
+namespace {
+
+using Clock = StoreRendezvous::Clock;
+using Ms = StoreRendezvous::Ms;
+
+// Key layout, relative to the handler's prefix (see docs/multinode.md):
+//   closed                 set once the job has ended
+//   round                  hint: the latest formed round (fresh agents start there)
+//   r<r>/joined            ADD counter: slots of round r
+//   r<r>/node/<slot>       descriptor JSON of the agent holding the slot
+//   r<r>/hb/<slot>         heartbeat: ADD counter, or "left" / "done"
+//   r<r>/final             node count N of the formed round (CAS from "")
+//   r<r>/master            JSON {addr, port} of the workers' store for round r
+std::string rk(int r, const char* what) { return "r" + std::to_string(r) + "/" + what; }
+std::string rk(int r, const char* what, int slot) {
+  return rk(r, what) + "/" + std::to_string(slot);
+}
+std::vector<std::string> slot_keys(int r, const char* what, int n) {
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) keys.push_back(rk(r, what, i));
+  return keys;
+}
+
+long long secs_left(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count();
+  return std::max<long long>(left, 0);
+}
+
+int parse_count(const std::string& v, const std::string& what) {
+  try {
+    std::size_t used = 0;
+    int n = std::stoi(v, &used);
+    if (used == v.size() && n >= 0) return n;
+  } catch (const std::exception&) {
+  }
+  throw RendezvousStateError("corrupt rendezvous key " + what + " = '" + v + "'");
+}
+
+}  // namespace
+
+std::string StoreRendezvous::NodeDesc::label() const {
+  std::string out = addr;
+  if (!host.empty() && host != addr) out += " (" + host + ")";
+  out += " pid " + std::to_string(pid);
+  return out;
+}
+
+std::vector<StoreRendezvous::Member> StoreRendezvous::Liveness::observe(
+    int r, const std::vector<std::string>& values, Clock::time_point now, Ms threshold) {
+  if (round != r || last.size() != values.size()) {
+    round = r;
+    last.assign(values.size(), {std::string("\x01"), now});
+  }
+  std::vector<Member> out(values.size(), Member::kAlive);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i] == "left") {
+      out[i] = Member::kLeft;
+    } else if (values[i] == "done") {
+      out[i] = Member::kDone;
+    } else if (values[i] != last[i].first) {
+      last[i] = {values[i], now};
+    } else if (now - last[i].second >= threshold) {
+      out[i] = Member::kDead;
+    }
+  }
+  return out;
+}
+
+StoreRendezvous::StoreRendezvous(Config config, Connect connect,
+                                 std::function<void()> on_shutdown)
+    : config_(std::move(config)), connect_(std::move(connect)),
+      on_shutdown_(std::move(on_shutdown)) {}
+
+StoreRendezvous::~StoreRendezvous() { shutdown(); }
+
+std::string StoreRendezvous::where() const {
+  return "rendezvous '" + config_.run_id + "' (" + config_.backend + " at " + config_.endpoint +
+         ")";
+}
+
+void StoreRendezvous::check_interrupted() {
+  if (interrupted_.load()) {
+    throw RendezvousInterruptedError(where() + ": interrupted while waiting for the other nodes");
+  }
+}
+
+void StoreRendezvous::check_closed() {
+  if (closed_.load() || store_->check({"closed"})) {
+    closed_.store(true);
+    throw RendezvousClosedError(where() + " is closed: the job has ended");
+  }
+}
+
+bool StoreRendezvous::sleep_slice(Ms d) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, d, [&] { return interrupted_.load(); });
+  return !interrupted_.load();
+}
+
+void StoreRendezvous::interrupt() {
+  interrupted_.store(true);
+  std::lock_guard lock(mu_);
+  cv_.notify_all();
+}
+
+std::string StoreRendezvous::desc_json() const {
+  nlohmann::json j;
+  j["addr"] = config_.advertise_addr;
+  j["host"] = config_.hostname;
+  j["pid"] = static_cast<long>(getpid());
+  j["node_rank"] = config_.node_rank;
+  j["node_rank_defaulted"] = config_.node_rank_defaulted;
+  j["nproc"] = config_.local_world_size;
+  return j.dump();
+}
+
+void StoreRendezvous::ensure_connected(Clock::time_point deadline) {
+  if (store_) return;
+  auto main = connect_(deadline, interrupted_);
+  auto hb = connect_(deadline, interrupted_);
+  store_ = main;
+  hb_store_ = hb;
+}
+
+RendezvousInfo StoreRendezvous::next_rendezvous() {
+  stop_heartbeats();
+  check_interrupted();
+  auto deadline = Clock::now() + config_.join_timeout;
+  try {
+    ensure_connected(deadline);
+    return join(deadline);
+  } catch (const store::StoreConnectionError& e) {
+    throw RendezvousConnectionError(where() + ": lost the rendezvous store: " + e.what());
+  } catch (const store::StoreTimeoutError& e) {
+    throw RendezvousConnectionError(where() + ": the rendezvous store did not answer in time (" +
+                                    e.what() + ")");
+  } catch (const store::StoreError& e) {
+    throw RendezvousStateError(where() + ": rendezvous store error: " + e.what());
+  }
+}
+
+RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
+  int r = 0;
+  if (in_round_) {
+    // Leaving: peers of the old round see "left" and re-rendezvous too; waiters of the
+    // next round treat this slot as gone.
+    store_->set(rk(round_, "hb", slot_), "left");
+    r = round_ + 1;
+    in_round_ = false;
+  } else if (store_->check({"round"})) {
+    r = parse_count(store_->get("round"), "round");
+  }
+  {
+    std::lock_guard lock(mu_);
+    reason_.clear();
+  }
+  needs_new_round_.store(false);
+  waiting_.store(0);
+
+  for (;;) {
+    check_interrupted();
+    check_closed();
+    if (Clock::now() >= deadline) {
+      throw RendezvousTimeoutError(where() + ": no round formed within join_timeout");
+    }
+    if (store_->check({rk(r, "final")})) {  // formed (and running) without us: next one
+      ++r;
+      continue;
+    }
+    int slot = static_cast<int>(store_->add(rk(r, "joined"), 1)) - 1;
+    store_->multi_set({rk(r, "node", slot), rk(r, "hb", slot)}, {desc_json(), "1"});
+    spdlog::debug("{}: joined round {} in slot {}", where(), r, slot);
+    int n = wait_for_final(r, slot, deadline);
+    if (slot >= n) {
+      spdlog::info("{}: round {} formed with {} nodes without this one (max {}); waiting for "
+                   "the next round",
+                   where(), r, n, config_.max_nodes);
+      ++r;
+      continue;
+    }
+
+    // Every participant stores its descriptor right after its ADD, so this is short.
+    std::vector<std::string> keys = slot_keys(r, "node", n);
+    bool have_all = false;
+    // A joiner that died between its ADD and its descriptor gets a heartbeat threshold.
+    auto desc_deadline = std::min(
+        deadline, Clock::now() + config_.keep_alive_interval * config_.keep_alive_max_attempt);
+    while (!have_all && Clock::now() < desc_deadline) {
+      check_interrupted();
+      try {
+        store_->wait(keys, config_.poll_slice);
+        have_all = true;
+      } catch (const store::StoreTimeoutError&) {
+      }
+    }
+    if (!have_all) {
+      spdlog::warn("{}: a node of round {} never described itself; starting round {}", where(),
+                   r, r + 1);
+      store_->set(rk(r, "hb", slot), "left");
+      ++r;
+      continue;
+    }
+    std::vector<NodeDesc> descs = read_descs(r, n);
+    std::vector<int> ranks = assign_group_ranks(descs);  // may throw RendezvousStateError
+
+    RendezvousInfo info;
+    info.round = r;
+    info.group_rank = ranks[static_cast<std::size_t>(slot)];
+    info.group_world_size = n;
+    std::vector<const NodeDesc*> by_rank(static_cast<std::size_t>(n));
+    for (int s = 0; s < n; ++s) by_rank[static_cast<std::size_t>(ranks[s])] = &descs[s];
+    for (int g = 0; g < n; ++g) {
+      const NodeDesc& d = *by_rank[static_cast<std::size_t>(g)];
+      if (g < info.group_rank) info.rank_base += d.nproc;
+      info.world_size += d.nproc;
+      info.node_names.push_back(d.addr + (d.host.empty() || d.host == d.addr ? "" : "/" + d.host));
+    }
+    info.world_size -= 1;  // RendezvousInfo's default of 1 was counted too
+    info.use_agent_store = true;
+
+    if (info.group_rank == 0) {
+      // Empty the workers' store before anyone can learn its address for this round, so
+      // no worker of this attempt sees a key of an earlier one.
+      if (workers_server_) {
+        workers_server_->reset();
+      } else {
+        store::ServerOptions options;
+        options.host = config_.bind_addr;
+        auto server = std::make_unique<store::TcpStoreServer>(options);
+        try {
+          server->start();
+        } catch (const std::exception& e) {
+          throw RendezvousError(where() + ": cannot host the workers' store on " +
+                                (options.host.empty() ? "*" : options.host) + ": " + e.what());
+        }
+        workers_server_ = std::move(server);
+      }
+      nlohmann::json m{{"addr", config_.advertise_addr}, {"port", workers_server_->port()}};
+      store_->set(rk(r, "master"), m.dump());
+      store_->set("round", std::to_string(r));
+    } else if (workers_server_) {
+      workers_server_->stop();  // another node hosts this round's workers' store
+      workers_server_.reset();
+    }
+
+    bool have_master = false;
+    auto master_deadline =
+        Clock::now() + config_.keep_alive_interval * config_.keep_alive_max_attempt;
+    while (Clock::now() < std::min(deadline, master_deadline)) {
+      check_interrupted();
+      try {
+        store_->wait({rk(r, "master")}, config_.poll_slice);
+        have_master = true;
+        break;
+      } catch (const store::StoreTimeoutError&) {
+      }
+    }
+    if (!have_master) {
+      spdlog::warn("{}: group rank 0 ({}) of round {} did not publish the workers' store; "
+                   "starting round {}",
+                   where(), by_rank[0]->label(), r, r + 1);
+      store_->set(rk(r, "hb", slot), "left");
+      ++r;
+      continue;
+    }
+    auto m = nlohmann::json::parse(store_->get(rk(r, "master")), nullptr, false);
+    if (m.is_discarded() || !m.contains("addr") || !m.contains("port")) {
+      throw RendezvousStateError(where() + ": corrupt workers' store address for round " +
+                                 std::to_string(r));
+    }
+    info.master_addr = m["addr"].get<std::string>();
+    info.master_port = m["port"].get<std::uint16_t>();
+
+    in_round_ = true;
+    exited_ = false;
+    round_ = r;
+    slot_ = slot;
+    nodes_ = n;
+    members_ = descs;
+    spdlog::info("{}: round {} complete: {} nodes, this node is group rank {} of {} (ranks "
+                 "{}..{} of {}); workers' store at {}",
+                 where(), r, n, info.group_rank, n, info.rank_base,
+                 info.rank_base + config_.local_world_size - 1, info.world_size,
+                 Endpoint{info.master_addr, info.master_port}.to_string());
+    start_heartbeats();
+    return info;
+  }
+}
+
+int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline) {
+  const std::string final_key = rk(r, "final");
+  std::optional<Clock::time_point> last_call_start;
+  bool retired = r == 0;
+  auto start = Clock::now();
+  auto next_log = start + config_.progress_interval;
+  std::int64_t count = slot + 1;
+  for (;;) {
+    if (count >= config_.min_nodes) {
+      if (!retired) retired = round_retired(r - 1);
+      if (retired) {
+        if (!last_call_start) last_call_start = Clock::now();
+        if (count >= config_.max_nodes ||
+            Clock::now() - *last_call_start >= config_.last_call_timeout) {
+          std::int64_t n = std::min<std::int64_t>(count, config_.max_nodes);
+          store_->compare_set(final_key, "", std::to_string(n));
+        }
+      }
+    }
+    try {
+      store_->wait({final_key}, config_.poll_slice);
+      break;
+    } catch (const store::StoreTimeoutError&) {
+    }
+    check_interrupted();
+    check_closed();
+    auto now = Clock::now();
+    if (now >= deadline) {
+      count = store_->add(rk(r, "joined"), 0);
+      // Our slot stays counted; the heartbeat key says we left, so no round waits for us.
+      store_->set(rk(r, "hb", slot), "left");
+      throw RendezvousTimeoutError(
+          where() + ": timed out after join_timeout " +
+          std::to_string(config_.join_timeout.count() / 1000) + " s in round " +
+          std::to_string(r) + " with " + std::to_string(count) + " of min " +
+          std::to_string(config_.min_nodes) + " / max " + std::to_string(config_.max_nodes) +
+          " nodes" + (retired ? "" : " (the previous round's nodes never left it)"));
+    }
+    if (now >= next_log) {
+      log_progress(r, deadline);
+      next_log = now + config_.progress_interval;
+    }
+    count = store_->add(rk(r, "joined"), 0);
+  }
+  return parse_count(store_->get(final_key), final_key);
+}
+
+bool StoreRendezvous::round_retired(int r) {
+  if (r < 0) return true;
+  if (!store_->check({rk(r, "final")})) return true;  // never formed: nobody runs in it
+  int n = parse_count(store_->get(rk(r, "final")), "final");
+  auto values = store_->multi_get(slot_keys(r, "hb", n));
+  std::lock_guard lock(mu_);
+  auto members = liveness_.observe(r, values, Clock::now(),
+                                   config_.keep_alive_interval * config_.keep_alive_max_attempt);
+  return std::all_of(members.begin(), members.end(),
+                     [](Member m) { return m != Member::kAlive; });
+}
+
+std::vector<StoreRendezvous::NodeDesc> StoreRendezvous::read_descs(int r, int count) {
+  auto values = store_->multi_get(slot_keys(r, "node", count));
+  std::vector<NodeDesc> out;
+  for (int s = 0; s < count; ++s) {
+    auto j = nlohmann::json::parse(values[static_cast<std::size_t>(s)], nullptr, false);
+    NodeDesc d;
+    d.slot = s;
+    if (j.is_discarded() || !j.is_object()) {
+      throw RendezvousStateError(where() + ": corrupt node descriptor in round " +
+                                 std::to_string(r) + " slot " + std::to_string(s) +
+                                 " (is a non-ddprun agent using this run id?)");
+    }
+    d.addr = j.value("addr", "");
+    d.host = j.value("host", "");
+    d.pid = j.value("pid", 0L);
+    d.node_rank = j.value("node_rank", -1);
+    d.node_rank_defaulted = j.value("node_rank_defaulted", false);
+    d.nproc = j.value("nproc", 1);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::vector<int> StoreRendezvous::assign_group_ranks(const std::vector<NodeDesc>& descs) {
+  const int n = static_cast<int>(descs.size());
+  std::map<int, const NodeDesc*> by_node_rank;
+  int given = 0;
+  for (const auto& d : descs) {
+    if (d.node_rank < 0) continue;
+    ++given;
+    int limit = config_.static_ranks ? n : config_.max_nodes;
+    if (d.node_rank >= limit) {
+      throw RendezvousStateError(where() + ": node " + d.label() + " has --node-rank " +
+                                 std::to_string(d.node_rank) + ", outside [0, " +
+                                 std::to_string(limit) + ")");
+    }
+    auto [it, inserted] = by_node_rank.emplace(d.node_rank, &d);
+    if (!inserted) {
+      auto note = [](const NodeDesc& x) {
+        return x.label() + (x.node_rank_defaulted ? " (no --node-rank given: 0 assumed)" : "");
+      };
+      throw RendezvousStateError(where() + ": node rank " + std::to_string(d.node_rank) +
+                                 " is claimed by both " + note(*it->second) + " and " + note(d) +
+                                 "; give every node a distinct --node-rank in [0, " +
+                                 std::to_string(config_.static_ranks ? n : config_.max_nodes) +
+                                 ")");
+    }
+  }
+  std::vector<int> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (given == n) {
+    // Every node gave --node-rank: honour it (in an elastic round with fewer than max
+    // nodes the ranks are compacted, keeping their order).
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return descs[a].node_rank < descs[b].node_rank; });
+  } else {
+    if (given > 0) {
+      spdlog::warn("{}: --node-rank ignored: only {} of {} nodes gave one; ranks follow "
+                   "(address, host, pid) order",
+                   where(), given, n);
+    }
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      const NodeDesc& x = descs[a];
+      const NodeDesc& y = descs[b];
+      return std::tie(x.addr, x.host, x.pid, x.slot) < std::tie(y.addr, y.host, y.pid, y.slot);
+    });
+  }
+  std::vector<int> ranks(static_cast<std::size_t>(n));
+  for (int g = 0; g < n; ++g) ranks[static_cast<std::size_t>(order[g])] = g;
+  return ranks;
+}
+
+void StoreRendezvous::log_progress(int r, Clock::time_point deadline) {
+  std::int64_t count = store_->add(rk(r, "joined"), 0);
+  std::vector<std::string> present;
+  for (int s = 0; s < count; ++s) {
+    if (store_->check({rk(r, "node", s)})) present.push_back(rk(r, "node", s));
+    if (present.size() >= 64) break;  // enough for a log line
+  }
+  std::string joined;
+  std::set<int> ranks;
+  std::vector<NodeDesc> descs;
+  auto values = store_->multi_get(present);
+  for (const auto& v : values) {
+    auto j = nlohmann::json::parse(v, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    NodeDesc d;
+    d.addr = j.value("addr", "");
+    d.host = j.value("host", "");
+    d.pid = j.value("pid", 0L);
+    d.node_rank = j.value("node_rank", -1);
+    d.node_rank_defaulted = j.value("node_rank_defaulted", false);
+    joined += (joined.empty() ? "" : ", ") + d.label();
+    if (config_.static_ranks && d.node_rank >= 0 && !ranks.insert(d.node_rank).second) {
+      throw RendezvousStateError(where() + ": node rank " + std::to_string(d.node_rank) +
+                                 " is claimed twice (again by " + d.label() +
+                                 (d.node_rank_defaulted ? ", which gave no --node-rank" : "") +
+                                 "); give every node a distinct --node-rank in [0, " +
+                                 std::to_string(config_.max_nodes) + ")");
+    }
+    descs.push_back(std::move(d));
+  }
+  std::string missing;
+  if (config_.static_ranks) {
+    for (int k = 0; k < config_.max_nodes; ++k) {
+      if (!ranks.count(k)) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+    }
+    missing = missing.empty() ? "" : "; missing node ranks: " + missing;
+  } else if (count < config_.min_nodes) {
+    missing = "; waiting for " + std::to_string(config_.min_nodes - count) + " more";
+  } else {
+    missing = "; in last call for up to " + std::to_string(config_.max_nodes - count) + " more";
+  }
+  spdlog::info("{}: round {}: {} joined (min {}, max {}): [{}]{}; {} s left", where(), r, count,
+               config_.min_nodes, config_.max_nodes, joined, missing, secs_left(deadline));
+}
+
+void StoreRendezvous::start_heartbeats() {
+  {
+    std::lock_guard lock(mu_);
+    hb_stop_ = false;
+  }
+  hb_thread_ = std::thread([this, r = round_, slot = slot_, n = nodes_] {
+    heartbeat_loop(r, slot, n);
+  });
+}
+
+void StoreRendezvous::stop_heartbeats() {
+  {
+    std::lock_guard lock(mu_);
+    hb_stop_ = true;
+    cv_.notify_all();
+  }
+  if (hb_thread_.joinable()) hb_thread_.join();
+}
+
+void StoreRendezvous::heartbeat_loop(int r, int slot, int n) {
+  const Ms threshold = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  const Ms tick = std::min<Ms>(config_.keep_alive_interval, Ms(1000));
+  auto next_beat = Clock::now();
+  const auto hb_keys = slot_keys(r, "hb", n);
+  bool reported = false;
+  for (;;) {
+    try {
+      auto now = Clock::now();
+      if (now >= next_beat) {
+        hb_store_->add(rk(r, "hb", slot), 1);
+        next_beat = now + config_.keep_alive_interval;
+      }
+      auto values = hb_store_->multi_get(hb_keys);
+      int waiting = static_cast<int>(hb_store_->add(rk(r + 1, "joined"), 0));
+      std::string reason;
+      {
+        std::lock_guard lock(mu_);
+        auto members = liveness_.observe(r, values, Clock::now(), threshold);
+        for (int s = 0; s < n && reason.empty(); ++s) {
+          const auto& d = members_[static_cast<std::size_t>(s)];
+          if (members[s] == Member::kLeft) {
+            reason = "node " + d.label() + " left round " + std::to_string(r);
+          } else if (members[s] == Member::kDead) {
+            reason = "node " + d.label() + " missed its heartbeats for " +
+                     std::to_string(threshold.count() / 1000.0).substr(0, 5) + " s";
+          }
+        }
+        // A waiting node only forces a new round when the round has room for it.
+        int admissible = (n < config_.max_nodes || !reason.empty()) ? waiting : 0;
+        waiting_.store(admissible);
+        if (reason.empty() && admissible > 0) {
+          reason = std::to_string(waiting) + " node(s) waiting to join";
+        }
+        if (!reason.empty()) {
+          reason_ = reason;
+          needs_new_round_.store(true);
+        }
+      }
+      if (!reason.empty() && !reported) {
+        reported = true;
+        spdlog::warn("{}: round {}: {}; a new round is needed", where(), r, reason);
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu_);
+      reason_ = std::string("lost the rendezvous store: ") + e.what();
+      needs_new_round_.store(true);
+      spdlog::error("{}: {}", where(), reason_);
+      return;
+    }
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, tick, [&] { return hb_stop_; })) return;
+  }
+}
+
+int StoreRendezvous::num_nodes_waiting() { return waiting_.load(); }
+
+bool StoreRendezvous::needs_new_round() { return needs_new_round_.load(); }
+
+std::string StoreRendezvous::new_round_reason() {
+  std::lock_guard lock(mu_);
+  return reason_;
+}
+
+bool StoreRendezvous::is_closed() {
+  if (closed_.load()) return true;
+  try {
+    if (store_ && store_->check({"closed"})) closed_.store(true);
+  } catch (const std::exception&) {
+  }
+  return closed_.load();
+}
+
+void StoreRendezvous::set_closed() {
+  closed_.store(true);
+  try {
+    if (store_) store_->set("closed", "1");
+  } catch (const std::exception& e) {
+    spdlog::debug("{}: could not mark the rendezvous closed: {}", where(), e.what());
+  }
+}
+
+bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
+  if (!in_round_ || exited_) return true;
+  stop_heartbeats();
+  exited_ = true;
+  const auto deadline = Clock::now() + timeout;
+  const Ms threshold = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  try {
+    store_->set(rk(round_, "hb", slot_), "done");
+    const auto keys = slot_keys(round_, "hb", nodes_);
+    auto next_log = Clock::now() + config_.progress_interval;
+    for (;;) {
+      auto values = store_->multi_get(keys);
+      std::vector<Member> members;
+      {
+        std::lock_guard lock(mu_);
+        members = liveness_.observe(round_, values, Clock::now(), threshold);
+      }
+      std::string pending;
+      bool any_alive = false;
+      bool all_done = true;
+      for (int s = 0; s < nodes_; ++s) {
+        if (members[s] != Member::kDone) all_done = false;
+        if (members[s] == Member::kAlive) {
+          any_alive = true;
+          pending += (pending.empty() ? "" : ", ") + members_[static_cast<std::size_t>(s)].label();
+        }
+      }
+      if (all_done) return true;
+      if (!any_alive) return false;  // the rest left or died: nobody else will come
+      if (Clock::now() >= deadline) {
+        spdlog::warn("{}: exit barrier timed out waiting for [{}]", where(), pending);
+        return false;
+      }
+      if (Clock::now() >= next_log) {
+        spdlog::info("{}: waiting at the exit barrier for [{}]; {} s left", where(), pending,
+                     secs_left(deadline));
+        next_log = Clock::now() + config_.progress_interval;
+      }
+      if (!sleep_slice(std::min<Ms>(config_.poll_slice, Ms(100)))) return false;
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: exit barrier: {}", where(), e.what());
+    return false;
+  }
+}
+
+void StoreRendezvous::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  stop_heartbeats();
+  if (in_round_ && !exited_ && store_) {
+    try {
+      store_->set(rk(round_, "hb", slot_), "left");  // peers notice at once, not in 15 s
+    } catch (const std::exception&) {
+    }
+  }
+  if (workers_server_) workers_server_->stop();
+  hb_store_.reset();
+  store_.reset();
+  if (on_shutdown_) on_shutdown_();
+}
+
+}  // namespace ddprun::rdzv
