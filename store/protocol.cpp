@@ -94,6 +94,7 @@ std::uint8_t wire_byte(Op op, Dialect d) {
 }
 
 const OpInfo* op_for_byte(std::uint8_t b, Dialect d) {
+  if (b == kAbsent) return nullptr;
   for (const auto& i : kOps) {
     if ((d == Dialect::kLegacy ? i.legacy : i.modern) == b) return &i;
   }
@@ -109,7 +110,9 @@ enum class Step : std::uint8_t { kOk, kNeedMore, kBad };
 class Walker {
  public:
   Walker(std::string_view buf, const Limits& limits, const char* name, bool copy)
-      : dec_(buf), buf_(buf), limits_(limits), name_(name), copy_(copy) {}
+      : dec_(buf), buf_(buf), limits_(limits), name_(name), copy_(copy) {
+    dec_.skip(1);  // the command byte, already read by the caller
+  }
 
   Step u32(std::uint32_t& v) { return dec_.u32(v) ? Step::kOk : short_by(4); }
   Step i64(std::int64_t& v) { return dec_.i64(v) ? Step::kOk : short_by(8); }
@@ -301,13 +304,11 @@ ParseResult parse_request(std::string_view buf, Dialect dialect, const Limits& l
                 " dialect";
     return res;
   }
-  const std::string_view payload = buf.substr(1);
-
   Request scratch;
-  Walker scan(payload, limits, op->name, /*copy=*/false);
+  Walker scan(buf, limits, op->name, /*copy=*/false);
   switch (walk_payload(scan, op->op, scratch)) {
     case Step::kNeedMore:
-      res.needed = 1 + scan.needed();
+      res.needed = scan.needed();
       return res;
     case Step::kBad:
       res.status = ParseStatus::kBad;
@@ -322,7 +323,7 @@ ParseResult parse_request(std::string_view buf, Dialect dialect, const Limits& l
   out.values.clear();
   out.number = 0;
   out.nonce = 0;
-  Walker fill(payload, limits, op->name, /*copy=*/true);
+  Walker fill(buf, limits, op->name, /*copy=*/true);
   if (walk_payload(fill, op->op, out) != Step::kOk) {
     // Unreachable: the scan accepted the same bytes under the same limits.
     res.status = ParseStatus::kBad;
@@ -330,7 +331,7 @@ ParseResult parse_request(std::string_view buf, Dialect dialect, const Limits& l
     return res;
   }
   res.status = ParseStatus::kOk;
-  res.consumed = 1 + fill.position();
+  res.consumed = fill.position();
   return res;
 }
 
