@@ -1,0 +1,399 @@
+// agent.cpp: the Agent's state machine (see the table in agent.h).
+#include "launcher/agent.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "launcher/error_file.h"
+#include "launcher/signals.h"
+
+namespace ddprun::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Kind = SupervisorEvent::Kind;
+
+// How often the agent asks the handler whether the round must be re-formed.
+constexpr auto kMembershipPoll = 1000ms;
+// torchrun's exit barrier timeout.
+constexpr auto kExitBarrierTimeout = std::chrono::seconds(300);
+
+std::string make_temp_dir(const std::string& pattern) {
+  std::string buf = pattern + "XXXXXX";
+  if (::mkdtemp(buf.data()) == nullptr) {
+    throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+  }
+  return buf;
+}
+
+std::string temp_base() {
+  const char* tmp = std::getenv("TMPDIR");
+  return (tmp && *tmp) ? tmp : "/tmp";
+}
+
+bool forward_only(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
+
+std::int64_t seconds_since_epoch(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+}
+
+std::string expand_prefix(std::string text, const std::string& role, int rank, int local_rank) {
+  const std::pair<std::string, std::string> macros[] = {
+      {"${role_name}", role}, {"${rank}", std::to_string(rank)},
+      {"${local_rank}", std::to_string(local_rank)}};
+  for (const auto& [macro, value] : macros) {
+    for (auto pos = text.find(macro); pos != std::string::npos;
+         pos = text.find(macro, pos + value.size())) {
+      text.replace(pos, macro.size(), value);
+    }
+  }
+  return text;
+}
+
+// A rendezvous running on a helper thread, so the main thread can keep consuming signals
+// (a multi-node join may block for minutes).
+struct PendingRendezvous {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::optional<rdzv::RendezvousInfo> info;
+  std::exception_ptr error;
+};
+
+}  // namespace
+
+rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
+  rdzv::RendezvousParams p;
+  p.backend = config.rdzv_backend;
+  p.endpoint = config.rdzv_endpoint;
+  p.run_id = config.rdzv_id;
+  p.min_nodes = config.min_nodes;
+  p.max_nodes = config.max_nodes;
+  p.node_rank = config.node_rank.value_or(-1);
+  p.master_addr = config.master_addr.value_or("");
+  p.master_port = config.master_port.value_or(-1);
+  p.local_addr = config.local_addr.value_or("");
+  p.local_world_size = config.nproc_per_node;
+  p.conf = config.rdzv_conf;
+  return p;
+}
+
+Agent::Agent(LaunchConfig config, EnvMap agent_env, ProcessSupervisor& supervisor,
+             std::unique_ptr<rdzv::RendezvousHandler> handler)
+    : config_(std::move(config)),
+      agent_env_(std::move(agent_env)),
+      supervisor_(supervisor),
+      handler_(std::move(handler)),
+      grace_(static_cast<std::int64_t>(config_.shutdown_timeout_s * 1000)),
+      remaining_restarts_(config_.max_restarts) {}
+
+Agent::~Agent() = default;
+
+void Agent::make_run_log_dir() {
+  std::string base = config_.log_dir;
+  files_disabled_ = base == "/dev/null";
+  if (base.empty() || files_disabled_) {
+    base = make_temp_dir(temp_base() + "/torchelastic_");
+  } else {
+    fs::create_directories(base);
+  }
+  run_log_dir_ = make_temp_dir((fs::path(base) / (handler_->run_id() + "_")).string());
+  error_dir_ = run_log_dir_;
+  spdlog::info("log directory set to: {}", run_log_dir_);
+}
+
+std::string Agent::attempt_dir() const {
+  return (fs::path(error_dir_) / fmt::format("attempt_{}", restart_count_)).string();
+}
+
+std::string Agent::error_file_path(int local_rank) const {
+  return (fs::path(attempt_dir()) / std::to_string(local_rank) / "error.json").string();
+}
+
+std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
+  auto pending = std::make_shared<PendingRendezvous>();
+  rdzv::RendezvousHandler* handler = handler_.get();
+  std::thread worker([pending, handler] {
+    std::optional<rdzv::RendezvousInfo> info;
+    std::exception_ptr error;
+    try {
+      info = handler->next_rendezvous();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard lock(pending->mu);
+    pending->info = std::move(info);
+    pending->error = error;
+    pending->done = true;
+    pending->cv.notify_all();
+  });
+  while (true) {
+    {
+      std::unique_lock lock(pending->mu);
+      if (pending->cv.wait_for(lock, 0ms, [&] { return pending->done; })) break;
+    }
+    // No worker is alive here, so the only events are signals (and timeouts).
+    const SupervisorEvent ev = supervisor_.next_event(100ms);
+    if (ev.kind != Kind::kSignal || forward_only(ev.signo)) continue;
+    spdlog::warn("received {} during rendezvous; exiting", signal_name(ev.signo));
+    worker.detach();
+    (void)handler_.release();  // still in use by the detached thread; the process exits
+    result.outcome = RunResult::Outcome::kStopped;
+    result.exit_code = 1;
+    result.abandon = true;
+    return std::nullopt;
+  }
+  worker.join();
+  if (pending->error) {
+    try {
+      std::rethrow_exception(pending->error);
+    } catch (const std::exception& e) {
+      spdlog::error("rendezvous failed: {}", e.what());
+    }
+    handler_->shutdown();
+    result.outcome = RunResult::Outcome::kFailed;
+    result.exit_code = 1;
+    return std::nullopt;
+  }
+  const auto& info = *pending->info;
+  spdlog::info(
+      "rendezvous complete: round {}, group_rank {}/{}, ranks {}..{} of {}, master {}:{}",
+      info.round, info.group_rank, info.group_world_size, info.rank_base,
+      info.rank_base + config_.nproc_per_node - 1, info.world_size, info.master_addr,
+      info.master_port);
+  return pending->info;
+}
+
+std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info) {
+  const fs::path logs = fs::path(run_log_dir_) / fmt::format("attempt_{}", restart_count_);
+  fs::remove_all(logs);
+  fs::remove_all(attempt_dir());
+  const AttemptFacts facts{info, handler_->run_id(), restart_count_};
+  const auto prefix_template = agent_env_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+
+  std::vector<WorkerSpec> specs;
+  for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
+    fs::create_directories(fs::path(attempt_dir()) / std::to_string(lr));
+    WorkerSpec w;
+    w.local_rank = lr;
+    w.global_rank = info.rank_base + lr;
+    w.argv = worker_argv(config_, lr);
+    w.env = to_env_strings(worker_env(config_, facts, agent_env_, lr, error_file_path(lr)));
+
+    const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) > 0;
+    const int tee = config_.tee.for_rank(lr);
+    const int redirect = config_.redirects.for_rank(lr);
+    const auto stream = [&](int bit, const char* name) {
+      StreamSpec s;
+      if (tee & bit) {
+        s.mode = StreamMode::kTee;
+      } else if ((redirect & bit) || !shown) {
+        // A rank filtered off the console still keeps its output, in its log file.
+        s.mode = StreamMode::kRedirect;
+      }
+      if (s.mode != StreamMode::kConsole) {
+        s.file = files_disabled_ ? "/dev/null"
+                                 : (logs / std::to_string(lr) / (std::string(name) + ".log"))
+                                       .string();
+      }
+      s.show_on_console = shown;
+      return s;
+    };
+    w.out = stream(StdStreams::kOut, "stdout");
+    w.err = stream(StdStreams::kErr, "stderr");
+    if (prefix_template != agent_env_.end()) {
+      w.line_prefix = expand_prefix(prefix_template->second, config_.role, w.global_rank, lr);
+    } else if (tee != 0) {
+      w.line_prefix = fmt::format("[{}{}]:", config_.role, lr);
+    }
+    specs.push_back(std::move(w));
+  }
+  return specs;
+}
+
+std::vector<WorkerExit> Agent::stop_workers(int signo) {
+  return supervisor_.stop(signo, grace_);
+}
+
+Agent::Step Agent::monitor(const rdzv::RendezvousInfo& info, RunResult& result) {
+  (void)info;
+  while (true) {
+    const SupervisorEvent ev = supervisor_.next_event(kMembershipPoll);
+    switch (ev.kind) {
+      case Kind::kTimeout: {
+        bool new_round = false;
+        try {
+          new_round = handler_->needs_new_round();
+        } catch (const std::exception& e) {
+          spdlog::warn("membership check failed: {}", e.what());
+        }
+        if (new_round) {
+          spdlog::warn("membership changed; restarting the workers in a new rendezvous round "
+                       "(no restart spent)");
+          stop_workers(SIGTERM);
+          return Step::kRendezvous;
+        }
+        break;
+      }
+      case Kind::kWorkerExited:
+        if (ev.exit.failed()) return on_failure({ev.exit}, result);
+        spdlog::debug("local rank {} (pid {}) exited 0", ev.exit.local_rank, ev.exit.pid);
+        break;
+      case Kind::kAllSucceeded: {
+        spdlog::info("all {} local workers succeeded", config_.nproc_per_node);
+        try {
+          if (!handler_->exit_barrier(kExitBarrierTimeout)) {
+            spdlog::warn("exit barrier timed out after {} s; other nodes may still be running",
+                         kExitBarrierTimeout.count());
+          }
+          handler_->set_closed();
+        } catch (const std::exception& e) {
+          spdlog::warn("exit barrier: {}", e.what());
+        }
+        handler_->shutdown();
+        result.outcome = RunResult::Outcome::kSucceeded;
+        result.exit_code = 0;
+        return Step::kDone;
+      }
+      case Kind::kSignal:
+        if (forward_only(ev.signo)) {
+          spdlog::info("forwarding {} to the workers", signal_name(ev.signo));
+          supervisor_.forward_signal(ev.signo);
+          break;
+        }
+        spdlog::warn("received {}; forwarding it to the workers and stopping them "
+                     "(SIGKILL after {} s)", signal_name(ev.signo), config_.shutdown_timeout_s);
+        stop_workers(ev.signo);
+        handler_->shutdown();
+        std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(ev.signo).c_str());
+        result.outcome = RunResult::Outcome::kStopped;
+        result.exit_code = 1;
+        return Step::kDone;
+    }
+  }
+}
+
+Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result) {
+  // List every worker that had already failed when the first failure was seen (torchrun
+  // lists the failed workers of one poll), not the ones we are about to terminate.
+  while (true) {
+    const SupervisorEvent ev = supervisor_.next_event(0ms);
+    if (ev.kind == Kind::kTimeout) break;
+    if (ev.kind == Kind::kWorkerExited && ev.exit.failed()) failed.push_back(ev.exit);
+    if (ev.kind == Kind::kSignal) {
+      if (forward_only(ev.signo)) {
+        supervisor_.forward_signal(ev.signo);
+      } else {
+        pending_signal_ = ev.signo;
+      }
+    }
+  }
+  stop_workers(pending_signal_ != 0 ? pending_signal_ : SIGTERM);
+
+  std::sort(failed.begin(), failed.end(),
+            [](const WorkerExit& a, const WorkerExit& b) { return a.global_rank < b.global_rank; });
+  std::vector<Failure> failures;
+  for (const auto& e : failed) {
+    failures.push_back(make_failure(e.global_rank, e.local_rank, e.pid, e.exit_code, e.signal,
+                                    seconds_since_epoch(e.when), error_file_path(e.local_rank)));
+  }
+  const Failure& root = failures[root_cause_index(failures)];
+
+  if (pending_signal_ != 0) {
+    handler_->shutdown();
+    std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(pending_signal_).c_str());
+    result.outcome = RunResult::Outcome::kStopped;
+    result.exit_code = 1;
+    return Step::kDone;
+  }
+  if (remaining_restarts_ > 0) {
+    --remaining_restarts_;
+    ++restart_count_;
+    spdlog::warn("worker group failed (rank {} exitcode {}); restarting ({}/{} restarts)",
+                 root.global_rank, root.exitcode, restart_count_, config_.max_restarts);
+    return Step::kRendezvous;
+  }
+  result.outcome = RunResult::Outcome::kFailed;
+  result.exit_code = 1;
+  result.failures = std::move(failures);
+  report(result);
+  try {
+    handler_->set_closed();
+  } catch (const std::exception& e) {
+    spdlog::debug("set_closed: {}", e.what());
+  }
+  handler_->shutdown();
+  return Step::kDone;
+}
+
+void Agent::report(const RunResult& result) {
+  const auto& failures = result.failures;
+  const std::string text =
+      format_failure_report(config_.training_script, failures, host_fqdn());
+  std::fprintf(stderr, "%s\n", text.c_str());
+  const Failure& root = failures[root_cause_index(failures)];
+  if (const std::string hint = failure_hint(root); !hint.empty()) {
+    std::fprintf(stderr, "ddprun: hint: %s\n", hint.c_str());
+  }
+  std::fflush(stderr);
+
+  // torchrun's agent runs under @record too: its own error file gets the root cause.
+  const auto own = agent_env_.find("TORCHELASTIC_ERROR_FILE");
+  if (own == agent_env_.end() || own->second.empty()) return;
+  std::string why;
+  const bool ok = root.error_file == root.error_file_path
+                      ? copy_error_file(root.error_file_path, own->second, root.exitcode, &why)
+                      : write_error_file(own->second, text, root.timestamp, root.exitcode, &why);
+  if (!ok) spdlog::warn("could not write the agent error file: {}", why);
+}
+
+RunResult Agent::run() {
+  RunResult result;
+  try {
+    make_run_log_dir();
+    if (defaults_omp_num_threads(config_, agent_env_)) {
+      spdlog::warn(
+          "\n*****************************************\n"
+          "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, "
+          "to avoid your system being overloaded, please further tune the variable for "
+          "optimal performance in your application as needed. \n"
+          "*****************************************");
+    }
+    while (true) {
+      const auto info = rendezvous(result);
+      if (!info) break;
+      try {
+        supervisor_.start(prepare_attempt(*info));
+      } catch (const SpawnError& e) {
+        spdlog::error("cannot start the workers: {}", e.what());
+        handler_->shutdown();
+        result.outcome = RunResult::Outcome::kFailed;
+        result.exit_code = 1;
+        break;
+      }
+      spdlog::info("started {} workers (attempt {}, restart count {})", config_.nproc_per_node,
+                   restart_count_, restart_count_);
+      if (monitor(*info, result) == Step::kDone) break;
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    result.outcome = RunResult::Outcome::kFailed;
+    result.exit_code = 1;
+  }
+  result.restart_count = restart_count_;
+  return result;
+}
+
+}  // namespace ddprun::launcher

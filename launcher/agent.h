@@ -1,0 +1,100 @@
+// agent.h: the Agent, ddprun's torchelastic agent for one node: rendezvous, start the
+// local workers with torchrun's environment, react to their exits and to signals,
+// restart within --max-restarts, and on failure print torchrun's failure report.
+// Used by main.cpp. Thread-safety: run() is called once, from the main thread; the
+// Agent uses the supervisor and the handler from that thread only (a rendezvous runs on
+// a helper thread while the main thread keeps watching for signals).
+//
+// State machine (one row per transition):
+//
+//   state       | event                                  | action                       | next
+//   ------------+----------------------------------------+------------------------------+------------
+//   INIT        | -                                      | create the run log dir       | RENDEZVOUS
+//   RENDEZVOUS  | next_rendezvous() returned             | wipe/create attempt dir,     | HEALTHY
+//               |                                        | start workers                |
+//   RENDEZVOUS  | RendezvousError / SpawnError           | log one line                 | FAILED
+//   RENDEZVOUS  | terminating signal                     | log; abandon the rendezvous  | STOPPED
+//   HEALTHY     | a worker exited 0                      | -                            | HEALTHY
+//   HEALTHY     | all workers exited 0                   | exit_barrier, set_closed,    | SUCCEEDED
+//               |                                        | shutdown                     |
+//   HEALTHY     | a worker failed, restarts left         | collect failures, stop(TERM) | RENDEZVOUS
+//               |                                        | restart_count += 1           |
+//   HEALTHY     | a worker failed, no restart left       | collect, stop(TERM), report  | FAILED
+//   HEALTHY     | needs_new_round() (polled every 1 s)   | stop(TERM), same restart_cnt | RENDEZVOUS
+//   HEALTHY     | SIGUSR1/SIGUSR2 (if handled)           | forward to the workers       | HEALTHY
+//   HEALTHY     | other handled signal (TERM/INT/HUP/..) | stop(that signal, grace)     | STOPPED
+//
+//   Exit codes: SUCCEEDED 0; FAILED and STOPPED 1 (as torchrun).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/config.h"
+#include "launcher/failure_report.h"
+#include "launcher/supervisor.h"
+#include "launcher/worker_env.h"
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::launcher {
+
+// The rendezvous parameters the command line implies.
+rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config);
+
+struct RunResult {
+  enum class Outcome { kSucceeded, kFailed, kStopped };
+  Outcome outcome = Outcome::kFailed;
+  int exit_code = 1;
+  // A rendezvous is still blocked on a helper thread (a signal arrived during it): the
+  // caller must leave with std::_Exit(exit_code) instead of running destructors.
+  bool abandon = false;
+  std::vector<Failure> failures;  // the last attempt's failed workers (kFailed)
+  int restart_count = 0;          // restarts spent
+};
+
+class Agent {
+ public:
+  // `agent_env` is the environment the workers inherit (the agent's own, normally).
+  Agent(LaunchConfig config, EnvMap agent_env, ProcessSupervisor& supervisor,
+        std::unique_ptr<rdzv::RendezvousHandler> handler);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Runs the job to its end. Blocks until then. Never throws: every error is logged as
+  // one line and gives kFailed.
+  RunResult run();
+
+  // The run log directory (<log-dir>/<run_id>_XXXXXX), known once run() has started.
+  const std::string& run_log_dir() const { return run_log_dir_; }
+
+ private:
+  enum class Step { kRendezvous, kDone };
+
+  std::optional<rdzv::RendezvousInfo> rendezvous(RunResult& result);
+  std::vector<WorkerSpec> prepare_attempt(const rdzv::RendezvousInfo& info);
+  Step monitor(const rdzv::RendezvousInfo& info, RunResult& result);
+  std::vector<WorkerExit> stop_workers(int signo);
+  Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
+  void report(const RunResult& result);
+  void make_run_log_dir();
+  std::string attempt_dir() const;
+  std::string error_file_path(int local_rank) const;
+
+  LaunchConfig config_;
+  EnvMap agent_env_;
+  ProcessSupervisor& supervisor_;
+  std::unique_ptr<rdzv::RendezvousHandler> handler_;
+  std::chrono::milliseconds grace_;
+  std::string run_log_dir_;
+  std::string error_dir_;  // where error.json files go (run_log_dir_, or a temp dir)
+  bool files_disabled_ = false;  // --log-dir /dev/null
+  int restart_count_ = 0;
+  int remaining_restarts_ = 0;
+  int pending_signal_ = 0;  // a terminating signal seen while collecting failures
+};
+
+}  // namespace ddprun::launcher

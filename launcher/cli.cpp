@@ -1,0 +1,244 @@
+// cli.cpp: the CLI11 binding of torchrun's options (see cli.h). CLI11 only collects raw
+// strings here; build_config (config.cpp) interprets and checks them, so every message
+// about a value comes from one place.
+#include "launcher/cli.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "launcher/nproc.h"
+
+extern char** environ;
+
+#ifndef DDPRUN_VERSION
+#define DDPRUN_VERSION "0.0.0"
+#endif
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr const char* kSize = "Worker/node size related arguments";
+constexpr const char* kRdzv = "Rendezvous related arguments";
+constexpr const char* kLaunch = "User-code launch related arguments";
+constexpr const char* kLogs = "Logging related arguments";
+constexpr const char* kStatic = "Static rendezvous (master) arguments";
+constexpr const char* kCompat = "Accepted for compatibility (no effect in ddprun)";
+
+struct OptionDef {
+  const char* names;  // CLI11 name list; both spellings of long names
+  const char* dest;   // torchrun's dest name; PET_<DEST upper> is its env fallback
+  bool is_flag;
+  const char* group;
+  const char* help;
+};
+
+// Order and grouping follow torchrun's --help.
+constexpr OptionDef kOptions[] = {
+    {"--nnodes", "nnodes", false, kSize,
+     "Number of nodes, or MIN:MAX for an elastic range (default 1:1)"},
+    {"--nproc-per-node,--nproc_per_node", "nproc_per_node", false, kSize,
+     "Workers per node: an int, cpu, gpu or auto (default 1)"},
+    {"--rdzv-backend,--rdzv_backend", "rdzv_backend", false, kRdzv,
+     "Rendezvous backend: static or c10d (default static)"},
+    {"--rdzv-endpoint,--rdzv_endpoint", "rdzv_endpoint", false, kRdzv,
+     "Rendezvous endpoint host[:port]"},
+    {"--rdzv-id,--rdzv_id", "rdzv_id", false, kRdzv, "User-defined job id (default none)"},
+    {"--rdzv-conf,--rdzv_conf", "rdzv_conf", false, kRdzv,
+     "Extra rendezvous settings as key1=value1,key2=value2"},
+    {"--standalone", "standalone", true, kRdzv,
+     "Single-node job: c10d rendezvous on a free local port with a random run id"},
+    {"--max-restarts,--max_restarts", "max_restarts", false, kLaunch,
+     "Worker-group restarts before failing (default 0)"},
+    {"--monitor-interval,--monitor_interval", "monitor_interval", false, kLaunch,
+     "Accepted; ddprun reacts to worker exits at once (event-driven)"},
+    {"--start-method,--start_method", "start_method", false, kLaunch,
+     "spawn, fork or forkserver (accepted; workers are always fresh processes)"},
+    {"--event-log-handler,--event_log_handler", "event_log_handler", false, kCompat,
+     "Elastic event log handler name (no effect)"},
+    {"--role", "role", false, kLaunch, "User-defined role of the workers (default default)"},
+    {"-m,--module", "module", true, kLaunch, "Run the script as a Python module (python -m)"},
+    {"--no-python,--no_python", "no_python", true, kLaunch,
+     "Execute training_script directly instead of through python"},
+    {"--run-path,--run_path", "run_path", true, kLaunch,
+     "Run the script file as __main__ (same as the default)"},
+    {"--log-dir,--log_dir", "log_dir", false, kLogs,
+     "Base directory for worker logs (default: a new torchelastic_* dir in TMPDIR; "
+     "/dev/null: no files)"},
+    {"-r,--redirects", "redirects", false, kLogs,
+     "Redirect streams to log files: 0 none, 1 stdout, 2 stderr, 3 both, or lr:v,lr:v"},
+    {"-t,--tee", "tee", false, kLogs,
+     "Tee streams to log files and the console (same values as --redirects)"},
+    {"--local-ranks-filter,--local_ranks_filter", "local_ranks_filter", false, kLogs,
+     "Comma-separated local ranks whose output is shown on the console"},
+    {"--node-rank,--node_rank", "node_rank", false, kStatic,
+     "Rank of this node for static rendezvous (default 0)"},
+    {"--master-addr,--master_addr", "master_addr", false, kStatic,
+     "Address of the rank-0 node for static rendezvous (default 127.0.0.1)"},
+    {"--master-port,--master_port", "master_port", false, kStatic,
+     "Port of the rank-0 node for static rendezvous (default 29500 with static)"},
+    {"--local-addr,--local_addr", "local_addr", false, kRdzv,
+     "Address this node advertises to its peers"},
+    {"--logs-specs,--logs_specs", "logs_specs", false, kCompat, "Logs specs plugin (no effect)"},
+    {"--numa-binding,--numa_binding", "numa_binding", false, kCompat,
+     "NUMA binding mode (no effect)"},
+    {"--signals-to-handle,--signals_to_handle", "signals_to_handle", false, kLaunch,
+     "Signals the agent traps and forwards (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
+    {"--shutdown-timeout,--shutdown_timeout", "shutdown_timeout", false, kLaunch,
+     "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)"},
+    {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank", true, kLaunch,
+     "LOCAL_RANK=0 and one CUDA device per worker via CUDA_VISIBLE_DEVICES"},
+    {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters",
+     false, kCompat, "Duplicate matching stdout lines (no effect)"},
+    {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters",
+     false, kCompat, "Duplicate matching stderr lines (no effect)"},
+    {"--legacy-launch,--legacy_launch", "legacy_launch", true, kLaunch,
+     "Behave like python -m torch.distributed.launch: pass --local_rank=N to the script"},
+    {"--use-env,--use_env", "use_env", true, kLaunch,
+     "With --legacy-launch: do not pass --local_rank (read LOCAL_RANK instead)"},
+};
+
+std::string pet_name(const char* dest) {
+  std::string out = "PET_";
+  for (const char* p = dest; *p; ++p) {
+    out += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
+  }
+  return out;
+}
+
+// CLI11's usage line does not know about the REMAINDER-style positionals.
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string name) const override {
+    return "usage: " + name + " [OPTIONS] training_script [training_script_args...]\n";
+  }
+};
+
+bool regular_file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+std::string usage_hint() {
+  return "usage: ddprun [OPTIONS] training_script [training_script_args...] "
+         "(see ddprun --help)";
+}
+
+HostFacts current_host_facts() {
+  HostFacts host;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) host.env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  host.cpu_count = cpu_count();
+  const auto cvd = host.env.find("CUDA_VISIBLE_DEVICES");
+  host.gpu_count = visible_gpu_count(
+      count_physical_gpus("/"),
+      cvd == host.env.end() ? std::nullopt : std::optional<std::string>(cvd->second));
+  host.file_exists = &regular_file_exists;
+  return host;
+}
+
+CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFacts& host) {
+  CliOutcome out;
+  CLI::App app(
+      "ddprun: a native drop-in replacement for torchrun. Starts --nproc-per-node copies of\n"
+      "training_script with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,\n"
+      "MASTER_ADDR, MASTER_PORT, ...) and supervises them. Every option can also be given\n"
+      "as env PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the command line wins.",
+      "ddprun");
+  app.formatter(std::make_shared<Formatter>());
+  app.get_formatter()->column_width(44);
+  app.prefix_command();  // everything from the training script on belongs to the script
+  app.footer(
+      "positional arguments:\n"
+      "  training_script       the script (or module with -m, program with --no-python)\n"
+      "  training_script_args  passed through untouched; ${local_rank} becomes the local rank\n"
+      "\nenvironment: PYTHON_EXEC (python for workers, default python3), LOGLEVEL\n"
+      "(DEBUG, INFO, WARNING, ERROR), TORCHELASTIC_SIGNALS_TO_HANDLE,\n"
+      "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.\n"
+      "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.");
+  bool version = false;
+  app.add_flag("--version", version, "Print the version and exit");
+
+  std::map<std::string, std::string> storage;
+  std::vector<std::pair<const OptionDef*, CLI::Option*>> bound;
+  for (const auto& def : kOptions) {
+    CLI::Option* opt = nullptr;
+    if (def.is_flag) {
+      opt = app.add_flag(def.names, def.help);
+    } else {
+      opt = app.add_option(def.names, storage[def.dest], def.help)
+                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
+    opt->group(def.group);
+    bound.emplace_back(&def, opt);
+  }
+
+  // CLI11 parses a reversed copy; keep `args` untouched.
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out.kind = CliOutcome::Kind::kPrint;
+    out.text = app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    out.kind = CliOutcome::Kind::kError;
+    out.text = e.what();
+    std::replace(out.text.begin(), out.text.end(), '\n', ' ');
+    return out;
+  }
+  if (version) {
+    out.kind = CliOutcome::Kind::kPrint;
+    out.text = std::string("ddprun ") + DDPRUN_VERSION + " (torchrun-compatible launcher)\n";
+    return out;
+  }
+
+  RawOptions raw;
+  raw.positional = app.remaining();
+  try {
+    for (const auto& [def, opt] : bound) {
+      const std::string env_name = pet_name(def->dest);
+      const auto env = host.env.find(env_name);
+      if (def->is_flag) {
+        if (opt->count() > 0) {
+          raw.flags.insert(def->dest);
+        } else if (env != host.env.end()) {
+          // torchrun reads PET_ flags as an int; non-zero means on.
+          long long v = 0;
+          try {
+            std::size_t used = 0;
+            v = std::stoll(env->second, &used);
+            if (used != env->second.size()) throw std::invalid_argument("trailing");
+          } catch (const std::exception&) {
+            throw UsageError(fmt::format("{}={}: expected an integer (0 or 1)", env_name,
+                                         env->second));
+          }
+          if (v != 0) raw.flags.insert(def->dest);
+        }
+      } else if (opt->count() > 0) {
+        raw.values[def->dest] = storage[def->dest];
+      } else if (env != host.env.end()) {
+        raw.values[def->dest] = env->second;
+      }
+    }
+    out.config = build_config(raw, host);
+  } catch (const UsageError& e) {
+    out.kind = CliOutcome::Kind::kError;
+    out.text = e.what();
+    return out;
+  }
+  out.kind = CliOutcome::Kind::kRun;
+  return out;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,35 @@
+// cli.h: ddprun's command line, torchrun-compatible: every torchrun option in both
+// spellings (--nproc-per-node / --nproc_per_node), each also read from PET_<NAME>, then
+// the training script and its arguments, untouched. The only file besides main.cpp that
+// knows CLI11. Used by main.cpp and tests. Thread-safety: pure (reads only `host`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/config.h"
+
+namespace ddprun::launcher {
+
+struct CliOutcome {
+  enum class Kind {
+    kRun,    // `config` is ready to launch
+    kPrint,  // print `text` to stdout and exit 0 (--help, --version)
+    kError,  // print "ddprun: error: <text>" and the usage hint to stderr, exit 2
+  };
+  Kind kind = Kind::kError;
+  std::string text;
+  LaunchConfig config;
+};
+
+// Parses `args` (argv without argv[0]) with `host` as the environment and host facts.
+// Never throws for bad input: errors come back as kError with a one-line message.
+CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFacts& host);
+
+// The hint printed after an error line.
+std::string usage_hint();
+
+// Collects the facts about this host that parsing needs (environ, CPU and GPU counts).
+HostFacts current_host_facts();
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,320 @@
+// config.cpp: interpretation and checks of the raw option strings (see config.h).
+#include "launcher/config.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "launcher/signals.h"
+
+namespace ddprun::launcher {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string::size_type start = 0;
+  while (true) {
+    const auto pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) return out;
+    start = pos + 1;
+  }
+}
+
+std::optional<long long> to_int(const std::string& text) {
+  const std::string t = trim(text);
+  long long v = 0;
+  const char* first = t.data();
+  const char* last = t.data() + t.size();
+  if (!t.empty() && *first == '+') ++first;
+  const auto [ptr, ec] = std::from_chars(first, last, v);
+  if (t.empty() || ec != std::errc() || ptr != last) return std::nullopt;
+  return v;
+}
+
+std::optional<double> to_double(const std::string& text) {
+  const std::string t = trim(text);
+  if (t.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(t.c_str(), &end);
+  if (errno != 0 || end != t.c_str() + t.size() || v != v) return std::nullopt;
+  return v;
+}
+
+int int_in_range(const std::string& flag, const std::string& text, long long lo, long long hi) {
+  const auto v = to_int(text);
+  if (!v) throw UsageError(fmt::format("{}: invalid int value: '{}'", flag, text));
+  if (*v < lo || *v > hi) {
+    throw UsageError(fmt::format("{}: {} is out of range [{}, {}]", flag, *v, lo, hi));
+  }
+  return static_cast<int>(*v);
+}
+
+double seconds_value(const std::string& flag, const std::string& text) {
+  const auto v = to_double(text);
+  if (!v || *v < 0) {
+    throw UsageError(fmt::format("{}: expected a non-negative number of seconds, got '{}'",
+                                 flag, text));
+  }
+  return *v;
+}
+
+// A random version-4 UUID, as torchrun uses for --standalone run ids.
+std::string random_uuid() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
+  std::uniform_int_distribution<int> hex(0, 15);
+  std::string out;
+  for (int i = 0; i < 32; ++i) {
+    if (i == 8 || i == 12 || i == 16 || i == 20) out += '-';
+    int d = hex(gen);
+    if (i == 12) d = 4;
+    if (i == 16) d = 8 | (d & 3);
+    out += "0123456789abcdef"[d];
+  }
+  return out;
+}
+
+const std::string* find(const std::map<std::string, std::string>& m, const std::string& k) {
+  const auto it = m.find(k);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+int resolve_nproc(const std::string& spec, const HostFacts& host) {
+  if (spec == "cpu") return std::max(1, host.cpu_count);
+  if (spec == "gpu") {
+    if (host.gpu_count <= 0) {
+      throw UsageError(
+          "--nproc-per-node=gpu: no NVIDIA GPU is visible (checked /proc/driver/nvidia/gpus, "
+          "/dev/nvidia*, CUDA_VISIBLE_DEVICES)");
+    }
+    return host.gpu_count;
+  }
+  if (spec == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
+  const auto v = to_int(spec);
+  if (!v) {
+    throw UsageError(fmt::format(
+        "--nproc-per-node: invalid value '{}' (expected a positive int, cpu, gpu or auto)", spec));
+  }
+  if (*v < 1 || *v > 65536) {
+    throw UsageError(fmt::format("--nproc-per-node: {} must be a positive int", *v));
+  }
+  return static_cast<int>(*v);
+}
+
+}  // namespace
+
+int StdStreams::for_rank(int local_rank) const {
+  if (per_rank.empty()) return all;
+  const auto it = per_rank.find(local_rank);
+  return it == per_rank.end() ? 0 : it->second;
+}
+
+StdStreams parse_std_streams(const std::string& flag, const std::string& text) {
+  StdStreams out;
+  const std::string t = trim(text);
+  const auto bad = [&] {
+    return UsageError(fmt::format(
+        "{}: invalid value '{}' (expected 0-3 or local_rank:value pairs like 0:1,1:3)", flag,
+        text));
+  };
+  if (t.find(':') == std::string::npos) {
+    const auto v = to_int(t);
+    if (!v || *v < 0 || *v > 3) throw bad();
+    out.all = static_cast<int>(*v);
+    return out;
+  }
+  for (const auto& pair : split(t, ',')) {
+    const auto colon = pair.find(':');
+    if (colon == std::string::npos) throw bad();
+    const auto rank = to_int(pair.substr(0, colon));
+    const auto v = to_int(pair.substr(colon + 1));
+    if (!rank || *rank < 0 || !v || *v < 0 || *v > 3) throw bad();
+    out.per_rank[static_cast<int>(*rank)] = static_cast<int>(*v);
+  }
+  return out;
+}
+
+std::pair<int, int> parse_nnodes(const std::string& text) {
+  const auto parts = split(trim(text), ':');
+  const auto bad = [&](const std::string& why) {
+    return UsageError(fmt::format("--nnodes: invalid value '{}' ({})", text, why));
+  };
+  if (parts.size() > 2) throw bad("expected N or MIN:MAX");
+  const auto lo = to_int(parts[0]);
+  const auto hi = parts.size() == 2 ? to_int(parts[1]) : lo;
+  if (!lo || !hi) throw bad("expected N or MIN:MAX with integers");
+  if (*lo <= 0) throw bad("the node count must be positive");
+  if (*lo > *hi) throw bad("MIN must not exceed MAX");
+  if (*hi > 1000000) throw bad("too many nodes");
+  return {static_cast<int>(*lo), static_cast<int>(*hi)};
+}
+
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
+  std::map<std::string, std::string> out;
+  if (trim(text).empty()) return out;
+  for (const auto& pair : split(text, ',')) {
+    const auto eq = pair.find('=');
+    const std::string key = eq == std::string::npos ? "" : trim(pair.substr(0, eq));
+    if (key.empty()) {
+      throw UsageError(fmt::format(
+          "--rdzv-conf: malformed pair '{}' in '{}' (expected key=value,key=value)", pair, text));
+    }
+    out[key] = trim(pair.substr(eq + 1));
+  }
+  return out;
+}
+
+std::string substitute_local_rank(const std::string& arg, int local_rank) {
+  static const std::string kMacro = "${local_rank}";
+  std::string out;
+  std::string::size_type start = 0;
+  while (true) {
+    const auto pos = arg.find(kMacro, start);
+    if (pos == std::string::npos) break;
+    out.append(arg, start, pos - start);
+    out += std::to_string(local_rank);
+    start = pos + kMacro.size();
+  }
+  out.append(arg, start, std::string::npos);
+  return out;
+}
+
+LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
+  LaunchConfig c;
+  const auto& v = raw.values;
+  const auto flag = [&](const char* name) { return raw.flags.count(name) > 0; };
+
+  if (const auto* s = find(v, "nnodes")) std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(*s);
+  if (const auto* s = find(v, "nproc_per_node")) c.nproc_spec = trim(*s);
+  c.nproc_per_node = resolve_nproc(c.nproc_spec, host);
+
+  if (const auto* s = find(v, "rdzv_backend")) c.rdzv_backend = trim(*s);
+  if (const auto* s = find(v, "rdzv_endpoint")) c.rdzv_endpoint = trim(*s);
+  if (const auto* s = find(v, "rdzv_id")) c.rdzv_id = *s;
+  if (const auto* s = find(v, "rdzv_conf")) c.rdzv_conf = parse_rdzv_conf(*s);
+  if (c.rdzv_backend != "static" && c.rdzv_backend != "c10d" && c.rdzv_backend != "etcd" &&
+      c.rdzv_backend != "etcd-v2") {
+    throw UsageError(fmt::format(
+        "--rdzv-backend: unknown backend '{}' (expected static or c10d)", c.rdzv_backend));
+  }
+  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
+    throw UsageError(fmt::format(
+        "--rdzv-backend: '{}' is not supported by ddprun; use c10d", c.rdzv_backend));
+  }
+  if (const auto* s = find(v, "max_restarts")) {
+    c.max_restarts = int_in_range("--max-restarts", *s, 0, 1000000);
+  }
+  if (const auto* s = find(v, "monitor_interval")) {
+    c.monitor_interval_s = seconds_value("--monitor-interval", *s);
+  }
+  if (const auto* s = find(v, "start_method")) {
+    c.start_method = trim(*s);
+    if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver") {
+      throw UsageError(fmt::format(
+          "--start-method: invalid choice '{}' (choose from spawn, fork, forkserver)", *s));
+    }
+  }
+  if (const auto* s = find(v, "role")) c.role = *s;
+
+  const bool module = flag("module");
+  const bool no_python = flag("no_python");
+  c.run_path = flag("run_path");
+  if (module && no_python) {
+    throw UsageError("--no-python and -m/--module cannot be used together");
+  }
+  c.entry = no_python ? EntryKind::kExecutable
+                      : (module ? EntryKind::kPythonModule : EntryKind::kPythonScript);
+  c.legacy_launch = flag("legacy_launch");
+  c.use_env = flag("use_env");
+  if (c.legacy_launch && no_python && !c.use_env) {
+    throw UsageError("--no-python requires --use-env with --legacy-launch");
+  }
+  if (const auto* p = find(host.env, "PYTHON_EXEC"); p && !p->empty()) c.python_exec = *p;
+
+  if (const auto* s = find(v, "log_dir")) c.log_dir = *s;
+  if (const auto* s = find(v, "redirects")) c.redirects = parse_std_streams("--redirects", *s);
+  if (const auto* s = find(v, "tee")) c.tee = parse_std_streams("--tee", *s);
+  if (const auto* s = find(v, "local_ranks_filter"); s && !trim(*s).empty()) {
+    std::set<int> ranks;
+    for (const auto& r : split(*s, ',')) {
+      ranks.insert(int_in_range("--local-ranks-filter", r, 0, 1000000));
+    }
+    c.local_ranks_filter = std::move(ranks);
+  }
+
+  if (const auto* s = find(v, "node_rank")) {
+    c.node_rank = int_in_range("--node-rank", *s, 0, 1000000);
+  }
+  if (const auto* s = find(v, "master_addr")) c.master_addr = trim(*s);
+  if (const auto* s = find(v, "master_port")) {
+    c.master_port = int_in_range("--master-port", *s, 0, 65535);
+  }
+  if (const auto* s = find(v, "local_addr")) c.local_addr = trim(*s);
+
+  // Signals: command line / PET_ wins over torchrun's own env name, then the default.
+  const std::string* sig = find(v, "signals_to_handle");
+  if (!sig) sig = find(host.env, "TORCHELASTIC_SIGNALS_TO_HANDLE");
+  try {
+    c.signals_to_handle = parse_signal_list(sig ? *sig : "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--signals-to-handle: {}", e.what()));
+  }
+  const std::string* grace = find(v, "shutdown_timeout");
+  if (!grace) grace = find(host.env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  if (grace) c.shutdown_timeout_s = seconds_value("--shutdown-timeout", *grace);
+  c.virtual_local_rank = flag("virtual_local_rank");
+
+  if (const auto* s = find(v, "event_log_handler")) c.event_log_handler = *s;
+  if (const auto* s = find(v, "logs_specs")) c.logs_specs = *s;
+  if (const auto* s = find(v, "numa_binding")) c.numa_binding = *s;
+  if (const auto* s = find(v, "duplicate_stdout_filters")) c.duplicate_stdout_filters = *s;
+  if (const auto* s = find(v, "duplicate_stderr_filters")) c.duplicate_stderr_filters = *s;
+
+  // Rendezvous defaults, as the newest torchrun: --standalone, or a single node with
+  // static defaults, becomes c10d on a free local port (no fixed 29500 to collide on).
+  c.standalone = flag("standalone");
+  const bool explicit_id = find(v, "rdzv_id") != nullptr;
+  if (c.standalone) {
+    c.rdzv_backend = "c10d";
+    c.rdzv_endpoint = "localhost:0";
+    c.rdzv_id = random_uuid();
+  } else if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty() && !c.master_port &&
+             c.max_nodes == 1) {
+    c.rdzv_backend = "c10d";
+    c.rdzv_endpoint = "localhost:0";
+    if (!explicit_id) c.rdzv_id = random_uuid();
+  }
+  if (c.rdzv_backend == "static" && c.node_rank && *c.node_rank >= c.max_nodes) {
+    throw UsageError(fmt::format("--node-rank: {} must be less than --nnodes ({})",
+                                 *c.node_rank, c.max_nodes));
+  }
+
+  // Positionals: the script, then everything after it belongs to the script.
+  auto pos = raw.positional;
+  if (!pos.empty() && pos.front() == "--") pos.erase(pos.begin());
+  if (pos.empty()) throw UsageError("the following arguments are required: training_script");
+  if (!pos.front().empty() && pos.front()[0] == '-') {
+    throw UsageError(fmt::format("unrecognized arguments: {}", pos.front()));
+  }
+  c.training_script = pos.front();
+  c.script_args.assign(pos.begin() + 1, pos.end());
+  if (c.entry == EntryKind::kPythonScript && host.file_exists &&
+      !host.file_exists(c.training_script)) {
+    throw UsageError(fmt::format("training script '{}' does not exist", c.training_script));
+  }
+  return c;
+}
+
+}  // namespace ddprun::launcher

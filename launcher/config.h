@@ -1,0 +1,131 @@
+// config.h: LaunchConfig, everything one `ddprun` invocation was asked to do, as plain
+// values (no CLI11 types), and build_config(), which turns the raw option strings the
+// command line / PET_* environment produced into a checked LaunchConfig.
+// Used by cli.cpp (producer), the Agent, worker_env and main (consumers).
+// Thread-safety: plain values; build_config is a pure function of its arguments.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// Bad command-line input. The message is one line naming the flag or file, without the
+// "ddprun: error: " prefix (main adds it and exits 2).
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// torchrun's -r/--redirects and -t/--tee value: a bit set per local rank
+// (1 = stdout, 2 = stderr, 3 = both), either one value for every rank ("3") or per rank
+// ("0:1,1:3"; ranks not listed get 0).
+struct StdStreams {
+  static constexpr int kOut = 1;
+  static constexpr int kErr = 2;
+  int all = 0;
+  std::map<int, int> per_rank;  // used when non-empty
+  int for_rank(int local_rank) const;
+};
+
+// Parses "0".."3" or "lr:v,lr:v". Throws UsageError naming `flag`.
+StdStreams parse_std_streams(const std::string& flag, const std::string& text);
+
+// How the per-worker process is started.
+enum class EntryKind {
+  kPythonScript,  // <python> -u script args
+  kPythonModule,  // <python> -u -m module args          (-m/--module)
+  kExecutable,    // script args                          (--no-python)
+};
+
+struct LaunchConfig {
+  // --nnodes N | MIN:MAX
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // --nproc-per-node, resolved to a count ("cpu", "gpu", "auto" handled by nproc.h)
+  std::string nproc_spec = "1";
+  int nproc_per_node = 1;
+
+  bool standalone = false;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;
+
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;  // accepted; ddprun reacts to events, not polls
+  std::string start_method = "spawn";
+  std::string role = "default";
+
+  EntryKind entry = EntryKind::kPythonScript;
+  bool run_path = false;  // same as the default: the script runs as __main__
+  std::string python_exec = "python3";  // PYTHON_EXEC, else python3 from PATH
+
+  std::string log_dir;  // --log-dir; empty: a fresh torchelastic_XXXXXX under TMPDIR
+  StdStreams redirects;
+  StdStreams tee;
+  std::optional<std::set<int>> local_ranks_filter;  // nullopt: every rank on the console
+
+  std::optional<int> node_rank;  // only when given explicitly
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+  std::optional<std::string> local_addr;
+
+  std::vector<int> signals_to_handle;  // default SIGTERM,SIGINT,SIGHUP,SIGQUIT
+  double shutdown_timeout_s = 30;
+  bool virtual_local_rank = false;
+
+  // Accepted for torchrun compatibility, no effect (see docs/usage.md).
+  std::string event_log_handler = "null";
+  std::string logs_specs;
+  std::string numa_binding;
+  std::string duplicate_stdout_filters;
+  std::string duplicate_stderr_filters;
+
+  // torch.distributed.launch compatibility: append --local_rank=N unless --use-env.
+  bool legacy_launch = false;
+  bool use_env = false;
+
+  std::string training_script;
+  std::vector<std::string> script_args;
+
+  // True when workers are given --local_rank=N on their command line.
+  bool passes_local_rank_arg() const { return legacy_launch && !use_env; }
+};
+
+// What the command line (or the PET_* environment) said, before interpretation.
+// `values` is keyed by torchrun's dest name ("nproc_per_node", "rdzv_conf", ...);
+// `flags` holds the dest names of the boolean flags that are on.
+struct RawOptions {
+  std::map<std::string, std::string> values;
+  std::set<std::string> flags;
+  std::vector<std::string> positional;  // training_script followed by its arguments
+};
+
+// The facts about the host build_config needs, injectable for tests.
+struct HostFacts {
+  std::map<std::string, std::string> env;  // the agent's environment
+  int cpu_count = 1;
+  int gpu_count = 0;  // visible NVIDIA GPUs (nproc.h)
+  // Whether a path names an existing regular file (script existence check).
+  bool (*file_exists)(const std::string& path) = nullptr;
+};
+
+// Interprets and checks `raw`. Throws UsageError (one line naming the flag or file).
+LaunchConfig build_config(const RawOptions& raw, const HostFacts& host);
+
+// Parses --nnodes: "N" or "MIN:MAX" with 0 < MIN <= MAX. Throws UsageError.
+std::pair<int, int> parse_nnodes(const std::string& text);
+
+// Parses --rdzv-conf "k1=v1,k2=v2" (empty: no pairs). Throws UsageError naming the
+// malformed pair.
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& text);
+
+// Replaces every "${local_rank}" in `arg` with `local_rank`.
+std::string substitute_local_rank(const std::string& arg, int local_rank);
+
+}  // namespace ddprun::launcher

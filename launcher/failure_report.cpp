@@ -1,0 +1,147 @@
+// failure_report.cpp: torchrun's ChildFailedError text (see failure_report.h).
+#include "launcher/failure_report.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <ctime>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "launcher/error_file.h"
+#include "launcher/signals.h"
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr const char* kNotAvailable = "<N/A>";
+constexpr std::size_t kMaxWidth = 60;
+
+// datetime.fromtimestamp(ts).isoformat(sep="_") for an integer timestamp.
+std::string iso_time(std::int64_t ts) {
+  const std::time_t t = static_cast<std::time_t>(ts);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d_%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string format_block(std::size_t idx, const Failure& f, const std::string& host) {
+  return fmt::format(
+      "[{}]:\n"
+      "  time      : {}\n"
+      "  host      : {}\n"
+      "  rank      : {} (local_rank: {})\n"
+      "  exitcode  : {} (pid: {})\n"
+      "  error_file: {}\n"
+      "  traceback : {}",
+      idx, iso_time(f.timestamp), host, f.global_rank, f.local_rank, f.exitcode, f.pid,
+      f.error_file, f.message);
+}
+
+std::size_t widest_line(const std::string& text) {
+  std::size_t widest = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) widest = std::max(widest, line.size());
+  return widest;
+}
+
+}  // namespace
+
+Failure make_failure(int global_rank, int local_rank, pid_t pid, int exit_code, int signo,
+                     std::int64_t observed_at, const std::string& error_file_path) {
+  Failure f;
+  f.global_rank = global_rank;
+  f.local_rank = local_rank;
+  f.pid = pid;
+  f.exitcode = signo != 0 ? -signo : exit_code;
+  f.error_file_path = error_file_path;
+  f.error_file = kNotAvailable;
+  f.timestamp = observed_at;
+  if (!error_file_path.empty()) {
+    const ErrorFileInfo info = read_error_file(error_file_path);
+    if (info.exists) {
+      f.error_file = error_file_path;
+      if (info.parsed) {
+        f.message = info.display;
+        if (info.timestamp) f.timestamp = *info.timestamp;
+      } else {
+        f.message = fmt::format("<error file not readable: {}>", info.parse_error);
+      }
+    }
+  }
+  if (f.message.empty()) {
+    f.message = signo != 0 ? fmt::format("Signal {} ({}) received by PID {}", signo,
+                                         signal_name(signo), pid)
+                           : "To enable traceback see: "
+                             "https://pytorch.org/docs/stable/elastic/errors.html";
+  }
+  return f;
+}
+
+std::size_t root_cause_index(const std::vector<Failure>& failures) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < failures.size(); ++i) {
+    if (failures[i].timestamp < failures[best].timestamp) best = i;
+  }
+  return best;
+}
+
+std::string format_failure_report(const std::string& entrypoint,
+                                  const std::vector<Failure>& failures,
+                                  const std::string& hostname) {
+  const std::string title = entrypoint + " FAILED";
+  const std::size_t root = root_cause_index(failures);
+  std::string root_block;
+  std::vector<std::string> others;
+  std::size_t width = title.size();
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    std::string block = format_block(i, failures[i], hostname);
+    width = std::max(width, widest_line(block));
+    if (i == root) {
+      root_block = std::move(block);
+    } else {
+      others.push_back(std::move(block));
+    }
+  }
+  width = std::min(width, kMaxWidth);
+  const std::string border(width, '=');
+  const std::string section(width, '-');
+  std::string other_text;
+  for (const auto& b : others) other_text += (other_text.empty() ? "" : "\n") + b;
+  if (other_text.empty()) other_text = "  <NO_OTHER_FAILURES>";
+  return fmt::format(
+      "{}\n{}\n{}\nFailures:\n{}\n{}\nRoot Cause (first observed failure):\n{}\n{}", border,
+      title, section, other_text, section, root_block, border);
+}
+
+std::string failure_hint(const Failure& failure) {
+  if (failure.exitcode == -SIGKILL) {
+    return fmt::format(
+        "rank {} (pid {}) was killed by SIGKILL, possibly by the OOM killer (check dmesg)",
+        failure.global_rank, failure.pid);
+  }
+  return {};
+}
+
+std::string host_fqdn() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_flags = AI_CANONNAME;
+  addrinfo* res = nullptr;
+  std::string out = name;
+  if (::getaddrinfo(name, nullptr, &hints, &res) == 0 && res) {
+    if (res->ai_canonname && *res->ai_canonname) out = res->ai_canonname;
+    ::freeaddrinfo(res);
+  }
+  return out;
+}
+
+}  // namespace ddprun::launcher

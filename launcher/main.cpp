@@ -1,0 +1,50 @@
+// main.cpp: ddprun's entry point, tini-shaped: parse (single-threaded), block the handled
+// signals and start the orphan guard before any thread exists, then run the Agent and
+// map its result to torchrun's exit codes (0 success, 1 failure, 2 bad usage).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "launcher/agent.h"
+#include "launcher/cli.h"
+#include "launcher/logging.h"
+#include "launcher/signals.h"
+#include "launcher/supervisor.h"
+#include "rendezvous/registry.h"
+
+using namespace ddprun::launcher;
+
+int main(int argc, char** argv) {
+  HostFacts host = current_host_facts();
+  CliOutcome cli = parse_command_line(std::vector<std::string>(argv + 1, argv + argc), host);
+  if (cli.kind == CliOutcome::Kind::kPrint) return std::fputs(cli.text.c_str(), stdout) < 0;
+  if (cli.kind == CliOutcome::Kind::kError) {
+    std::fprintf(stderr, "ddprun: error: %s\n%s\n", cli.text.c_str(), usage_hint().c_str());
+    return 2;
+  }
+  try {
+    // Before any thread starts: every later thread inherits the mask (signals.h).
+    prepare_agent_signals(cli.config.signals_to_handle);
+    SupervisorOptions options;
+    options.handled_signals = cli.config.signals_to_handle;
+    options.orphan_guard_fd = start_orphan_guard();
+    setup_agent_logging(host.env);
+
+    auto handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config));
+    ProcessSupervisor supervisor(options);
+    Agent agent(cli.config, host.env, supervisor, std::move(handler));
+    const RunResult result = agent.run();
+    if (result.abandon) {  // a rendezvous thread is still blocked; leave without unwinding
+      spdlog::shutdown();
+      std::fflush(nullptr);
+      std::_Exit(result.exit_code);
+    }
+    return result.exit_code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    return 1;
+  }
+}

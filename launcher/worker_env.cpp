@@ -1,0 +1,89 @@
+// worker_env.cpp: the worker environment and command line (see worker_env.h).
+#include "launcher/worker_env.h"
+
+namespace ddprun::launcher {
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::string::size_type start = 0;
+  while (start <= s.size()) {
+    auto end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool defaults_omp_num_threads(const LaunchConfig& config, const EnvMap& agent_env) {
+  return agent_env.count("OMP_NUM_THREADS") == 0 && config.nproc_per_node > 1;
+}
+
+EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt,
+                  const EnvMap& agent_env, int local_rank, const std::string& error_file) {
+  EnvMap env = agent_env;
+  const auto& info = attempt.info;
+  const int rank = info.rank_base + local_rank;
+  env["LOCAL_RANK"] = std::to_string(config.virtual_local_rank ? 0 : local_rank);
+  env["RANK"] = std::to_string(rank);
+  env["GROUP_RANK"] = std::to_string(info.group_rank);
+  // One role per job, so role ranks are the global ranks.
+  env["ROLE_RANK"] = std::to_string(rank);
+  env["ROLE_NAME"] = config.role;
+  env["LOCAL_WORLD_SIZE"] = std::to_string(config.nproc_per_node);
+  env["WORLD_SIZE"] = std::to_string(info.world_size);
+  env["GROUP_WORLD_SIZE"] = std::to_string(info.group_world_size);
+  env["ROLE_WORLD_SIZE"] = std::to_string(info.world_size);
+  env["MASTER_ADDR"] = info.master_addr;
+  env["MASTER_PORT"] = std::to_string(info.master_port);
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
+  env["TORCHELASTIC_USE_AGENT_STORE"] = info.use_agent_store ? "True" : "False";
+  env["TORCHELASTIC_ERROR_FILE"] = error_file;
+  // Both spellings: 1.13 reads NCCL_*, 2.x TORCH_NCCL_*. A user's value is kept.
+  env.emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
+  env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (defaults_omp_num_threads(config, agent_env)) env["OMP_NUM_THREADS"] = "1";
+  if (config.virtual_local_rank) {
+    const auto cvd = agent_env.find("CUDA_VISIBLE_DEVICES");
+    if (cvd == agent_env.end()) {
+      env["CUDA_VISIBLE_DEVICES"] = std::to_string(local_rank);
+    } else {
+      const auto devices = split_commas(cvd->second);
+      if (local_rank < static_cast<int>(devices.size())) {
+        env["CUDA_VISIBLE_DEVICES"] = devices[local_rank];
+      }
+    }
+  }
+  return env;
+}
+
+std::vector<std::string> worker_argv(const LaunchConfig& config, int local_rank) {
+  std::vector<std::string> argv;
+  if (config.entry != EntryKind::kExecutable) {
+    argv = {config.python_exec, "-u"};
+    if (config.entry == EntryKind::kPythonModule) argv.push_back("-m");
+  }
+  argv.push_back(config.training_script);
+  // torch.distributed.launch puts it right after the script, before the script's args.
+  if (config.passes_local_rank_arg()) {
+    argv.push_back("--local_rank=" + std::to_string(local_rank));
+  }
+  for (const auto& arg : config.script_args) {
+    argv.push_back(substitute_local_rank(arg, local_rank));
+  }
+  return argv;
+}
+
+std::vector<std::string> to_env_strings(const EnvMap& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,258 @@
+// Command-line parsing: both spellings, PET_* fallbacks, defaults, and every bad input
+// giving one line that names the flag or file.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+
+#include "launcher/cli.h"
+
+using namespace ddprun::launcher;
+
+namespace {
+
+HostFacts facts(std::map<std::string, std::string> env = {}) {
+  HostFacts h;
+  h.env = std::move(env);
+  h.cpu_count = 2;
+  h.gpu_count = 0;
+  h.file_exists = [](const std::string& p) { return p == "train.py" || p == "/bin/true"; };
+  return h;
+}
+
+CliOutcome parse(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  return parse_command_line(args, facts(std::move(env)));
+}
+
+LaunchConfig ok(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  const CliOutcome out = parse(std::move(args), std::move(env));
+  INFO(out.text);
+  REQUIRE(out.kind == CliOutcome::Kind::kRun);
+  return out.config;
+}
+
+}  // namespace
+
+TEST_CASE("defaults match torchrun's", "[cli]") {
+  const LaunchConfig c = ok({"train.py"});
+  CHECK(c.min_nodes == 1);
+  CHECK(c.max_nodes == 1);
+  CHECK(c.nproc_per_node == 1);
+  CHECK(c.max_restarts == 0);
+  CHECK(c.role == "default");
+  CHECK(c.start_method == "spawn");
+  CHECK(c.entry == EntryKind::kPythonScript);
+  CHECK(c.python_exec == "python3");
+  CHECK(c.redirects.for_rank(0) == 0);
+  CHECK(c.tee.for_rank(0) == 0);
+  CHECK(!c.local_ranks_filter);
+  CHECK(!c.node_rank);
+  CHECK(!c.master_port);
+  CHECK(c.shutdown_timeout_s == 30);
+  CHECK(c.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(c.training_script == "train.py");
+  CHECK(c.script_args.empty());
+  // Single node, static defaults: the newest torchrun's switch to a free local port.
+  CHECK(c.rdzv_backend == "c10d");
+  CHECK(c.rdzv_endpoint == "localhost:0");
+  CHECK(c.rdzv_id.size() == 36);
+}
+
+TEST_CASE("every option in both spellings", "[cli]") {
+  struct Row {
+    std::string dash, underscore, value;
+  };
+  const std::vector<Row> rows = {
+      {"--nproc-per-node", "--nproc_per_node", "3"},
+      {"--rdzv-backend", "--rdzv_backend", "c10d"},
+      {"--rdzv-endpoint", "--rdzv_endpoint", "127.0.0.1:29400"},
+      {"--rdzv-id", "--rdzv_id", "job7"},
+      {"--rdzv-conf", "--rdzv_conf", "join_timeout=5"},
+      {"--max-restarts", "--max_restarts", "4"},
+      {"--monitor-interval", "--monitor_interval", "0.5"},
+      {"--start-method", "--start_method", "fork"},
+      {"--log-dir", "--log_dir", "/tmp/x"},
+      {"--local-ranks-filter", "--local_ranks_filter", "0,1"},
+      {"--node-rank", "--node_rank", "0"},
+      {"--master-addr", "--master_addr", "127.0.0.2"},
+      {"--master-port", "--master_port", "29555"},
+      {"--local-addr", "--local_addr", "127.0.0.3"},
+      {"--signals-to-handle", "--signals_to_handle", "SIGUSR1"},
+      {"--shutdown-timeout", "--shutdown_timeout", "7"},
+      {"--logs-specs", "--logs_specs", "x"},
+      {"--numa-binding", "--numa_binding", "node"},
+      {"--event-log-handler", "--event_log_handler", "console"},
+      {"--duplicate-stdout-filters", "--duplicate_stdout_filters", "err"},
+      {"--duplicate-stderr-filters", "--duplicate_stderr_filters", "err"},
+  };
+  for (const auto& row : rows) {
+    for (const auto& style : {0, 1}) {
+      for (const auto& name : {row.dash, row.underscore}) {
+        std::vector<std::string> args =
+            style == 0 ? std::vector<std::string>{name + "=" + row.value, "train.py"}
+                       : std::vector<std::string>{name, row.value, "train.py"};
+        const LaunchConfig c = ok(args);
+        CAPTURE(name, style);
+        if (row.dash == "--nproc-per-node") CHECK(c.nproc_per_node == 3);
+        if (row.dash == "--rdzv-id") CHECK(c.rdzv_id == "job7");
+        if (row.dash == "--rdzv-conf") CHECK(c.rdzv_conf.at("join_timeout") == "5");
+        if (row.dash == "--max-restarts") CHECK(c.max_restarts == 4);
+        if (row.dash == "--monitor-interval") CHECK(c.monitor_interval_s == 0.5);
+        if (row.dash == "--start-method") CHECK(c.start_method == "fork");
+        if (row.dash == "--log-dir") CHECK(c.log_dir == "/tmp/x");
+        if (row.dash == "--local-ranks-filter") CHECK(*c.local_ranks_filter == std::set<int>{0, 1});
+        if (row.dash == "--node-rank") CHECK(*c.node_rank == 0);
+        if (row.dash == "--master-addr") CHECK(*c.master_addr == "127.0.0.2");
+        if (row.dash == "--master-port") {
+          CHECK(*c.master_port == 29555);
+          CHECK(c.rdzv_backend == "static");  // an explicit port keeps static
+        }
+        if (row.dash == "--local-addr") CHECK(*c.local_addr == "127.0.0.3");
+        if (row.dash == "--signals-to-handle") CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1});
+        if (row.dash == "--shutdown-timeout") CHECK(c.shutdown_timeout_s == 7);
+        if (row.dash == "--numa-binding") CHECK(c.numa_binding == "node");
+      }
+    }
+  }
+}
+
+TEST_CASE("flags in both spellings", "[cli]") {
+  CHECK(ok({"--no-python", "/bin/true"}).entry == EntryKind::kExecutable);
+  CHECK(ok({"--no_python", "/bin/true"}).entry == EntryKind::kExecutable);
+  CHECK(ok({"-m", "pkg.mod"}).entry == EntryKind::kPythonModule);
+  CHECK(ok({"--module", "pkg.mod"}).entry == EntryKind::kPythonModule);
+  CHECK(ok({"--run-path", "train.py"}).run_path);
+  CHECK(ok({"--run_path", "train.py"}).run_path);
+  CHECK(ok({"--virtual-local-rank", "train.py"}).virtual_local_rank);
+  CHECK(ok({"--virtual_local_rank", "train.py"}).virtual_local_rank);
+  CHECK(ok({"--legacy-launch", "train.py"}).passes_local_rank_arg());
+  CHECK(!ok({"--legacy_launch", "--use_env", "train.py"}).passes_local_rank_arg());
+  CHECK(!ok({"--legacy-launch", "--use-env", "train.py"}).passes_local_rank_arg());
+  const LaunchConfig s = ok({"--standalone", "--rdzv-backend=static", "train.py"});
+  CHECK(s.rdzv_backend == "c10d");
+  CHECK(s.rdzv_endpoint == "localhost:0");
+}
+
+TEST_CASE("everything after the script belongs to the script", "[cli]") {
+  const LaunchConfig c = ok({"--nproc-per-node=2", "train.py", "--nproc-per-node", "5",
+                             "--help", "-m", "--lr=0.1", "${local_rank}", "--", "x"});
+  CHECK(c.nproc_per_node == 2);
+  CHECK(c.training_script == "train.py");
+  CHECK(c.script_args == std::vector<std::string>{"--nproc-per-node", "5", "--help", "-m",
+                                                  "--lr=0.1", "${local_rank}", "--", "x"});
+  CHECK(ok({"--", "train.py", "a"}).script_args == std::vector<std::string>{"a"});
+}
+
+TEST_CASE("PET_ environment fallbacks; the command line wins", "[cli]") {
+  const std::map<std::string, std::string> env = {
+      {"PET_NPROC_PER_NODE", "3"},   {"PET_MAX_RESTARTS", "2"}, {"PET_NNODES", "1:1"},
+      {"PET_RDZV_ID", "fromenv"},    {"PET_STANDALONE", "0"},   {"PET_NO_PYTHON", "0"},
+      {"PET_VIRTUAL_LOCAL_RANK", "1"}, {"PET_TEE", "3"}};
+  const LaunchConfig c = ok({"train.py"}, env);
+  CHECK(c.nproc_per_node == 3);
+  CHECK(c.max_restarts == 2);
+  CHECK(c.rdzv_id == "fromenv");
+  CHECK(c.virtual_local_rank);
+  CHECK(c.tee.for_rank(1) == 3);
+  CHECK(c.entry == EntryKind::kPythonScript);
+  const LaunchConfig d = ok({"--nproc_per_node=4", "--max-restarts", "0", "train.py"}, env);
+  CHECK(d.nproc_per_node == 4);
+  CHECK(d.max_restarts == 0);
+  CHECK(ok({"train.py"}, {{"PET_STANDALONE", "7"}, {"PET_RDZV_ID", "x"}}).rdzv_id != "x");
+}
+
+TEST_CASE("torchrun's own environment knobs", "[cli]") {
+  const LaunchConfig c = ok({"train.py"}, {{"PYTHON_EXEC", "/usr/bin/python3"},
+                                           {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGUSR2,SIGTERM"},
+                                           {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "3"}});
+  CHECK(c.python_exec == "/usr/bin/python3");
+  CHECK(c.signals_to_handle == std::vector<int>{SIGUSR2, SIGTERM});
+  CHECK(c.shutdown_timeout_s == 3);
+  const LaunchConfig d = ok({"--shutdown-timeout=9", "--signals-to-handle=SIGINT", "train.py"},
+                            {{"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGUSR2"},
+                             {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "3"}});
+  CHECK(d.shutdown_timeout_s == 9);
+  CHECK(d.signals_to_handle == std::vector<int>{SIGINT});
+}
+
+TEST_CASE("value forms: nnodes, nproc, redirects, tee, rdzv-conf", "[cli]") {
+  CHECK(ok({"--nnodes=2:4", "--rdzv-backend=c10d", "train.py"}).max_nodes == 4);
+  CHECK(ok({"--nnodes=3", "train.py"}).min_nodes == 3);
+  CHECK(ok({"--nproc-per-node=cpu", "train.py"}).nproc_per_node == 2);
+  CHECK(ok({"--nproc-per-node=auto", "train.py"}).nproc_per_node == 2);
+  const LaunchConfig t = ok({"-t", "0:1,1:3", "-r", "2", "train.py"});
+  CHECK(t.tee.for_rank(0) == 1);
+  CHECK(t.tee.for_rank(1) == 3);
+  CHECK(t.tee.for_rank(2) == 0);
+  CHECK(t.redirects.for_rank(5) == 2);
+  const LaunchConfig r = ok({"--rdzv-conf", "a=1, b = x=y ,c=", "train.py"});
+  CHECK(r.rdzv_conf == std::map<std::string, std::string>{{"a", "1"}, {"b", "x=y"}, {"c", ""}});
+  CHECK(ok({"--nnodes=2", "--nnodes=1", "train.py"}).max_nodes == 1);  // last one wins
+}
+
+TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
+  struct Row {
+    std::vector<std::string> args;
+    std::string needle;
+    std::map<std::string, std::string> env = {};
+  };
+  const std::vector<Row> rows = {
+      {{"--bogus", "train.py"}, "--bogus"},
+      {{"--bogus=3", "train.py"}, "--bogus"},
+      {{"--nnodes=0", "train.py"}, "--nnodes"},
+      {{"--nnodes=3:2", "train.py"}, "--nnodes"},
+      {{"--nnodes=a", "train.py"}, "--nnodes"},
+      {{"--nnodes=1:2:3", "train.py"}, "--nnodes"},
+      {{"--nproc-per-node=x", "train.py"}, "--nproc-per-node"},
+      {{"--nproc-per-node=0", "train.py"}, "--nproc-per-node"},
+      {{"--nproc-per-node=-2", "train.py"}, "--nproc-per-node"},
+      {{"--nproc-per-node=gpu", "train.py"}, "--nproc-per-node=gpu"},
+      {{"--max-restarts=-1", "train.py"}, "--max-restarts"},
+      {{"--max-restarts=two", "train.py"}, "--max-restarts"},
+      {{"--rdzv-conf=a=1,oops", "train.py"}, "'oops'"},
+      {{"--rdzv-conf==1", "train.py"}, "--rdzv-conf"},
+      {{"--rdzv-backend=zk", "train.py"}, "--rdzv-backend"},
+      {{"--master-port=70000", "train.py"}, "--master-port"},
+      {{"--node-rank=2", "--master-port=1", "train.py"}, "--node-rank"},
+      {{"--redirects=4", "train.py"}, "--redirects"},
+      {{"--tee=0:x", "train.py"}, "--tee"},
+      {{"--signals-to-handle=SIGNOPE", "train.py"}, "--signals-to-handle"},
+      {{"--shutdown-timeout=-3", "train.py"}, "--shutdown-timeout"},
+      {{"--start-method=thread", "train.py"}, "--start-method"},
+      {{"--local-ranks-filter=a", "train.py"}, "--local-ranks-filter"},
+      {{}, "training_script"},
+      {{"--nproc-per-node=2"}, "training_script"},
+      {{"missing.py"}, "missing.py"},
+      {{"--no-python", "-m", "train.py"}, "--no-python"},
+      {{"--legacy-launch", "--no-python", "/bin/true"}, "--use-env"},
+      {{"--nnodes"}, "--nnodes"},
+      {{"train.py"}, "PET_STANDALONE", {{"PET_STANDALONE", "yes"}}},
+      {{"train.py"}, "--nnodes", {{"PET_NNODES", "0"}}},
+  };
+  for (const auto& row : rows) {
+    const CliOutcome out = parse(row.args, row.env);
+    CAPTURE(row.args, out.text);
+    CHECK(out.kind == CliOutcome::Kind::kError);
+    CHECK(out.text.find(row.needle) != std::string::npos);
+    CHECK(out.text.find('\n') == std::string::npos);
+    CHECK(!out.text.empty());
+  }
+}
+
+TEST_CASE("modules and --no-python programs need not be files here", "[cli]") {
+  CHECK(ok({"-m", "not.a.file"}).training_script == "not.a.file");
+  CHECK(ok({"--no-python", "echo", "hi"}).script_args == std::vector<std::string>{"hi"});
+}
+
+TEST_CASE("--help and --version print and exit 0", "[cli]") {
+  const CliOutcome help = parse({"--help"});
+  REQUIRE(help.kind == CliOutcome::Kind::kPrint);
+  for (const char* needle : {"--nproc-per-node", "--nproc_per_node", "--rdzv-endpoint",
+                             "--max-restarts", "--standalone", "-t", "--tee", "training_script",
+                             "Rendezvous related arguments", "PET_"}) {
+    CAPTURE(needle);
+    CHECK(help.text.find(needle) != std::string::npos);
+  }
+  const CliOutcome version = parse({"--version"});
+  REQUIRE(version.kind == CliOutcome::Kind::kPrint);
+  CHECK(version.text.rfind("ddprun ", 0) == 0);
+}

@@ -1,0 +1,110 @@
+// @record error files: both message forms, malformed files, the agent's copy.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/error_file.h"
+
+using namespace ddprun::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / ("ddprun_errfile_" + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+nlohmann::json load(const std::string& file) {
+  std::ifstream in(file);
+  std::stringstream s;
+  s << in.rdbuf();
+  return nlohmann::json::parse(s.str());
+}
+
+}  // namespace
+
+TEST_CASE("dict message: py_callstack indented, timestamp from extraInfo", "[error_file]") {
+  TempDir d;
+  const auto f = d.write("a.json", R"({"message": {"message": "RuntimeError: x", "extraInfo":
+      {"py_callstack": "Traceback (most recent call last):\n  File \"a\"\nRuntimeError: x\n",
+       "timestamp": "1700000000"}}})");
+  const ErrorFileInfo info = read_error_file(f);
+  CHECK(info.exists);
+  CHECK(info.parsed);
+  CHECK(info.display ==
+        "Traceback (most recent call last):\n    File \"a\"\n  RuntimeError: x\n  ");
+  CHECK(info.timestamp == 1700000000);
+}
+
+TEST_CASE("dict message without a callstack shows the message", "[error_file]") {
+  TempDir d;
+  const auto f = d.write("a.json", R"({"message": {"message": "E: y\nz"}})");
+  const ErrorFileInfo info = read_error_file(f);
+  CHECK(info.parsed);
+  CHECK(info.display == "E: y\n  z");
+  CHECK(!info.timestamp);
+  const auto g = d.write("b.json", R"({"message": {}})");
+  CHECK(read_error_file(g).display == "<N/A>");
+}
+
+TEST_CASE("string message: shown as is, timestamp at the top level", "[error_file]") {
+  TempDir d;
+  const auto f = d.write("a.json", R"({"message": "plain\ntext", "timestamp": 12})");
+  const ErrorFileInfo info = read_error_file(f);
+  CHECK(info.parsed);
+  CHECK(info.display == "plain\ntext");
+  CHECK(info.timestamp == 12);
+}
+
+TEST_CASE("missing and malformed files", "[error_file]") {
+  TempDir d;
+  CHECK(!read_error_file((d.path / "nope.json").string()).exists);
+  for (const char* text : {"", "{", "[1,2]", R"({"msg": 1})", R"({"message": 5})"}) {
+    CAPTURE(text);
+    const ErrorFileInfo info = read_error_file(d.write("bad.json", text));
+    CHECK(info.exists);
+    CHECK(!info.parsed);
+    CHECK(!info.parse_error.empty());
+  }
+}
+
+TEST_CASE("the agent's copy adds errorCode to dict messages", "[error_file]") {
+  TempDir d;
+  const auto src = d.write("w.json", R"({"message": {"message": "E", "extraInfo":
+      {"py_callstack": "tb", "timestamp": "5"}}})");
+  const std::string dst = (d.path / "agent.json").string();
+  std::string why;
+  REQUIRE(copy_error_file(src, dst, 3, &why));
+  const auto j = load(dst);
+  CHECK(j["message"]["errorCode"] == 3);
+  CHECK(j["message"]["extraInfo"]["py_callstack"] == "tb");
+
+  const auto str = d.write("s.json", R"({"message": "plain", "timestamp": 5})");
+  REQUIRE(copy_error_file(str, dst, 3, &why));
+  CHECK(load(dst)["message"] == "plain");
+
+  CHECK(!copy_error_file((d.path / "none").string(), dst, 1, &why));
+  CHECK(!why.empty());
+
+  REQUIRE(write_error_file(dst, "report", 42, -9, &why));
+  const ErrorFileInfo info = read_error_file(dst);
+  CHECK(info.parsed);
+  CHECK(info.timestamp == 42);
+  CHECK(load(dst)["message"]["errorCode"] == -9);
+  CHECK(!write_error_file((d.path / "no/such/dir.json").string(), "r", 1, 1, &why));
+}

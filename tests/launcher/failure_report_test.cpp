@@ -1,0 +1,143 @@
+// torchrun's failure report, golden text (reference C.2), and failure construction.
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "launcher/failure_report.h"
+
+using namespace ddprun::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+
+void utc() {
+  ::setenv("TZ", "UTC", 1);
+  ::tzset();
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / ("ddprun_report_" + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("one failure with a traceback: golden text", "[failure_report]") {
+  utc();
+  Failure f;
+  f.global_rank = 1;
+  f.local_rank = 1;
+  f.pid = 11407;
+  f.exitcode = 1;
+  f.error_file = "/tmp/torchelastic_x/fj_y/attempt_0/1/error.json";
+  f.message = "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: boom\n  ";
+  f.timestamp = 1795778539;  // 2026-11-27 11:22:19 UTC
+  const std::string expected =
+      "============================================================\n"
+      "train.py FAILED\n"
+      "------------------------------------------------------------\n"
+      "Failures:\n"
+      "  <NO_OTHER_FAILURES>\n"
+      "------------------------------------------------------------\n"
+      "Root Cause (first observed failure):\n"
+      "[0]:\n"
+      "  time      : 2026-11-27_11:22:19\n"
+      "  host      : localhost\n"
+      "  rank      : 1 (local_rank: 1)\n"
+      "  exitcode  : 1 (pid: 11407)\n"
+      "  error_file: /tmp/torchelastic_x/fj_y/attempt_0/1/error.json\n"
+      "  traceback : Traceback (most recent call last):\n"
+      "  File \"t.py\", line 3\n"
+      "ValueError: boom\n"
+      "  \n"
+      "============================================================";
+  CHECK(format_failure_report("train.py", {f}, "localhost") == expected);
+}
+
+TEST_CASE("several failures: root cause is the earliest; border shrinks to fit", "[failure_report]") {
+  utc();
+  Failure a;
+  a.global_rank = 0;
+  a.pid = 10;
+  a.exitcode = -15;
+  a.error_file = "<N/A>";
+  a.message = "Signal 15 (SIGTERM) received by PID 10";
+  a.timestamp = 200;
+  Failure b = a;
+  b.global_rank = 2;
+  b.local_rank = 2;
+  b.pid = 12;
+  b.exitcode = 3;
+  b.message = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+  b.timestamp = 100;
+  const std::string text = format_failure_report("x", {a, b}, "h");
+  const std::string expected =
+      "============================================================\n"
+      "x FAILED\n"
+      "------------------------------------------------------------\n"
+      "Failures:\n"
+      "[0]:\n"
+      "  time      : 1970-01-01_00:03:20\n"
+      "  host      : h\n"
+      "  rank      : 0 (local_rank: 0)\n"
+      "  exitcode  : -15 (pid: 10)\n"
+      "  error_file: <N/A>\n"
+      "  traceback : Signal 15 (SIGTERM) received by PID 10\n"
+      "------------------------------------------------------------\n"
+      "Root Cause (first observed failure):\n"
+      "[1]:\n"
+      "  time      : 1970-01-01_00:01:40\n"
+      "  host      : h\n"
+      "  rank      : 2 (local_rank: 2)\n"
+      "  exitcode  : 3 (pid: 12)\n"
+      "  error_file: <N/A>\n"
+      "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+      "============================================================";
+  CHECK(text == expected);
+  CHECK(root_cause_index({a, b}) == 1);
+  b.timestamp = 200;
+  CHECK(root_cause_index({a, b}) == 0);  // ties: the first listed
+
+  Failure tiny;
+  tiny.error_file = "-";
+  tiny.message = "m";
+  const std::string narrow = format_failure_report("s", {tiny}, "h");
+  // The widest line is "  time      : 1970-01-01_00:00:00" (33 columns).
+  CHECK(narrow.rfind(std::string(33, '=') + "\ns FAILED\n" + std::string(33, '-') + "\n", 0) == 0);
+}
+
+TEST_CASE("make_failure: signals, plain exits, error files", "[failure_report]") {
+  TempDir dir;
+  const std::string missing = (dir.path / "none.json").string();
+  const Failure sig = make_failure(3, 1, 4242, 0, SIGKILL, 1000, missing);
+  CHECK(sig.exitcode == -9);
+  CHECK(sig.error_file == "<N/A>");
+  CHECK(sig.message == "Signal 9 (SIGKILL) received by PID 4242");
+  CHECK(sig.timestamp == 1000);
+  CHECK(failure_hint(sig).find("OOM killer") != std::string::npos);
+
+  const Failure plain = make_failure(0, 0, 7, 2, 0, 5, missing);
+  CHECK(plain.exitcode == 2);
+  CHECK(plain.message ==
+        "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
+  CHECK(failure_hint(plain).empty());
+
+  const std::string file = (dir.path / "error.json").string();
+  std::ofstream(file) << R"({"message": {"message": "ValueError: bad", "extraInfo": )"
+                         R"({"py_callstack": "Traceback:\nValueError: bad\n", "timestamp": "77"}}})";
+  const Failure rec = make_failure(1, 1, 9, 1, 0, 1000, file);
+  CHECK(rec.error_file == file);
+  CHECK(rec.timestamp == 77);
+  CHECK(rec.message == "Traceback:\n  ValueError: bad\n  ");
+}

@@ -1,0 +1,124 @@
+// The worker environment and command line, table-tested against torchrun's (reference C).
+#include <catch2/catch.hpp>
+
+#include "launcher/worker_env.h"
+
+using namespace ddprun::launcher;
+
+namespace {
+
+LaunchConfig config(int nproc) {
+  LaunchConfig c;
+  c.nproc_per_node = nproc;
+  c.max_restarts = 3;
+  c.training_script = "train.py";
+  c.script_args = {"--out=run${local_rank}", "x"};
+  c.python_exec = "/usr/bin/python3";
+  return c;
+}
+
+AttemptFacts attempt() {
+  AttemptFacts a;
+  a.info.group_rank = 1;
+  a.info.group_world_size = 2;
+  a.info.rank_base = 4;
+  a.info.world_size = 8;
+  a.info.master_addr = "127.0.0.1";
+  a.info.master_port = 29511;
+  a.info.use_agent_store = true;
+  a.run_id = "job";
+  a.restart_count = 2;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("torchrun's worker variables", "[worker_env]") {
+  const EnvMap base = {{"PATH", "/usr/bin"}, {"HOME", "/root"}};
+  const EnvMap env = worker_env(config(4), attempt(), base, 3, "/logs/attempt_2/3/error.json");
+  const EnvMap expected_subset = {
+      {"PATH", "/usr/bin"},
+      {"HOME", "/root"},
+      {"LOCAL_RANK", "3"},
+      {"RANK", "7"},
+      {"GROUP_RANK", "1"},
+      {"ROLE_RANK", "7"},
+      {"ROLE_NAME", "default"},
+      {"LOCAL_WORLD_SIZE", "4"},
+      {"WORLD_SIZE", "8"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_WORLD_SIZE", "8"},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", "29511"},
+      {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"},
+      {"TORCHELASTIC_RUN_ID", "job"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/3/error.json"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"OMP_NUM_THREADS", "1"},
+  };
+  for (const auto& [k, v] : expected_subset) {
+    CAPTURE(k);
+    REQUIRE(env.count(k) == 1);
+    CHECK(env.at(k) == v);
+  }
+  CHECK(env.size() == expected_subset.size());
+  CHECK(env.count("CUDA_VISIBLE_DEVICES") == 0);
+}
+
+TEST_CASE("user values are kept; OMP only defaulted for several workers", "[worker_env]") {
+  const EnvMap base = {{"NCCL_ASYNC_ERROR_HANDLING", "0"}, {"OMP_NUM_THREADS", "8"},
+                       {"RANK", "99"}};
+  const EnvMap env = worker_env(config(2), attempt(), base, 0, "e");
+  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
+  CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env.at("OMP_NUM_THREADS") == "8");
+  CHECK(env.at("RANK") == "4");  // the launcher's values override inherited ones
+  CHECK(defaults_omp_num_threads(config(2), {}));
+  CHECK(!defaults_omp_num_threads(config(1), {}));
+  CHECK(!defaults_omp_num_threads(config(2), base));
+  CHECK(worker_env(config(1), attempt(), {}, 0, "e").count("OMP_NUM_THREADS") == 0);
+  AttemptFacts c10d = attempt();
+  c10d.info.use_agent_store = false;
+  CHECK(worker_env(config(1), c10d, {}, 0, "e").at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+}
+
+TEST_CASE("--virtual-local-rank: LOCAL_RANK 0 and one device each", "[worker_env]") {
+  LaunchConfig c = config(3);
+  c.virtual_local_rank = true;
+  const EnvMap with = {{"CUDA_VISIBLE_DEVICES", "5,6,7"}};
+  CHECK(worker_env(c, attempt(), with, 1, "e").at("LOCAL_RANK") == "0");
+  CHECK(worker_env(c, attempt(), with, 1, "e").at("CUDA_VISIBLE_DEVICES") == "6");
+  CHECK(worker_env(c, attempt(), with, 1, "e").at("RANK") == "5");
+  CHECK(worker_env(c, attempt(), {}, 2, "e").at("CUDA_VISIBLE_DEVICES") == "2");
+  c.virtual_local_rank = false;
+  CHECK(worker_env(c, attempt(), with, 1, "e").at("CUDA_VISIBLE_DEVICES") == "5,6,7");
+}
+
+TEST_CASE("worker command lines", "[worker_env]") {
+  LaunchConfig c = config(2);
+  using V = std::vector<std::string>;
+  CHECK(worker_argv(c, 1) == V{"/usr/bin/python3", "-u", "train.py", "--out=run1", "x"});
+  c.entry = EntryKind::kPythonModule;
+  CHECK(worker_argv(c, 0) == V{"/usr/bin/python3", "-u", "-m", "train.py", "--out=run0", "x"});
+  c.entry = EntryKind::kExecutable;
+  CHECK(worker_argv(c, 0) == V{"train.py", "--out=run0", "x"});
+  c.entry = EntryKind::kPythonScript;
+  c.legacy_launch = true;
+  // torch.distributed.launch puts --local_rank right after the script.
+  CHECK(worker_argv(c, 1) ==
+        V{"/usr/bin/python3", "-u", "train.py", "--local_rank=1", "--out=run1", "x"});
+  c.use_env = true;
+  CHECK(worker_argv(c, 1) == V{"/usr/bin/python3", "-u", "train.py", "--out=run1", "x"});
+}
+
+TEST_CASE("${local_rank} substitution", "[worker_env]") {
+  CHECK(substitute_local_rank("${local_rank}", 3) == "3");
+  CHECK(substitute_local_rank("a${local_rank}b${local_rank}", 12) == "a12b12");
+  CHECK(substitute_local_rank("${local_rank", 1) == "${local_rank");
+  CHECK(substitute_local_rank("$local_rank", 1) == "$local_rank");
+  CHECK(substitute_local_rank("", 1).empty());
+  CHECK(to_env_strings({{"A", "1"}, {"B", "x=y"}}) == std::vector<std::string>{"A=1", "B=x=y"});
+}
