@@ -1,0 +1,450 @@
+// Multi-node rendezvous on real loopback sockets: each node is a thread with its own
+// handler from make_rendezvous_handler(); node 0 (--local-addr 127.0.0.1) hosts the
+// rendezvous store at the endpoint, the others connect to it.
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "rdzv_test_util.h"
+#include "rendezvous/registry.h"
+#include "rendezvous/store_rendezvous.h"
+#include "store/memory_store.h"
+#include "store/prefix_store.h"
+#include "store/tcp_store_client.h"
+
+using namespace ddprun;
+using namespace ddprun::rdzv;
+using namespace std::chrono_literals;
+using test::node_params;
+
+namespace {
+
+using Handlers = std::vector<std::unique_ptr<RendezvousHandler>>;
+
+Handlers make_all(const std::vector<RendezvousParams>& params) {
+  Handlers hs;
+  for (const auto& p : params) hs.push_back(make_rendezvous_handler(p));
+  return hs;
+}
+
+// Runs next_rendezvous() on every handler concurrently.
+std::vector<RendezvousInfo> rendezvous_all(Handlers& hs) {
+  std::vector<std::future<RendezvousInfo>> fs;
+  for (auto& h : hs) {
+    fs.push_back(std::async(std::launch::async, [&h] { return h->next_rendezvous(); }));
+  }
+  std::vector<RendezvousInfo> out;
+  for (auto& f : fs) out.push_back(f.get());
+  return out;
+}
+
+// Every node agrees on the layout; returns the group ranks in node order.
+std::vector<int> check_consistent(const std::vector<RendezvousInfo>& infos,
+                                  const std::vector<int>& nprocs) {
+  std::vector<int> ranks;
+  std::set<int> seen;
+  int world = 0;
+  for (int n : nprocs) world += n;
+  std::vector<int> base_of_rank(infos.size());
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    const auto& in = infos[i];
+    CHECK(in.group_world_size == static_cast<int>(infos.size()));
+    CHECK(in.world_size == world);
+    CHECK(in.round == infos[0].round);
+    CHECK(in.master_addr == infos[0].master_addr);
+    CHECK(in.master_port == infos[0].master_port);
+    CHECK(in.master_port != 0);
+    CHECK(in.use_agent_store);
+    CHECK(seen.insert(in.group_rank).second);
+    ranks.push_back(in.group_rank);
+  }
+  // rank_base = sum of the nproc of the lower group ranks.
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    int expect = 0;
+    for (std::size_t j = 0; j < infos.size(); ++j) {
+      if (infos[j].group_rank < infos[i].group_rank) expect += nprocs[j];
+    }
+    CHECK(infos[i].rank_base == expect);
+  }
+  return ranks;
+}
+
+std::unique_ptr<store::TcpStore> connect(const std::string& host, std::uint16_t port) {
+  store::TcpStoreOptions o;
+  o.host = host;
+  o.port = port;
+  o.timeout = 5s;
+  o.connect_timeout = 5s;
+  o.wait_for_workers = false;
+  return std::make_unique<store::TcpStore>(o);
+}
+
+}  // namespace
+
+TEST_CASE("c10d: 4 nodes complete; node 0 hosts; workers' store reachable and shared",
+          "[c10d]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(node_params("c10d", i, port, 4, 4));
+  auto hs = make_all(ps);
+  auto infos = rendezvous_all(hs);
+  check_consistent(infos, {1, 1, 1, 1});
+  // MASTER_ADDR is group rank 0's --local-addr; its store answers.
+  int r0 = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (infos[i].group_rank == 0) r0 = i;
+  }
+  CHECK(infos[0].master_addr == ps[r0].local_addr);
+  auto c = connect(infos[0].master_addr, infos[0].master_port);
+  c->set("k", "v");
+  CHECK(c->get("k") == "v");
+  for (auto& h : hs) CHECK_FALSE(h->needs_new_round());
+  for (auto& h : hs) h->shutdown();
+}
+
+TEST_CASE("c10d: --node-rank on every node is honoured; nproc may differ", "[c10d]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  std::vector<int> nprocs{2, 1, 3, 2};
+  for (int i = 0; i < 4; ++i) {
+    ps.push_back(node_params("c10d", i, port, 4, 4, nprocs[i]));
+    ps.back().node_rank = 3 - i;
+  }
+  auto hs = make_all(ps);
+  auto infos = rendezvous_all(hs);
+  auto ranks = check_consistent(infos, nprocs);
+  CHECK(ranks == std::vector<int>{3, 2, 1, 0});
+  CHECK(infos[3].rank_base == 0);
+  CHECK(infos[2].rank_base == 2);
+  CHECK(infos[1].rank_base == 5);
+  CHECK(infos[0].rank_base == 6);
+  CHECK(infos[0].world_size == 8);
+  CHECK(infos[0].master_addr == "127.0.0.4");
+}
+
+TEST_CASE("c10d: duplicate node ranks are a clear error on every node", "[c10d]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 2; ++i) {
+    ps.push_back(node_params("c10d", i, port, 2, 2));
+    ps.back().node_rank = 0;
+  }
+  auto hs = make_all(ps);
+  std::vector<std::future<std::string>> fs;
+  for (auto& h : hs) {
+    fs.push_back(std::async(std::launch::async, [&h]() -> std::string {
+      try {
+        h->next_rendezvous();
+        return "no error";
+      } catch (const RendezvousStateError& e) {
+        return e.what();
+      }
+    }));
+  }
+  for (auto& f : fs) {
+    auto msg = f.get();
+    CHECK_THAT(msg, Catch::Contains("node rank 0 is claimed by both") &&
+                        Catch::Contains("127.0.0.1:" + std::to_string(port)));
+  }
+}
+
+TEST_CASE("static: group rank = node rank, differing nproc, duplicates rejected", "[static]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 2; ++i) {
+    ps.push_back(node_params("static", i, port, 2, 2, i == 0 ? 3 : 2));
+    ps.back().endpoint.clear();
+    ps.back().master_addr = "127.0.0.1";
+    ps.back().master_port = port;
+    ps.back().node_rank = i;
+  }
+  {
+    auto hs = make_all(ps);
+    auto infos = rendezvous_all(hs);
+    auto ranks = check_consistent(infos, {3, 2});
+    CHECK(ranks == std::vector<int>{0, 1});
+    CHECK(infos[1].rank_base == 3);
+    CHECK(infos[0].master_addr == "127.0.0.1");
+    for (auto& h : hs) h->shutdown();
+  }
+  // Two nodes give the same non-zero --node-rank: every node gets a clear error.
+  {
+    auto port2 = test::free_port();
+    std::vector<RendezvousParams> qs;
+    for (int i = 0; i < 3; ++i) {
+      qs.push_back(node_params("static", i, port2, 3, 3));
+      qs.back().node_rank = i == 0 ? 0 : 1;
+    }
+    auto hs = make_all(qs);
+    std::vector<std::future<std::string>> fs;
+    for (auto& h : hs) {
+      fs.push_back(std::async(std::launch::async, [&h] {
+        try {
+          h->next_rendezvous();
+          return std::string("no error");
+        } catch (const RendezvousStateError& e) {
+          return std::string(e.what());
+        }
+      }));
+    }
+    for (auto& f : fs) {
+      CHECK_THAT(f.get(), Catch::Contains("node rank 1 is claimed by both") &&
+                              Catch::Contains("distinct --node-rank in [0, 3)"));
+    }
+  }
+  // A second node believing it is rank 0 (no --node-rank) on the same machine cannot
+  // host the store: a one-line error naming the endpoint.
+  ps[1].node_rank = -1;
+  auto h0 = make_rendezvous_handler(ps[0]);
+  auto f0 = std::async(std::launch::async, [&] {
+    try {
+      h0->next_rendezvous();
+      return std::string("no error");
+    } catch (const RendezvousError& e) {
+      return std::string(e.what());
+    }
+  });
+  REQUIRE(test::eventually([&] {
+    try {
+      connect("127.0.0.1", port);
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }));
+  auto h1 = make_rendezvous_handler(ps[1]);
+  CHECK_THROWS_WITH(h1->next_rendezvous(),
+                    Catch::Contains("127.0.0.1:" + std::to_string(port)) &&
+                        Catch::Contains("cannot host"));
+  h0->interrupt();
+  CHECK_THAT(f0.get(), Catch::Contains("interrupted"));
+}
+
+TEST_CASE("c10d MIN:MAX: last call forms a round of 3; a late node waits, then joins",
+          "[c10d][elastic]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(node_params("c10d", i, port, 2, 4));
+  Handlers first;
+  for (int i = 0; i < 3; ++i) first.push_back(make_rendezvous_handler(ps[i]));
+  auto infos = rendezvous_all(first);
+  check_consistent(infos, {1, 1, 1});
+  CHECK(infos[0].round == 0);
+
+  auto late = make_rendezvous_handler(ps[3]);
+  auto late_f = std::async(std::launch::async, [&] { return late->next_rendezvous(); });
+  REQUIRE(test::eventually([&] { return first[0]->num_nodes_waiting() > 0; }));
+  for (auto& h : first) REQUIRE(test::eventually([&] { return h->needs_new_round(); }));
+  CHECK(first[1]->num_nodes_waiting() == 1);
+  // The running nodes restart into the next round, which includes the late node.
+  auto again = rendezvous_all(first);
+  again.push_back(late_f.get());
+  check_consistent(again, {1, 1, 1, 1});
+  CHECK(again[0].round == 1);
+  for (auto& h : first) CHECK_FALSE(h->needs_new_round());
+  // At MAX, a fifth node waits without forcing a restart.
+  auto p5 = node_params("c10d", 4, port, 2, 4);
+  auto fifth = make_rendezvous_handler(p5);
+  auto fifth_f = std::async(std::launch::async, [&] {
+    try {
+      fifth->next_rendezvous();
+      return std::string("joined");
+    } catch (const RendezvousError& e) {
+      return std::string(e.what());
+    }
+  });
+  std::this_thread::sleep_for(600ms);  // > last_call and several heartbeat ticks
+  for (auto& h : first) CHECK_FALSE(h->needs_new_round());
+  CHECK(first[0]->num_nodes_waiting() == 0);
+  fifth->interrupt();
+  CHECK_THAT(fifth_f.get(), Catch::Contains("interrupted"));
+}
+
+TEST_CASE("c10d: a participant that stops heartbeating is detected; survivors go on",
+          "[c10d][elastic]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 3));
+  Handlers hs = make_all(ps);
+  // A third participant that joins round 0 the way an agent does and then goes silent,
+  // as a SIGKILLed agent would (its heartbeat counter never moves again).
+  auto fut = std::async(std::launch::async, [&] { return rendezvous_all(hs); });
+  REQUIRE(test::eventually([&] {
+    try {
+      auto c = connect("127.0.0.1", port);
+      return c->check({"ddprun/rdzv/test_job/r0/joined"});
+    } catch (const std::exception&) {
+      return false;
+    }
+  }));
+  auto ghost = std::make_shared<store::PrefixStore>("ddprun/rdzv/test_job",
+                                                    connect("127.0.0.1", port));
+  int slot = static_cast<int>(ghost->add("r0/joined", 1)) - 1;
+  nlohmann::json d{{"addr", "127.0.0.9"}, {"host", "ghost"}, {"pid", 1},
+                   {"node_rank", -1}, {"nproc", 1}};
+  ghost->multi_set({"r0/node/" + std::to_string(slot), "r0/hb/" + std::to_string(slot)},
+                   {d.dump(), "1"});
+  auto infos = fut.get();
+  CHECK(infos[0].group_world_size == 3);
+  CHECK(infos[0].world_size == 3);
+  for (auto& h : hs) REQUIRE(test::eventually([&] { return h->needs_new_round(); }, 5s));
+  auto* sr = dynamic_cast<StoreRendezvous*>(hs[0].get());
+  REQUIRE(sr != nullptr);
+  CHECK_THAT(sr->new_round_reason(), Catch::Contains("127.0.0.9") &&
+                                         Catch::Contains("missed its heartbeats"));
+  auto again = rendezvous_all(hs);
+  check_consistent(again, {1, 1});
+  CHECK(again[0].round == 1);
+}
+
+TEST_CASE("c10d: a node that shuts down is noticed at once; too few nodes time out",
+          "[c10d][elastic]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 3; ++i) {
+    ps.push_back(node_params("c10d", i, port, 3, 3));
+    ps.back().conf["join_timeout"] = "1.5";
+  }
+  Handlers hs = make_all(ps);
+  rendezvous_all(hs);
+  hs[2]->shutdown();  // a clean exit without the exit barrier: "left"
+  REQUIRE(test::eventually([&] { return hs[1]->needs_new_round(); }, 5s));
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::future<std::string>> fs;
+  for (int i = 0; i < 2; ++i) {
+    fs.push_back(std::async(std::launch::async, [&, i] {
+      try {
+        hs[i]->next_rendezvous();
+        return std::string("formed");
+      } catch (const RendezvousTimeoutError& e) {
+        return std::string(e.what());
+      }
+    }));
+  }
+  for (auto& f : fs) {
+    CHECK_THAT(f.get(), Catch::Contains("timed out") && Catch::Contains("2 of min 3"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
+TEST_CASE("closed rendezvous rejects joiners; exit barrier waits for every node",
+          "[c10d]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
+  Handlers hs = make_all(ps);
+  rendezvous_all(hs);
+  auto barrier0 = std::async(std::launch::async, [&] { return hs[0]->exit_barrier(10s); });
+  CHECK(barrier0.wait_for(300ms) == std::future_status::timeout);  // node 1 still runs
+  CHECK(hs[1]->exit_barrier(10s));
+  CHECK(barrier0.get());
+  hs[1]->set_closed();
+  CHECK(hs[0]->is_closed());
+  auto late = make_rendezvous_handler(node_params("c10d", 2, port, 2, 2));
+  CHECK_THROWS_WITH(late->next_rendezvous(),
+                    Catch::Contains("is closed: the job has ended") &&
+                        Catch::Contains("'test_job'"));
+  hs[1]->shutdown();
+  hs[0]->shutdown();
+}
+
+TEST_CASE("exit barrier returns false soon when a peer left instead", "[c10d]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
+  Handlers hs = make_all(ps);
+  rendezvous_all(hs);
+  hs[1]->shutdown();
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(hs[0]->exit_barrier(20s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
+TEST_CASE("losing the store host: the others get a connection error naming the endpoint",
+          "[c10d]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
+  Handlers hs = make_all(ps);
+  rendezvous_all(hs);
+  hs[0]->shutdown();  // node 0 hosted the rendezvous store
+  REQUIRE(test::eventually([&] { return hs[1]->needs_new_round(); }, 10s));
+  try {
+    hs[1]->next_rendezvous();
+    FAIL("expected an error");
+  } catch (const RendezvousConnectionError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("127.0.0.1:" + std::to_string(port)));
+  }
+}
+
+TEST_CASE("no store at the endpoint: connection error after join_timeout", "[c10d]") {
+  auto port = test::free_port();
+  auto p = node_params("c10d", 1, port, 2, 2);
+  p.conf["join_timeout"] = "0.5";
+  auto h = make_rendezvous_handler(p);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(h->next_rendezvous(), RendezvousConnectionError);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
+TEST_CASE("interrupt() ends a waiting next_rendezvous promptly", "[c10d]") {
+  auto port = test::free_port();
+  auto h = make_rendezvous_handler(node_params("c10d", 0, port, 2, 2));
+  auto f = std::async(std::launch::async, [&] {
+    try {
+      h->next_rendezvous();
+      return std::string("formed");
+    } catch (const RendezvousInterruptedError& e) {
+      return std::string(e.what());
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+  auto t0 = std::chrono::steady_clock::now();
+  h->interrupt();
+  CHECK_THAT(f.get(), Catch::Contains("interrupted"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+}
+
+TEST_CASE("StoreRendezvous over a MemoryStore: 16 nodes form one round", "[memory]") {
+  auto mem = std::make_shared<store::MemoryStore>();
+  Handlers hs;
+  for (int i = 0; i < 16; ++i) {
+    StoreRendezvous::Config c;
+    c.run_id = "mem";
+    c.endpoint = "memory";
+    c.min_nodes = 16;
+    c.max_nodes = 16;
+    c.advertise_addr = "127.0.0.1";
+    c.bind_addr = "127.0.0.1";
+    c.hostname = "n" + std::to_string(i);
+    c.keep_alive_interval = 100ms;
+    c.poll_slice = 20ms;
+    hs.push_back(std::make_unique<StoreRendezvous>(
+        c, [mem](auto, const auto&) {
+          return std::make_shared<store::PrefixStore>("ddprun/rdzv/mem", mem);
+        }));
+  }
+  auto infos = rendezvous_all(hs);
+  check_consistent(infos, std::vector<int>(16, 1));
+}
+
+TEST_CASE("scale: 128 c10d agents rendezvous on loopback", "[c10d][scale]") {
+  const int n = 128;
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < n; ++i) {
+    ps.push_back(node_params("c10d", 0, port, n, n));
+    ps.back().local_addr = i == 0 ? "127.0.0.1" : "127.0.1." + std::to_string(i);
+    ps.back().conf["keep_alive_interval"] = "2";
+  }
+  auto hs = make_all(ps);
+  auto t0 = std::chrono::steady_clock::now();
+  auto infos = rendezvous_all(hs);
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - t0);
+  WARN("128 agents rendezvoused in " << took.count() << " ms");
+  check_consistent(infos, std::vector<int>(n, 1));
+  for (auto it = hs.rbegin(); it != hs.rend(); ++it) (*it)->shutdown();  // host last
+}
