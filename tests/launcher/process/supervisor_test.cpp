@@ -1,0 +1,405 @@
+// ProcessSupervisor with real shell workers, real signals and pipes standing in for the
+// agent's stdout/stderr.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <map>
+#include <regex>
+
+#include "launcher/supervisor.h"
+#include "tests/launcher/process/process_test_util.h"
+
+using namespace ddprun::launcher;
+using namespace ddprun::launcher::test;
+using namespace std::chrono_literals;
+using Kind = SupervisorEvent::Kind;
+
+namespace {
+
+// A supervisor whose console is two captured pipes.
+struct Harness {
+  Harness() {
+    agent_signal_setup();
+    out = std::make_unique<PipeCapture>();
+    err = std::make_unique<PipeCapture>();
+    SupervisorOptions o;
+    o.console_stdout_fd = out->fd();
+    o.console_stderr_fd = err->fd();
+    sup = std::make_unique<ProcessSupervisor>(o);
+  }
+  // Next event that is not a timeout, or a kTimeout after `limit`.
+  SupervisorEvent next(std::chrono::milliseconds limit = 10s) { return sup->next_event(limit); }
+
+  std::unique_ptr<PipeCapture> out, err;
+  std::unique_ptr<ProcessSupervisor> sup;
+};
+
+WorkerSpec sh(int rank, const std::string& script, const std::string& prefix = "") {
+  WorkerSpec w;
+  w.local_rank = rank;
+  w.global_rank = rank + 10;
+  w.argv = {"/bin/sh", "-c", script};
+  w.env = {"PATH=/usr/bin:/bin", "RANK=" + std::to_string(rank)};
+  w.line_prefix = prefix;
+  return w;
+}
+
+struct TempDir {
+  TempDir() {
+    char t[] = "/tmp/ddprun-sup-XXXXXX";
+    REQUIRE(::mkdtemp(t) != nullptr);
+    path = t;
+  }
+  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
+  std::string path;
+};
+
+}  // namespace
+
+TEST_CASE("supervisor: exit codes and ranks are reported; no kAllSucceeded on failure",
+          "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0, "exit 0"), sh(1, "sleep 0.1; exit 1"), sh(2, "sleep 0.2; exit 77")});
+  std::map<int, WorkerExit> exits;
+  for (int i = 0; i < 3; ++i) {
+    SupervisorEvent ev = h.next();
+    REQUIRE(ev.kind == Kind::kWorkerExited);
+    exits[ev.exit.local_rank] = ev.exit;
+  }
+  CHECK(exits[0].exit_code == 0);
+  CHECK(!exits[0].failed());
+  CHECK(exits[1].exit_code == 1);
+  CHECK(exits[1].global_rank == 11);
+  CHECK(exits[2].exit_code == 77);
+  CHECK(exits[2].failed());
+  CHECK(exits[2].pid > 0);
+  CHECK(h.next(300ms).kind == Kind::kTimeout);
+  CHECK(h.sup->stop(SIGTERM, 1s).empty());
+}
+
+TEST_CASE("supervisor: a worker killed by a signal is reported with the signal",
+          "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0, "kill -SEGV $$")});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.signal == SIGSEGV);
+  CHECK(ev.exit.failed());
+}
+
+TEST_CASE("supervisor: kAllSucceeded follows the last successful exit", "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0, "exit 0"), sh(1, "sleep 0.1"), sh(2, "true")});
+  for (int i = 0; i < 3; ++i) {
+    SupervisorEvent ev = h.next();
+    REQUIRE(ev.kind == Kind::kWorkerExited);
+    CHECK(ev.exit.exit_code == 0);
+  }
+  CHECK(h.next().kind == Kind::kAllSucceeded);
+  CHECK(h.sup->live_pids().empty());
+  // A second attempt on the same supervisor works too.
+  h.sup->start({sh(0, "exit 3")});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.exit_code == 3);
+}
+
+TEST_CASE("supervisor: a failure reaches next_event promptly", "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0, "exec sleep 30"), sh(1, "exec sleep 30")});
+  std::vector<pid_t> pids = h.sup->live_pids();
+  REQUIRE(pids.size() == 2);
+  auto t0 = std::chrono::steady_clock::now();
+  ::kill(pids[1], SIGKILL);
+  SupervisorEvent ev = h.next();
+  auto latency = std::chrono::steady_clock::now() - t0;
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.signal == SIGKILL);
+  CHECK(ev.exit.local_rank == 1);
+  CHECK(latency < 500ms);  // event-driven: typically well under a millisecond
+  auto exits = h.sup->stop(SIGTERM, 2s);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].local_rank == 0);
+  CHECK(exits[0].signal == SIGTERM);
+}
+
+TEST_CASE("supervisor: stop escalates to SIGKILL after the grace period", "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0, "trap '' TERM; echo ready; while :; do sleep 0.05; done")});
+  REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
+  auto t0 = std::chrono::steady_clock::now();
+  auto exits = h.sup->stop(SIGTERM, 300ms);
+  auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].signal == SIGKILL);
+  CHECK(took >= 300ms);
+  CHECK(took < 5s);
+  CHECK(h.sup->live_pids().empty());
+}
+
+TEST_CASE("supervisor: stop returns early when the workers obey", "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0, "echo ready; exec sleep 30"), sh(1, "exec sleep 30")});
+  REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
+  auto t0 = std::chrono::steady_clock::now();
+  auto exits = h.sup->stop(SIGTERM, 20s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  REQUIRE(exits.size() == 2);
+  for (const auto& e : exits) CHECK(e.signal == SIGTERM);
+  CHECK(h.next(100ms).kind == Kind::kTimeout);  // each exit is delivered once
+}
+
+TEST_CASE("supervisor: cut_short ends the grace at once", "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0, "trap '' TERM; echo ready; while :; do sleep 0.05; done")});
+  REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
+  std::thread cutter([&] {
+    std::this_thread::sleep_for(200ms);
+    h.sup->cut_short();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto exits = h.sup->stop(SIGTERM, 30s);
+  cutter.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].signal == SIGKILL);
+}
+
+TEST_CASE("supervisor: a handled signal is reported and cuts a stop's grace short",
+          "[supervisor]") {
+  Harness h;
+  ::kill(::getpid(), SIGHUP);
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kSignal);
+  CHECK(ev.signo == SIGHUP);
+
+  h.sup->start({sh(0, "trap '' INT TERM; echo ready; while :; do sleep 0.05; done")});
+  REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
+  std::thread second_ctrl_c([] {
+    std::this_thread::sleep_for(200ms);
+    ::kill(::getpid(), SIGINT);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto exits = h.sup->stop(SIGINT, 30s);
+  second_ctrl_c.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].signal == SIGKILL);
+  ev = h.next();
+  REQUIRE(ev.kind == Kind::kSignal);
+  CHECK(ev.signo == SIGINT);
+}
+
+TEST_CASE("supervisor: stop kills grandchildren in the group, leader alive or not",
+          "[supervisor]") {
+  Harness h;
+  // Worker 0 waits for its background child; worker 1 exits at once and leaves its
+  // grandchild behind, holding the stdout pipe open.
+  h.sup->start({sh(0, "sleep 1000 & echo gc0=$!; wait"), sh(1, "sleep 1000 & echo gc1=$!")});
+  std::smatch m;
+  std::string text;
+  REQUIRE(eventually([&] {
+    text = h.out->text();
+    return std::regex_search(text, m, std::regex("gc0=\\d+\n")) &&
+           std::regex_search(text, m, std::regex("gc1=\\d+\n"));
+  }));
+  std::regex_search(text, m, std::regex("gc0=(\\d+)"));
+  pid_t gc0 = std::stoi(m[1]);
+  std::regex_search(text, m, std::regex("gc1=(\\d+)"));
+  pid_t gc1 = std::stoi(m[1]);
+  // The leader of worker 1 exits; its exit is reported although the pipe stays open.
+  SupervisorEvent ev = h.next(5s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.local_rank == 1);
+  CHECK(alive(gc0));
+  CHECK(alive(gc1));
+  auto exits = h.sup->stop(SIGTERM, 2s);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].local_rank == 0);
+  CHECK(eventually([&] { return !alive(gc0) && !alive(gc1); }, 2s));
+}
+
+TEST_CASE("supervisor: forward_signal delivers without stopping", "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0, "trap 'echo got USR1' USR1; echo ready; while :; do sleep 0.05; done")});
+  REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
+  h.sup->forward_signal(SIGUSR1);
+  CHECK(eventually([&] { return h.out->contains("got USR1\n"); }));
+  CHECK(h.sup->live_pids().size() == 1);
+  CHECK(h.next(200ms).kind == Kind::kTimeout);
+  auto exits = h.sup->stop(SIGTERM, 2s);
+  REQUIRE(exits.size() == 1);
+}
+
+TEST_CASE("supervisor: concurrent workers' console lines never interleave mid-line",
+          "[supervisor]") {
+  Harness h;
+  const int kLines = 2000;
+  std::vector<WorkerSpec> workers;
+  for (int r = 0; r < 4; ++r) {
+    // Lines of ~1000 bytes (more than PIPE_BUF in flight at once from 4 writers).
+    std::string script = "pad=$(printf '%0990d' 0); i=0; while [ $i -lt " +
+                         std::to_string(kLines) + " ]; do echo \"R" + std::to_string(r) +
+                         " L$i $pad\"; i=$((i+1)); done; echo \"err R" +
+                         std::to_string(r) + "\" >&2";
+    workers.push_back(sh(r, script, "[default" + std::to_string(r) + "]:"));
+  }
+  h.sup->start(workers);
+  int exited = 0;
+  while (exited < 4) {
+    SupervisorEvent ev = h.next();
+    REQUIRE(ev.kind != Kind::kTimeout);
+    if (ev.kind == Kind::kWorkerExited) {
+      CHECK(ev.exit.exit_code == 0);
+      ++exited;
+    }
+  }
+  CHECK(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  std::string out = h.out->finish();
+  std::string err = h.err->finish();
+  std::regex line_re("\\[default(\\d)\\]:R(\\d) L(\\d+) 0{990}");
+  std::map<int, int> next_line;
+  int bad = 0;
+  for (const auto& line : split_lines(out)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, line_re) || m[1] != m[2]) {
+      ++bad;
+      continue;
+    }
+    int r = std::stoi(m[1]);
+    if (std::stoi(m[3]) != next_line[r]) ++bad;  // per-worker order is kept
+    next_line[r] = std::stoi(m[3]) + 1;
+  }
+  CHECK(bad == 0);
+  for (int r = 0; r < 4; ++r) CHECK(next_line[r] == kLines);
+  for (int r = 0; r < 4; ++r) {
+    CHECK(err.find("[default" + std::to_string(r) + "]:err R" + std::to_string(r) + "\n") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("supervisor: the last lines of a crashing worker come before its exit event",
+          "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0,
+                   "i=1; while [ $i -le 3000 ]; do echo line$i; i=$((i+1)); done; "
+                   "echo fatal-error >&2; printf partial-last; kill -9 $$")});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.signal == SIGKILL);
+  // The supervisor wrote them before releasing the event; the capture thread may still be
+  // reading them from the pipe.
+  CHECK(eventually([&] { return h.out->contains("line2999\nline3000\npartial-last\n"); }, 2s));
+  CHECK(eventually([&] { return h.err->contains("fatal-error\n"); }, 2s));
+}
+
+TEST_CASE("supervisor: a worker printing 50 MB does not stall another's exit", "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  WorkerSpec chatty =
+      sh(0, "head -c 50000000 /dev/zero | tr '\\0' 'x' | fold -w 999; echo; sleep 30");
+  chatty.out.mode = StreamMode::kRedirect;
+  chatty.out.file = dir.path + "/0/stdout.log";
+  WorkerSpec failing = sh(1, "sleep 0.2; exit 5");
+  auto t0 = std::chrono::steady_clock::now();
+  h.sup->start({chatty, failing});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.local_rank == 1);
+  CHECK(ev.exit.exit_code == 5);
+  CHECK(std::chrono::steady_clock::now() - t0 < 4s);
+  // All 50 MB reach the file (in 999-byte lines plus newlines).
+  const std::size_t want = 50000000 + 50000000 / 999 + 1;
+  struct stat st {};
+  CHECK(eventually(
+      [&] { return ::stat(chatty.out.file.c_str(), &st) == 0 && std::size_t(st.st_size) == want; },
+      30s));
+  h.sup->stop(SIGTERM, 2s);
+}
+
+TEST_CASE("supervisor: a console that stops reading delays but never loses output",
+          "[supervisor]") {
+  Harness h;
+  h.out->set_paused(true);
+  // 8 MB to the console, far above the pipe capacity and the writer's high-water mark.
+  WorkerSpec chatty = sh(0, "head -c 8000000 /dev/zero | tr '\\0' 'y' | fold -w 99; echo done");
+  WorkerSpec failing = sh(1, "sleep 0.2; exit 9");
+  h.sup->start({chatty, failing});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);  // held at most briefly behind the jammed console
+  CHECK(ev.exit.exit_code == 9);
+  h.out->set_paused(false);
+  ev = h.next(30s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.exit_code == 0);
+  h.sup->stop(SIGTERM, 1s);
+  h.sup.reset();
+  std::string out = h.out->finish();
+  CHECK(out.size() == 8000000 + 8000000 / 99 + 5);  // fold's last partial line ends in "done"
+  CHECK(out.substr(out.size() - 5) == "done\n");
+}
+
+TEST_CASE("supervisor: redirect and tee write files; the prefix only on the console",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  WorkerSpec w = sh(0, "echo out1; echo out2; echo err1 >&2; printf no-newline", "[default0]:");
+  w.out.mode = StreamMode::kTee;
+  w.out.file = dir.path + "/attempt_0/0/stdout.log";
+  w.err.mode = StreamMode::kRedirect;
+  w.err.file = dir.path + "/attempt_0/0/stderr.log";
+  WorkerSpec hidden = sh(1, "echo secret; echo secret-err >&2", "[default1]:");
+  hidden.out.mode = StreamMode::kTee;
+  hidden.out.file = dir.path + "/attempt_0/1/stdout.log";
+  hidden.out.show_on_console = false;
+  hidden.err.show_on_console = false;
+  h.sup->start({w, hidden});
+  for (int i = 0; i < 2; ++i) REQUIRE(h.next().kind == Kind::kWorkerExited);
+  REQUIRE(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  CHECK(h.out->finish() == "[default0]:out1\n[default0]:out2\n[default0]:no-newline\n");
+  CHECK(h.err->finish().empty());
+  CHECK(slurp(w.out.file) == "out1\nout2\nno-newline\n");
+  CHECK(slurp(w.err.file) == "err1\n");
+  CHECK(slurp(hidden.out.file) == "secret\n");
+}
+
+TEST_CASE("supervisor: start failures are SpawnErrors and stop the started workers",
+          "[supervisor]") {
+  Harness h;
+  WorkerSpec good = sh(0, "echo started; exec sleep 30");
+  WorkerSpec bad = sh(1, "");
+  bad.argv = {"ddprun-no-such-worker", "--flag"};
+  CHECK_THROWS_WITH(h.sup->start({good, bad}),
+                    "cannot execute 'ddprun-no-such-worker': No such file or directory");
+  CHECK(h.sup->live_pids().empty());
+  WorkerSpec unwritable = sh(0, "true");
+  unwritable.out.mode = StreamMode::kRedirect;
+  unwritable.out.file = "/proc/ddprun-cannot-create/stdout.log";
+  CHECK_THROWS_AS(h.sup->start({unwritable}), SpawnError);
+  CHECK_THROWS_WITH(h.sup->start({unwritable}),
+                    Catch::Contains("/proc/ddprun-cannot-create/stdout.log"));
+  // The supervisor is still usable.
+  h.sup->start({sh(0, "exit 4")});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.exit_code == 4);
+}
+
+TEST_CASE("supervisor: the destructor kills and reaps leftover workers", "[supervisor]") {
+  std::vector<pid_t> pids;
+  {
+    Harness h;
+    h.sup->start({sh(0, "exec sleep 30"), sh(1, "trap '' TERM; exec sleep 30")});
+    pids = h.sup->live_pids();
+    REQUIRE(pids.size() == 2);
+  }
+  for (pid_t p : pids) {
+    errno = 0;
+    CHECK(::kill(p, 0) == -1);  // reaped, not a zombie: the pid no longer exists
+    CHECK(errno == ESRCH);
+  }
+}
