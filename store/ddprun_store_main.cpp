@@ -1,0 +1,262 @@
+// ddprun_store_main.cpp: the ddprun-store binary. `serve` runs a TcpStoreServer until
+// SIGINT/SIGTERM; the other commands inspect or change a running store (any server that
+// speaks the modern TCPStore dialect) through a TcpStore client.
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/store.h"
+#include "store/tcp_store_client.h"
+#include "store/tcp_store_server.h"
+
+namespace {
+
+using ddprun::store::escape_bytes;
+using ddprun::store::Store;
+
+constexpr int kExitFailure = 1;  // the store said no, or cannot be reached
+constexpr int kExitUsage = 2;    // bad arguments
+
+// Bad command-line input found after parsing (e.g. a malformed --addr).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ServeArgs {
+  std::string host;
+  std::uint16_t port = 29500;
+  ddprun::store::ServerOptions options;
+};
+
+struct ClientArgs {
+  std::string addr = "127.0.0.1:29500";
+  double connect_timeout_s = 5.0;
+  double timeout_s = 300.0;
+  std::string key;                // commands on one key
+  std::vector<std::string> keys;  // wait
+  std::string value;
+  std::int64_t delta = 0;
+  bool raw = false;
+};
+
+Store::Duration seconds_arg(double s) {
+  return Store::Duration(static_cast<Store::Duration::rep>(s * 1000.0));
+}
+
+// "host:port" or "[v6]:port".
+std::pair<std::string, std::uint16_t> parse_addr(const std::string& addr) {
+  std::size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw UsageError("--addr '" + addr + "' is not HOST:PORT");
+  }
+  std::string host = addr.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  std::string port_text = addr.substr(colon + 1);
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 ||
+      port > 65535) {
+    throw UsageError("--addr '" + addr + "': port must be a number in 1..65535");
+  }
+  return {host, static_cast<std::uint16_t>(port)};
+}
+
+// Lets a store serve as many connections as the hard limit allows (one fd each).
+void raise_nofile_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+      spdlog::warn("cannot raise the open-files limit to {}", lim.rlim_max);
+    }
+  }
+}
+
+int serve(ServeArgs& args) {
+  // Blocked before the io thread starts so that it inherits the mask and the signals
+  // are consumed here, synchronously, by sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  raise_nofile_limit();
+
+  args.options.host = args.host;
+  args.options.port = args.port;
+  ddprun::store::TcpStoreServer server(args.options);
+  std::uint16_t port = 0;
+  try {
+    port = server.start();
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun-store: " << e.what() << "\n";
+    return kExitFailure;
+  }
+  std::string shown = args.host.empty() ? "*" : args.host;
+  if (shown.find(':') != std::string::npos) shown = "[" + shown + "]";
+  std::printf("ddprun-store listening on %s:%u\n", shown.c_str(), static_cast<unsigned>(port));
+  std::fflush(stdout);
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  spdlog::info("ddprun-store: signal {} received, stopping", sig);
+  server.stop();
+  return 0;
+}
+
+std::unique_ptr<ddprun::store::TcpStore> connect(const ClientArgs& args) {
+  auto [host, port] = parse_addr(args.addr);
+  ddprun::store::TcpStoreOptions opts;
+  opts.host = host;
+  opts.port = port;
+  opts.connect_timeout = seconds_arg(args.connect_timeout_s);
+  opts.timeout = seconds_arg(args.timeout_s);
+  return std::make_unique<ddprun::store::TcpStore>(opts);
+}
+
+int missing_key(const std::string& key) {
+  std::cerr << "ddprun-store: key '" << escape_bytes(key) << "' does not exist\n";
+  return kExitFailure;
+}
+
+int run_client(const std::string& command, const ClientArgs& args) {
+  auto store = connect(args);
+  if (command == "keys") {
+    for (const std::string& key : store->list_keys()) std::cout << escape_bytes(key) << "\n";
+  } else if (command == "get") {
+    const std::string& key = args.key;
+    if (!store->check({key})) return missing_key(key);
+    std::string value = store->get(key);
+    if (args.raw) {
+      std::cout << value;
+    } else {
+      std::cout << escape_bytes(value) << "\n";
+    }
+  } else if (command == "set") {
+    store->set(args.key, args.value);
+  } else if (command == "add") {
+    std::cout << store->add(args.key, args.delta) << "\n";
+  } else if (command == "num-keys") {
+    std::cout << store->num_keys() << "\n";
+  } else if (command == "wait") {
+    store->wait(args.keys);
+  } else if (command == "delete") {
+    if (!store->delete_key(args.key)) return missing_key(args.key);
+  }
+  std::cout.flush();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun-store"));
+
+  CLI::App app{
+      "ddprun-store: a PyTorch-compatible TCPStore server (serves PyTorch 1.13/2.0 and 2.2+ "
+      "clients on one port) and a tool to inspect a running store."};
+  app.require_subcommand(1);
+  app.footer(
+      "Keys are shown and typed exactly as stored; PyTorch clients prepend '/' to their keys "
+      "(torch's store.set('k', ...) stores '/k').\nNon-printable bytes are shown as \\xNN.\n"
+      "Exit status: 0 success, 1 store error (unreachable, missing key, timeout), 2 bad "
+      "arguments.");
+
+  ServeArgs serve_args;
+  std::string log_level = "info";
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve",
+      "Run a store until SIGINT/SIGTERM. Prints one line, 'ddprun-store listening on "
+      "HOST:PORT', to stdout once it accepts connections.");
+  serve_cmd->add_option("--host", serve_args.host,
+                        "Address to bind (default: all interfaces, IPv6 dual-stack)");
+  serve_cmd->add_option("--port", serve_args.port, "Port to bind; 0 lets the OS choose")
+      ->capture_default_str();
+  serve_cmd->add_option("--max-connections", serve_args.options.max_connections,
+                        "Connections beyond this are closed at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd->add_option("--max-key-bytes", serve_args.options.limits.max_key_bytes)
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd->add_option("--max-value-bytes", serve_args.options.limits.max_value_bytes)
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd->add_option("--max-keys-per-request",
+                        serve_args.options.limits.max_keys_per_request)
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd->add_option("--max-request-bytes", serve_args.options.limits.max_request_bytes)
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd->add_option("--log-level", log_level)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+
+  ClientArgs client_args;
+  auto client_cmd = [&](const char* name, const char* help) {
+    CLI::App* cmd = app.add_subcommand(name, help);
+    cmd->add_option("--addr", client_args.addr, "Store address HOST:PORT")
+        ->capture_default_str()
+        ->envname("DDPRUN_STORE_ADDR");
+    cmd->add_option("--connect-timeout", client_args.connect_timeout_s,
+                    "Seconds to keep trying to connect")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    return cmd;
+  };
+  client_cmd("keys", "List every key");
+  CLI::App* get_cmd = client_cmd("get", "Print a key's value (does not wait for it)");
+  get_cmd->add_option("KEY", client_args.key, "Key")->required();
+  get_cmd->add_flag("--raw", client_args.raw, "Print the value's bytes as they are");
+  CLI::App* set_cmd = client_cmd("set", "Set a key");
+  set_cmd->add_option("KEY", client_args.key, "Key")->required();
+  set_cmd->add_option("VALUE", client_args.value, "Value")->required();
+  CLI::App* add_cmd = client_cmd("add", "Add N to a decimal counter; prints the new value");
+  add_cmd->add_option("KEY", client_args.key, "Key")->required();
+  add_cmd->add_option("N", client_args.delta, "Amount (may be negative)")->required();
+  client_cmd("num-keys", "Print the number of keys");
+  CLI::App* wait_cmd = client_cmd("wait", "Block until every KEY exists");
+  wait_cmd->add_option("KEY", client_args.keys, "Keys")->required();
+  wait_cmd->add_option("--timeout", client_args.timeout_s, "Seconds before giving up")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  CLI::App* delete_cmd = client_cmd("delete", "Delete a key");
+  delete_cmd->add_option("KEY", client_args.key, "Key")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "ddprun-store: error: " << e.what()
+              << "\nRun 'ddprun-store --help' or 'ddprun-store COMMAND --help' for usage.\n";
+    return kExitUsage;
+  }
+
+  std::string command = app.get_subcommands().front()->get_name();
+  try {
+    if (command == "serve") {
+      spdlog::set_level(spdlog::level::from_str(log_level));
+      return serve(serve_args);
+    }
+    return run_client(command, client_args);
+  } catch (const UsageError& e) {
+    std::cerr << "ddprun-store: error: " << e.what()
+              << "\nRun 'ddprun-store --help' or 'ddprun-store COMMAND --help' for usage.\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun-store: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}

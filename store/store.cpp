@@ -1,0 +1,36 @@
+// store.cpp: helpers shared by every Store implementation (message formatting).
+#include "store/store.h"
+
+namespace ddprun::store {
+
+std::string escape_bytes(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size());
+  for (unsigned char c : bytes) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  return out;
+}
+
+std::string timeout_message(std::string_view what, Store::Duration timeout,
+                            const std::vector<std::string>& keys) {
+  std::string msg(what);
+  msg += " timed out after " + std::to_string(timeout.count()) + " ms for keys: [";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i != 0) msg += ", ";
+    msg += escape_bytes(keys[i]);
+  }
+  msg += "]";
+  return msg;
+}
+
+}  // namespace ddprun::store

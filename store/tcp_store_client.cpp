@@ -1,0 +1,586 @@
+// tcp_store_client.cpp: TcpStore over a plain non-blocking POSIX socket. poll() gives
+// every read and write its deadline, which is how timed waits and the CANCEL_WAIT
+// protocol are done without a second thread.
+#include "store/tcp_store_client.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <system_error>
+
+#include "store/backoff.h"
+#include "store/protocol.h"
+#include "store/wire.h"
+
+namespace ddprun::store {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = std::optional<Clock::time_point>;  // nullopt = forever
+
+// Replies to non-waiting requests get at least this long, however short the store's
+// timeout, so a short wait timeout does not turn a busy server into a broken connection.
+constexpr Store::Duration kMinReplyWait{5000};
+// Largest reply string this client accepts (a sane bound far above the server's limits).
+constexpr std::uint64_t kMaxReplyBytes = 1ull << 32;
+
+Deadline deadline_after(Store::Duration d) {
+  if (d == Store::kNoTimeout) return std::nullopt;
+  return Clock::now() + d;
+}
+
+int poll_ms(const Deadline& deadline) {
+  if (!deadline) return -1;
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, INT_MAX));
+}
+
+std::string os_error(int err) { return std::system_category().message(err); }
+
+// One failed connection attempt that is worth retrying (refused, timed out, reset,
+// name resolution); carries the reason for the final error message.
+struct AttemptFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace
+
+// The socket and its read buffer. Every method REQUIRES the owner's mutex.
+class TcpStore::Connection {
+ public:
+  explicit Connection(std::string addr) : addr_(std::move(addr)) {}
+  ~Connection() { close_fd(); }
+
+  // One attempt: resolve, connect to each address in turn, handshake.
+  void connect_once(const std::string& host, std::uint16_t port, Deadline deadline) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    std::string service = std::to_string(port);
+    int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+    if (rc != 0) {
+      throw AttemptFailed("name resolution failed: " + std::string(::gai_strerror(rc)));
+    }
+    std::string last = "no address";
+    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      int err = connect_addr(ai, deadline);
+      if (err == 0) break;
+      last = err == ETIMEDOUT ? "connect timed out" : os_error(err);
+    }
+    ::freeaddrinfo(found);
+    if (fd_ < 0) throw AttemptFailed(last);
+    handshake(deadline);
+  }
+
+  void send(std::string_view bytes, Deadline deadline) {
+    check_open();
+    while (!bytes.empty()) {
+      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        bytes.remove_prefix(static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!poll_fd(POLLOUT, deadline)) fail_timeout("sending a request");
+        continue;
+      }
+      fail("send failed: " + os_error(errno));
+    }
+  }
+
+  // Blocks until a reply byte is buffered or readable; false when `deadline` passes.
+  bool wait_readable(Deadline deadline) {
+    check_open();
+    return rpos_ < rbuf_.size() || poll_fd(POLLIN, deadline);
+  }
+
+  std::uint8_t read_u8(Deadline deadline) {
+    std::uint8_t v = 0;
+    Decoder(take(1, deadline)).u8(v);
+    return v;
+  }
+  std::uint32_t read_u32(Deadline deadline) {
+    std::uint32_t v = 0;
+    Decoder(take(4, deadline)).u32(v);
+    return v;
+  }
+  std::int64_t read_i64(Deadline deadline) {
+    std::int64_t v = 0;
+    Decoder(take(8, deadline)).i64(v);
+    return v;
+  }
+  std::string read_bytes(Deadline deadline) {
+    std::uint64_t len = 0;
+    Decoder(take(8, deadline)).u64(len);
+    if (len > kMaxReplyBytes) {
+      fail("the store sent a " + std::to_string(len) + "-byte string (not a TCPStore?)");
+    }
+    return std::string(take(static_cast<std::size_t>(len), deadline));
+  }
+
+  // Closes the connection for good and throws StoreConnectionError with `reason`.
+  [[noreturn]] void fail(const std::string& reason) {
+    close_fd();
+    broken_ = reason;
+    throw StoreConnectionError("store " + addr_ + ": " + reason);
+  }
+  [[noreturn]] void fail_protocol(const std::string& reason) {
+    close_fd();
+    broken_ = reason;
+    throw StoreProtocolError("store " + addr_ + ": " + reason);
+  }
+  [[noreturn]] void fail_timeout(const std::string& what) {
+    close_fd();
+    broken_ = "timed out " + what;
+    throw StoreTimeoutError("store " + addr_ + ": timed out " + what +
+                            " (connection closed)");
+  }
+
+  Request& request() {
+    req_.keys.clear();
+    req_.values.clear();
+    req_.number = 0;
+    req_.nonce = 0;
+    return req_;
+  }
+  std::string& encode(const Request& req) {
+    wbuf_.clear();
+    encode_request(req, Dialect::kModern, wbuf_);
+    return wbuf_;
+  }
+
+ private:
+  // Returns 0 on success (fd_ set) or an errno value.
+  int connect_addr(const addrinfo* ai, Deadline deadline) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                      ai->ai_protocol);
+    if (fd < 0) return errno;
+    int err = 0;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS || err == EINTR) {
+        pollfd p{fd, POLLOUT, 0};
+        int n;
+        do {
+          n = ::poll(&p, 1, poll_ms(deadline));
+        } while (n < 0 && errno == EINTR);
+        socklen_t len = sizeof(err);
+        if (n == 0) {
+          err = ETIMEDOUT;
+        } else if (n < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+          err = errno;
+        }
+      }
+    }
+    if (err != 0) {
+      ::close(fd);
+      return err;
+    }
+    int one = 1;
+    // Requests are small and strictly alternate with replies: Nagle would only add delay.
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fd_ = fd;
+    return 0;
+  }
+
+  void handshake(Deadline deadline) {
+    Request& validate = request();
+    validate.op = Op::kValidate;
+    validate.nonce = kValidationMagic;
+    std::string bytes = encode(validate);
+    Request& ping = request();
+    ping.op = Op::kPing;
+    ping.nonce = static_cast<std::uint32_t>(::getpid());
+    encode_request(ping, Dialect::kModern, bytes);
+    try {
+      send(bytes, deadline);
+      std::uint32_t echo = read_u32(deadline);
+      if (echo != ping.nonce) {
+        close_fd();
+        throw StoreProtocolError("store " + addr_ + " answered PING " + std::to_string(ping.nonce) +
+                                 " with " + std::to_string(echo) + " (not a TCPStore?)");
+      }
+    } catch (const StoreConnectionError& e) {
+      broken_.clear();
+      throw AttemptFailed(std::string("handshake failed: ") + e.what());
+    } catch (const StoreTimeoutError&) {
+      broken_.clear();
+      throw AttemptFailed("handshake timed out");
+    }
+  }
+
+  void check_open() {
+    if (fd_ < 0) {
+      throw StoreConnectionError("store " + addr_ + ": connection unusable since an earlier error (" +
+                                 broken_ + ")");
+    }
+  }
+
+  // True when `events` are ready, false when the deadline passed.
+  bool poll_fd(short events, Deadline deadline) {
+    pollfd p{fd_, events, 0};
+    for (;;) {
+      int n = ::poll(&p, 1, poll_ms(deadline));
+      if (n > 0) return true;
+      if (n == 0) return false;
+      if (errno != EINTR) fail("poll failed: " + os_error(errno));
+    }
+  }
+
+  // The next `n` reply bytes; valid until the next read.
+  std::string_view take(std::size_t n, Deadline deadline) {
+    check_open();
+    if (rpos_ == rbuf_.size()) {
+      rbuf_.clear();
+      rpos_ = 0;
+    }
+    while (rbuf_.size() - rpos_ < n) {
+      if (rpos_ > 0) {
+        rbuf_.erase(0, rpos_);
+        rpos_ = 0;
+      }
+      std::size_t have = rbuf_.size();
+      std::size_t chunk = std::max<std::size_t>(n - have, 64 * 1024);
+      rbuf_.resize(have + chunk);
+      ssize_t got = ::recv(fd_, rbuf_.data() + have, chunk, 0);
+      rbuf_.resize(have + static_cast<std::size_t>(std::max<ssize_t>(got, 0)));
+      if (got > 0) continue;
+      if (got == 0) fail("the store closed the connection");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!poll_fd(POLLIN, deadline)) fail_timeout("waiting for a reply");
+        continue;
+      }
+      fail("recv failed: " + os_error(errno));
+    }
+    std::string_view out(rbuf_.data() + rpos_, n);
+    rpos_ += n;
+    return out;
+  }
+
+  void close_fd() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  int fd_ = -1;
+  std::string addr_;
+  std::string broken_;  // why the connection was given up
+  std::string rbuf_;
+  std::size_t rpos_ = 0;
+  std::string wbuf_;
+  Request req_;
+};
+
+TcpStore::TcpStore(TcpStoreOptions options) : Store(options.timeout), options_(std::move(options)) {
+  std::string addr = address();
+  Deadline deadline = deadline_after(options_.connect_timeout);
+  ExponentialBackoffWithJitter backoff({.initial_interval = Duration(50),
+                                        .randomization_factor = 0.5,
+                                        .multiplier = 1.5,
+                                        .max_interval = Duration(1000)});
+  for (;;) {
+    auto conn = std::make_unique<Connection>(addr);
+    try {
+      conn->connect_once(options_.host, options_.port, deadline);
+      conn_ = std::move(conn);
+      break;
+    } catch (const AttemptFailed& e) {
+      auto left = deadline ? std::chrono::duration_cast<Duration>(*deadline - Clock::now())
+                           : Duration::max();
+      if (left <= Duration::zero()) {
+        throw StoreConnectionError("cannot connect to store " + addr + " within " +
+                                   std::to_string(options_.connect_timeout.count()) +
+                                   " ms: " + e.what());
+      }
+      backoff.sleep_backoff(left);
+    }
+  }
+  if (options_.world_size && options_.wait_for_workers) {
+    std::int64_t joined = add("init/", 1);
+    Duration limit = timeout();
+    Deadline workers_deadline = deadline_after(limit);
+    ExponentialBackoffWithJitter poll_backoff({.initial_interval = Duration(10),
+                                               .randomization_factor = 0.5,
+                                               .multiplier = 1.5,
+                                               .max_interval = Duration(500)});
+    while (joined < *options_.world_size) {
+      if (workers_deadline && Clock::now() >= *workers_deadline) {
+        throw StoreTimeoutError("timed out after " + std::to_string(limit.count()) +
+                                " ms waiting for clients of store " + addr + ": " +
+                                std::to_string(joined) + "/" +
+                                std::to_string(*options_.world_size) + " clients joined");
+      }
+      poll_backoff.sleep_backoff();
+      joined = add("init/", 0);
+    }
+  }
+}
+
+TcpStore::~TcpStore() = default;
+
+std::string TcpStore::address() const {
+  bool v6 = options_.host.find(':') != std::string::npos;
+  return (v6 ? "[" + options_.host + "]" : options_.host) + ":" + std::to_string(options_.port);
+}
+
+namespace {
+Deadline reply_deadline(Store::Duration timeout) {
+  return timeout == Store::kNoTimeout ? Deadline() : deadline_after(std::max(timeout, kMinReplyWait));
+}
+}  // namespace
+
+void TcpStore::set(std::string_view key, std::string_view value) {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kSet;
+  req.keys.emplace_back(key);
+  req.values.emplace_back(value);
+  conn_->send(conn_->encode(req), reply_deadline(timeout()));
+}
+
+std::string TcpStore::compare_set(std::string_view key, std::string_view expected,
+                                  std::string_view desired) {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kCompareSet;
+  req.keys.emplace_back(key);
+  req.values.emplace_back(expected);
+  req.values.emplace_back(desired);
+  Deadline deadline = reply_deadline(timeout());
+  conn_->send(conn_->encode(req), deadline);
+  return conn_->read_bytes(deadline);
+}
+
+// WAIT then GET, as PyTorch's client does.
+std::string TcpStore::get(std::string_view key) {
+  std::vector<std::string> keys{std::string(key)};
+  Duration limit = timeout();
+  std::lock_guard lock(mu_);
+  wait_locked(keys, limit, "get");
+  Request& req = conn_->request();
+  req.op = Op::kGet;
+  req.keys.emplace_back(key);
+  Deadline deadline = reply_deadline(limit);
+  conn_->send(conn_->encode(req), deadline);
+  return conn_->read_bytes(deadline);
+}
+
+void TcpStore::do_wait(const std::vector<std::string>& keys, Duration timeout) {
+  std::lock_guard lock(mu_);
+  wait_locked(keys, timeout, "wait");
+}
+
+void TcpStore::wait_locked(const std::vector<std::string>& keys, Duration timeout,
+                           const char* what) {
+  Request& req = conn_->request();
+  req.op = Op::kWait;
+  req.keys = keys;
+  conn_->send(conn_->encode(req), reply_deadline(timeout));
+  await_release(keys, timeout, what);
+}
+
+// PyTorch 2.x's timed wait: on timeout send CANCEL_WAIT and read one byte; `01` means
+// canceled; `00` means the release crossed the cancel, and the `01` follows it.
+void TcpStore::await_release(const std::vector<std::string>& keys, Duration timeout,
+                             const char* what) {
+  Deadline grace = reply_deadline(timeout);
+  if (conn_->wait_readable(deadline_after(timeout))) {
+    std::uint8_t reply = conn_->read_u8(grace);
+    if (reply != kStopWaiting) {
+      conn_->fail_protocol(std::string(what) + ": expected STOP_WAITING, got " +
+                           std::to_string(reply));
+    }
+    return;
+  }
+  Request& cancel = conn_->request();
+  cancel.op = Op::kCancelWait;
+  conn_->send(conn_->encode(cancel), grace);
+  std::uint8_t reply = conn_->read_u8(grace);
+  if (reply == kStopWaiting) reply = conn_->read_u8(grace);
+  if (reply != kWaitCanceled) {
+    conn_->fail_protocol(std::string(what) + ": expected WAIT_CANCELED after CANCEL_WAIT, got " +
+                         std::to_string(reply));
+  }
+  throw StoreTimeoutError(timeout_message(what, timeout, keys));
+}
+
+std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kAdd;
+  req.keys.emplace_back(key);
+  req.number = delta;
+  Deadline deadline = reply_deadline(timeout());
+  conn_->send(conn_->encode(req), deadline);
+  try {
+    return conn_->read_i64(deadline);
+  } catch (const StoreConnectionError& e) {
+    // The server closes the connection instead of answering an invalid ADD.
+    throw StoreProtocolError("add on key " + escape_bytes(key) + " refused: " + e.what() +
+                             " (is the value a decimal integer?)");
+  }
+}
+
+bool TcpStore::check(const std::vector<std::string>& keys) {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kCheck;
+  req.keys = keys;
+  Deadline deadline = reply_deadline(timeout());
+  conn_->send(conn_->encode(req), deadline);
+  return conn_->read_u8(deadline) == kCheckReady;
+}
+
+std::int64_t TcpStore::num_keys() {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kGetNumKeys;
+  Deadline deadline = reply_deadline(timeout());
+  conn_->send(conn_->encode(req), deadline);
+  return conn_->read_i64(deadline);
+}
+
+bool TcpStore::delete_key(std::string_view key) {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kDeleteKey;
+  req.keys.emplace_back(key);
+  Deadline deadline = reply_deadline(timeout());
+  conn_->send(conn_->encode(req), deadline);
+  return conn_->read_i64(deadline) != 0;
+}
+
+void TcpStore::append(std::string_view key, std::string_view value) {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kAppend;
+  req.keys.emplace_back(key);
+  req.values.emplace_back(value);
+  conn_->send(conn_->encode(req), reply_deadline(timeout()));
+}
+
+// WAIT on every key, then MULTI_GET, as PyTorch's client does.
+std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& keys) {
+  Duration limit = timeout();
+  std::lock_guard lock(mu_);
+  wait_locked(keys, limit, "multi_get");
+  Request& req = conn_->request();
+  req.op = Op::kMultiGet;
+  req.keys = keys;
+  Deadline deadline = reply_deadline(limit);
+  conn_->send(conn_->encode(req), deadline);
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) values.push_back(conn_->read_bytes(deadline));
+  return values;
+}
+
+void TcpStore::multi_set(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) {
+    throw std::invalid_argument("multi_set: " + std::to_string(keys.size()) + " keys but " +
+                                std::to_string(values.size()) + " values");
+  }
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kMultiSet;
+  req.keys = keys;
+  req.values = values;
+  conn_->send(conn_->encode(req), reply_deadline(timeout()));
+}
+
+std::vector<std::string> TcpStore::list_keys() {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kListKeys;
+  Deadline deadline = reply_deadline(timeout());
+  conn_->send(conn_->encode(req), deadline);
+  std::int64_t n = conn_->read_i64(deadline);
+  if (n < 0) conn_->fail_protocol("LIST_KEYS: negative count " + std::to_string(n));
+  std::vector<std::string> keys;
+  for (std::int64_t i = 0; i < n; ++i) keys.push_back(conn_->read_bytes(deadline));
+  return keys;
+}
+
+void TcpStore::queue_push(std::string_view key, std::string_view value) {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kQueuePush;
+  req.keys.emplace_back(key);
+  req.values.emplace_back(value);
+  conn_->send(conn_->encode(req), reply_deadline(timeout()));
+}
+
+std::optional<std::string> TcpStore::pop_locked(std::string_view key, Duration limit) {
+  Request& req = conn_->request();
+  req.op = Op::kQueuePop;
+  req.keys.emplace_back(key);
+  Deadline deadline = reply_deadline(limit);
+  conn_->send(conn_->encode(req), deadline);
+  if (conn_->read_i64(deadline) <= 0) return std::nullopt;
+  return conn_->read_bytes(deadline);
+}
+
+// A blocking pop is WAIT(key) then POP; another client may win the item in between, so
+// it loops until its own deadline.
+std::string TcpStore::queue_pop(std::string_view key) {
+  Duration limit = timeout();
+  Deadline deadline = deadline_after(limit);
+  std::vector<std::string> keys{std::string(key)};
+  std::lock_guard lock(mu_);
+  for (;;) {
+    Duration left = limit;
+    if (deadline) {
+      left = std::chrono::duration_cast<Duration>(*deadline - Clock::now());
+      if (left <= Duration::zero()) throw StoreTimeoutError(timeout_message("queue_pop", limit, keys));
+    }
+    wait_locked(keys, left, "queue_pop");
+    if (std::optional<std::string> value = pop_locked(key, limit)) return std::move(*value);
+  }
+}
+
+std::optional<std::string> TcpStore::queue_try_pop(std::string_view key) {
+  std::lock_guard lock(mu_);
+  return pop_locked(key, timeout());
+}
+
+std::int64_t TcpStore::queue_len(std::string_view key) {
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kQueueLen;
+  req.keys.emplace_back(key);
+  Deadline deadline = reply_deadline(timeout());
+  conn_->send(conn_->encode(req), deadline);
+  return conn_->read_i64(deadline);
+}
+
+void TcpStore::barrier(std::string_view key, std::int64_t world_size) {
+  Duration limit = timeout();
+  std::lock_guard lock(mu_);
+  Request& req = conn_->request();
+  req.op = Op::kBarrier;
+  req.keys.emplace_back(key);
+  req.number = world_size;
+  conn_->send(conn_->encode(req), reply_deadline(limit));
+  try {
+    await_release({std::string(key)}, limit, "barrier");
+  } catch (const StoreConnectionError& e) {
+    throw StoreProtocolError("barrier on key " + escape_bytes(key) + " refused: " + e.what() +
+                             " (is the counter a decimal integer?)");
+  }
+}
+
+}  // namespace ddprun::store
