@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include "launcher/nproc.h"
 
@@ -103,6 +104,19 @@ constexpr OptionDef kOptions[] = {
      "With --legacy-launch: do not pass --local_rank (read LOCAL_RANK instead)"},
 };
 
+// The value placeholder shown by --help.
+const char* metavar(const std::string& dest) {
+  static const std::map<std::string, const char*> kMetavars = {
+      {"nnodes", "N|MIN:MAX"}, {"nproc_per_node", "N|cpu|gpu|auto"},
+      {"rdzv_endpoint", "HOST[:PORT]"}, {"rdzv_conf", "K=V,..."}, {"max_restarts", "N"},
+      {"monitor_interval", "SECONDS"}, {"log_dir", "DIR"}, {"redirects", "0-3|LR:V,..."},
+      {"tee", "0-3|LR:V,..."}, {"local_ranks_filter", "LR,..."}, {"node_rank", "N"},
+      {"master_port", "PORT"}, {"signals_to_handle", "SIG,..."},
+      {"shutdown_timeout", "SECONDS"}};
+  const auto it = kMetavars.find(dest);
+  return it == kMetavars.end() ? "TEXT" : it->second;
+}
+
 std::string pet_name(const char* dest) {
   std::string out = "PET_";
   for (const char* p = dest; *p; ++p) {
@@ -156,7 +170,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       "as env PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the command line wins.",
       "ddprun");
   app.formatter(std::make_shared<Formatter>());
-  app.get_formatter()->column_width(44);
+  app.get_formatter()->column_width(46);
   app.prefix_command();  // everything from the training script on belongs to the script
   app.footer(
       "positional arguments:\n"
@@ -177,7 +191,8 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       opt = app.add_flag(def.names, def.help);
     } else {
       opt = app.add_option(def.names, storage[def.dest], def.help)
-                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                ->type_name(metavar(def.dest));
     }
     opt->group(def.group);
     bound.emplace_back(&def, opt);

@@ -1,0 +1,449 @@
+#!/usr/bin/env python3
+"""Black-box tests of the built `ddprun` on one node, with real processes, real signals and
+the real PyTorch (1.13 on Debian 12).
+
+    ddprun_test.py <path to ddprun> <test name>     (ctest runs one test per process)
+    ddprun_test.py <path to ddprun> --list
+
+Workers run under PYTHON_EXEC=$DDPRUN_TEST_PYTHON. Tests that need torch exit 77 (ctest's
+SKIP_RETURN_CODE) when that interpreter has no torch. Every wait is a poll with a
+generous deadline, never a fixed sleep that a slow 2-core machine could outrun.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+WORKERS = os.path.join(HERE, "workers")
+EXAMPLES = os.path.join(REPO, "examples")
+PYTHON = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+SKIP = 77
+TESTS = {}
+
+
+def test(needs_torch=False):
+    def register(fn):
+        TESTS[fn.__name__] = (fn, needs_torch)
+        return fn
+    return register
+
+
+class Failed(Exception):
+    pass
+
+
+def check(cond, what, *context):
+    if not cond:
+        raise Failed(what + "".join(f"\n--- {c}" for c in context))
+
+
+def poll(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise Failed(f"timed out after {timeout} s waiting for: {what}")
+
+
+class Job:
+    """A temporary directory, an environment, and ways to run ddprun in them."""
+
+    def __init__(self, ddprun):
+        self.ddprun = ddprun
+        self.dir = tempfile.mkdtemp(prefix="ddprun_it_")
+        self.out = os.path.join(self.dir, "out")
+        os.mkdir(self.out)
+        self.token = "ddprun-it-token-" + os.path.basename(self.dir)
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("PET_", "TORCHELASTIC_", "LOGLEVEL"))}
+        self.env.update(PYTHON_EXEC=PYTHON, TMPDIR=self.dir)
+
+    def probe(self, *modes):
+        return [os.path.join(WORKERS, "probe.py"), self.out, self.token, *modes]
+
+    def run(self, args, timeout=120, env=None):
+        e = dict(self.env, **(env or {}))
+        p = subprocess.run([self.ddprun, *args], env=e, cwd=self.dir, capture_output=True,
+                           text=True, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+
+    def start(self, args, env=None):
+        e = dict(self.env, **(env or {}))
+        return subprocess.Popen([self.ddprun, *args], env=e, cwd=self.dir, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def envs(self):
+        out = {}
+        for name in os.listdir(self.out):
+            if name.startswith("env.") and name.endswith(".json"):
+                with open(os.path.join(self.out, name)) as f:
+                    d = json.load(f)
+                out[int(d["env"]["RANK"])] = d
+        return out
+
+    def pids(self):
+        path = os.path.join(self.out, "pids")
+        if not os.path.exists(path):
+            return {}
+        with open(path) as f:
+            return dict(line.split() for line in f if line.strip())
+
+    def job_processes(self):
+        """Live processes whose command line carries this job's token or output dir."""
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().decode(errors="replace")
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z" and (self.token in cmd or self.out in cmd):
+                found.append((int(pid), cmd.replace("\0", " ")))
+        return found
+
+    def cleanup(self):
+        for pid, _ in self.job_processes():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def has_torch():
+    r = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True)
+    return r.returncode == 0
+
+
+# ---------------------------------------------------------------------------------------
+# Real PyTorch DDP
+
+
+def ddp_job(job, nproc):
+    ckpt = os.path.join(job.dir, "ckpt")
+    rc, out, err = job.run(["--standalone", f"--nproc-per-node={nproc}",
+                            os.path.join(EXAMPLES, "ddp_train.py"), "--epochs", "2",
+                            "--samples", "1024", "--out-dir", ckpt], timeout=240)
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    check(f"training on {nproc} workers" in out, "rank 0's banner missing", out)
+    check("epoch 1: loss" in out, "per-epoch loss missing", out)
+    check("replicas identical: True" in out, "replicas differ", out, err)
+    check(os.path.exists(os.path.join(ckpt, "checkpoint.pt")), "no checkpoint")
+    check("OMP_NUM_THREADS" in err, "torchrun's OMP_NUM_THREADS notice missing", err)
+
+
+@test(needs_torch=True)
+def ddp_two_workers(job):
+    ddp_job(job, 2)
+
+
+@test(needs_torch=True)
+def ddp_four_workers(job):
+    ddp_job(job, 4)
+
+
+@test(needs_torch=True)
+def legacy_local_rank(job):
+    rc, out, err = job.run(["--legacy-launch", "--nproc_per_node=2",
+                            os.path.join(EXAMPLES, "legacy_local_rank.py"), "--steps", "2"])
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    for r in (0, 1):
+        check(f"local_rank={r} rank={r} same_as_rank0=True" in out, f"rank {r} line", out, err)
+
+
+@test(needs_torch=True)
+def restart_resets_store(job):
+    rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=1",
+                            os.path.join(WORKERS, "store_restart.py"), job.out], timeout=180)
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    check("restarting (1/1 restarts)" in err, "restart not logged", err)
+    for r in (0, 1):
+        path = os.path.join(job.out, f"attempt1.{r}")
+        check(os.path.exists(path), f"rank {r} did not finish attempt 1", out, err)
+        with open(path) as f:
+            text = f.read().strip()
+        check(text == "stale= same_grad=True", f"rank {r} saw '{text}'")
+
+
+@test(needs_torch=True)
+def failure_report_with_traceback(job):
+    rc, out, err = job.run(["--nproc-per-node=2", os.path.join(EXAMPLES, "failing_worker.py"),
+                            "--fail-rank", "1"])
+    check(rc == 1, f"ddprun exited {rc}, expected 1", out, err)
+    lines = err.splitlines()
+    check("failing_worker.py FAILED" in err, "title missing", err)
+    check("Root Cause (first observed failure):" in lines, "root cause header missing", err)
+    check("  rank      : 1 (local_rank: 1)" in lines, "root cause rank", err)
+    check(any(l.startswith("  exitcode  : 1 (pid: ") for l in lines), "exitcode line", err)
+    check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
+    ef = [l for l in lines if l.startswith("  error_file: ")]
+    check(ef and ef[0].endswith("/attempt_0/1/error.json") and os.path.exists(ef[0][14:]),
+          "error_file", err)
+    check("=" * 60 in lines, "border", err)
+
+
+@test(needs_torch=True)
+def agent_error_file_copy(job):
+    agent_file = os.path.join(job.dir, "agent_error.json")
+    rc, out, err = job.run(["--nproc-per-node=1", os.path.join(EXAMPLES, "failing_worker.py"),
+                            "--fail-rank", "0"], env={"TORCHELASTIC_ERROR_FILE": agent_file})
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    with open(agent_file) as f:
+        data = json.load(f)
+    check(data["message"]["errorCode"] == 1, "errorCode", json.dumps(data))
+    check("ValueError" in data["message"]["message"], "message", json.dumps(data))
+
+
+# ---------------------------------------------------------------------------------------
+# Environment, command line, exit codes (no torch needed: the probe is plain Python)
+
+
+@test()
+def worker_environment(job):
+    rc, out, err = job.run(["--nproc-per-node=3", "--max-restarts=2", "--rdzv-id=envjob",
+                            "--master-port=0", *job.probe(), "a${local_rank}b", "--x"],
+                           env={"NCCL_ASYNC_ERROR_HANDLING": "7", "OMP_NUM_THREADS": "2"})
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    envs = job.envs()
+    check(sorted(envs) == [0, 1, 2], f"ranks {sorted(envs)}")
+    ports = {d["env"]["MASTER_PORT"] for d in envs.values()}
+    check(len(ports) == 1 and int(ports.pop()) > 0, "one MASTER_PORT, bound by the agent")
+    for r, d in envs.items():
+        e = d["env"]
+        expected = {
+            "RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0", "ROLE_RANK": str(r),
+            "ROLE_NAME": "default", "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "3",
+            "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1",
+            "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "2",
+            "TORCHELASTIC_RUN_ID": "envjob", "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "NCCL_ASYNC_ERROR_HANDLING": "7", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+            "OMP_NUM_THREADS": "2", "TMPDIR": job.dir,
+        }
+        for k, v in expected.items():
+            check(e.get(k) == v, f"rank {r}: {k}={e.get(k)!r}, expected {v!r}")
+        check(e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"), "error file")
+        check(os.path.isdir(os.path.dirname(e["TORCHELASTIC_ERROR_FILE"])), "error file dir")
+        check(d["argv"][-2:] == [f"a{r}b", "--x"], f"argv {d['argv']}")
+        check(d["pgid"] == d["pid"] and d["sid"] == d["pid"], "worker is its own session")
+    check("OMP_NUM_THREADS" not in err, "no OMP notice when the user set it", err)
+
+
+@test()
+def exit_codes(job):
+    rc, out, err = job.run(["--nproc-per-node=2", *job.probe()])
+    check(rc == 0, f"success gave {rc}", err)
+    rc, out, err = job.run(["--nproc-per-node=2", *job.probe("rank=1", "exit=3")])
+    check(rc == 1, f"a worker exiting 3 gave {rc}, expected 1", err)
+    check("  exitcode  : 3 (pid: " in err and "To enable traceback see:" in err, "report", err)
+    check("  error_file: <N/A>" in err, "no error file", err)
+    rc, out, err = job.run(["--nproc-per-node=1", "--no-python", "sh", "-c", "kill -9 $$"])
+    check(rc == 1, f"a SIGKILLed worker gave {rc}", err)
+    check("  exitcode  : -9 (pid: " in err, "negative signal exit code", err)
+    check("Signal 9 (SIGKILL) received by PID" in err, "signal message", err)
+    check("OOM killer" in err, "SIGKILL hint", err)
+    rc, out, err = job.run(["--no-python", "definitely-not-a-program-xyz"])
+    check(rc == 1, f"exec failure gave {rc}", err)
+    check("definitely-not-a-program-xyz" in err, "exec failure names the program", err)
+
+
+@test()
+def restart_count_increments(job):
+    rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=3",
+                            *job.probe("rank=1", "fail-first")])
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    envs = job.envs()  # the last attempt's dump wins
+    for r in (0, 1):
+        check(envs[r]["env"]["TORCHELASTIC_RESTART_COUNT"] == "1", "restart count", err)
+        check("/attempt_1/" in envs[r]["env"]["TORCHELASTIC_ERROR_FILE"], "attempt dir")
+    rc, out, err = job.run(["--nproc-per-node=1", *job.probe("exit=5")])
+    check(rc == 1, "no restarts left", err)
+
+
+@test()
+def bad_command_lines(job):
+    marker_script = os.path.join(job.dir, "touch.py")
+    with open(marker_script, "w") as f:
+        f.write(f"open({os.path.join(job.out, 'spawned')!r}, 'w').close()\n")
+    cases = [
+        (["--bogus-flag", marker_script], "--bogus-flag"),
+        (["--nnodes=0", marker_script], "--nnodes"),
+        (["--nnodes=3:2", marker_script], "--nnodes"),
+        (["--nproc-per-node=many", marker_script], "--nproc-per-node"),
+        (["--max-restarts=-1", marker_script], "--max-restarts"),
+        (["--rdzv-conf=a=1,broken", marker_script], "broken"),
+        ([], "training_script"),
+        ([os.path.join(job.dir, "nope.py")], "nope.py"),
+        (["--no-python", "-m", marker_script], "--no-python"),
+        (["--nproc-per-node"], "--nproc-per-node"),
+    ]
+    for args, needle in cases:
+        rc, out, err = job.run(args, timeout=30)
+        lines = err.splitlines()
+        check(rc == 2, f"{args}: exit {rc}, expected 2", err)
+        check(len(lines) == 2 and lines[0].startswith("ddprun: error: ") and needle in lines[0],
+              f"{args}: expected one error line naming {needle}", err)
+        check("usage:" in lines[1], f"{args}: usage hint", err)
+        check(out == "", f"{args}: nothing on stdout", out)
+    rc, out, err = job.run(["--help"], timeout=30)
+    check(rc == 0 and "--nproc-per-node" in out and "--rdzv-endpoint" in out, "--help", out)
+    check(not os.path.exists(os.path.join(job.out, "spawned")), "a worker was spawned")
+    # Script arguments that look like ddprun options are the script's.
+    rc, out, err = job.run([marker_script, "--nnodes=0", "--bogus"], timeout=60)
+    check(rc == 0, f"options after the script were parsed by ddprun ({rc})", err)
+
+
+@test()
+def tee_redirect_and_log_dir(job):
+    logs = os.path.join(job.dir, "logs")
+    rc, out, err = job.run(["--nproc-per-node=2", "--log-dir", logs, "--tee=3",
+                            "--redirects=0:0,1:1", *job.probe("print=hello")])
+    check(rc == 0, f"ddprun exited {rc}", err)
+    out_lines, err_lines = out.splitlines(), err.splitlines()
+    check("[default0]:hello" in out_lines and "[default1]:hello" in out_lines, "tee stdout", out)
+    check("[default0]:err:hello" in err_lines, "tee stderr", err)
+    runs = os.listdir(logs)
+    check(len(runs) == 1, f"one run dir, got {runs}")
+    check(all(r.startswith(job.envs()[0]["env"]["TORCHELASTIC_RUN_ID"] + "_") for r in runs),
+          "run dir named <run_id>_*", str(runs))
+    base = os.path.join(logs, runs[0], "attempt_0")
+    for r in (0, 1):
+        with open(os.path.join(base, str(r), "stdout.log")) as f:
+            check(f.read() == "hello\n", f"rank {r} stdout.log is unprefixed")
+        with open(os.path.join(base, str(r), "stderr.log")) as f:
+            check(f.read() == "err:hello\n", f"rank {r} stderr.log")
+
+    rc, out, err = job.run(["--nproc-per-node=2", "--log-dir", logs, "-r", "1",
+                            *job.probe("print=quiet")])
+    check(rc == 0 and "quiet" not in out, "redirected stdout stays off the console", out)
+    check(err.count("err:quiet") == 2, "stderr not redirected", err)
+    rc, out, err = job.run(["--nproc-per-node=1", "--log-dir", "/dev/null", "-t", "3",
+                            *job.probe("print=devnull")])
+    check(rc == 0 and "[default0]:devnull" in out, "--log-dir /dev/null tees to console", out)
+    rc, out, err = job.run(["--nproc-per-node=1", "-t", "1", *job.probe("print=tpl")],
+                           env={"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<${role_name}:${rank}>"})
+    check("<default:0>tpl" in out.splitlines(), "prefix template", out)
+
+
+@test()
+def local_ranks_filter(job):
+    rc, out, err = job.run(["--nproc-per-node=3", "--local-ranks-filter=1",
+                            *job.probe("print=line")])
+    check(rc == 0, f"ddprun exited {rc}", err)
+    check(out.splitlines() == ["line"], "only rank 1's stdout on the console", out)
+    check(err.count("err:line") == 1, "only rank 1's stderr on the console", err)
+
+
+# ---------------------------------------------------------------------------------------
+# Signals and orphans
+
+
+def start_sleepers(job, extra_args=(), modes=("grandchild", "trap", "sleep"), nproc=2):
+    p = job.start(["--nproc-per-node", str(nproc), *extra_args, *job.probe(*modes)])
+    poll(lambda: all(os.path.exists(os.path.join(job.out, f"ready.{r}")) for r in range(nproc)),
+         60, "workers ready")
+    return p
+
+
+def stop_with(job, signo):
+    p = start_sleepers(job, ["--shutdown-timeout=20"])
+    p.send_signal(signo)
+    out, err = p.communicate(timeout=60)
+    name = signal.Signals(signo).name
+    check(p.returncode == 1, f"ddprun exited {p.returncode} after {name}, expected 1", err)
+    for r in (0, 1):
+        check(os.path.exists(os.path.join(job.out, f"got.{r}.{name}")),
+              f"worker {r} did not get {name}", err)
+    check(name in err, f"the agent does not name {name}", err)
+    poll(lambda: not job.job_processes(), 10, "no process of the job left (grandchildren)")
+
+
+@test()
+def sigterm_reaches_workers_and_grandchildren(job):
+    stop_with(job, signal.SIGTERM)
+
+
+@test()
+def sigint_reaches_workers_and_grandchildren(job):
+    stop_with(job, signal.SIGINT)
+
+
+@test()
+def sigusr1_forwarded_without_teardown(job):
+    p = start_sleepers(job, ["--signals-to-handle=SIGTERM,SIGINT,SIGUSR1"],
+                       modes=("usr1-exit", "sleep"))
+    p.send_signal(signal.SIGUSR1)
+    out, err = p.communicate(timeout=60)
+    check(p.returncode == 0, f"ddprun exited {p.returncode}: workers exited 0 on SIGUSR1", err)
+    for r in (0, 1):
+        check(os.path.exists(os.path.join(job.out, f"got.{r}.SIGUSR1")), f"worker {r}", err)
+
+
+@test()
+def kill_9_leaves_no_orphans(job):
+    p = start_sleepers(job, modes=("grandchild", "sleep"))
+    check(len(job.job_processes()) >= 4, "2 workers and 2 grandchildren running",
+          str(job.job_processes()))
+    p.kill()
+    p.communicate(timeout=30)
+    t0 = time.monotonic()
+    poll(lambda: not job.job_processes(), 10, "every worker and grandchild gone")
+    took = time.monotonic() - t0
+    check(took < 5, f"orphans survived {took:.1f} s")
+
+
+@test()
+def second_sigint_cuts_the_grace(job):
+    # The workers ignore SIGINT and SIGTERM, so the first SIGINT starts a 60 s grace period
+    # and only the second one can end it early (then SIGKILL).
+    p = job.start(["--nproc-per-node=2", "--shutdown-timeout=60", "--no-python", "sh", "-c",
+                   f"trap '' INT TERM; touch {job.out}/ready.$RANK; "
+                   f"while :; do sleep 0.2; done; : {job.token}"])
+    poll(lambda: all(os.path.exists(os.path.join(job.out, f"ready.{r}")) for r in (0, 1)),
+         60, "workers ready")
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=40)
+    check(p.returncode == 1, f"exit {p.returncode}", err)
+    check(time.monotonic() - t0 < 30, "the second SIGINT did not cut the grace period", err)
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    ddprun, name = sys.argv[1], sys.argv[2]
+    if name == "--list":
+        print("\n".join(TESTS))
+        return 0
+    fn, needs_torch = TESTS[name]
+    if needs_torch and not has_torch():
+        print(f"SKIP: {PYTHON} has no torch")
+        return SKIP
+    job = Job(os.path.abspath(ddprun))
+    try:
+        fn(job)
+    except Failed as e:
+        print(f"FAIL {name}: {e}")
+        return 1
+    finally:
+        job.cleanup()
+    print(f"PASS {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
