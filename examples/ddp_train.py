@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small but real DistributedDataParallel training job, CPU/gloo, for ddprun or torchrun.
 
-    ddprun --standalone --nproc-per-node=4 examples/ddp_train.py --epochs 3 --out-dir /tmp/ckpt
+    ddprun --standalone --nproc-per-node=4 examples/ddp_train.py --out-dir /tmp/ckpt
 
 Every worker builds the same synthetic classification data set (a fixed seed: 16 features,
 4 classes separated by a random linear teacher), trains an MLP wrapped in DDP on its
@@ -25,8 +25,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--samples", type=int, default=4096)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--samples", type=int, default=32768)
     p.add_argument("--batch-size", type=int, default=64, help="per worker")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--out-dir", default="", help="rank 0 saves checkpoint.pt here")
