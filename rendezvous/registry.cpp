@@ -136,8 +136,9 @@ std::unique_ptr<RendezvousHandler> finish(StoreRendezvous::Config config,
   auto connect = [rs](Clock::time_point deadline, const std::atomic<bool>& interrupted) {
     return rs->connect(deadline, interrupted);
   };
-  return std::make_unique<StoreRendezvous>(std::move(config), connect,
-                                           [rs] { rs->shutdown(); });
+  return std::make_unique<StoreRendezvous>(
+      std::move(config), connect, [rs] { rs->shutdown(); },
+      [rs] { return rs->server != nullptr; });
 }
 
 std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {

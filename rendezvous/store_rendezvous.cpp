@@ -84,9 +84,10 @@ std::vector<StoreRendezvous::Member> StoreRendezvous::Liveness::observe(
 }
 
 StoreRendezvous::StoreRendezvous(Config config, Connect connect,
-                                 std::function<void()> on_shutdown)
+                                 std::function<void()> on_shutdown,
+                                 std::function<bool()> hosts_store)
     : config_(std::move(config)), connect_(std::move(connect)),
-      on_shutdown_(std::move(on_shutdown)) {}
+      on_shutdown_(std::move(on_shutdown)), hosts_store_(std::move(hosts_store)) {}
 
 StoreRendezvous::~StoreRendezvous() { shutdown(); }
 
@@ -343,7 +344,7 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
           " nodes" + (retired ? "" : " (the previous round's nodes never left it)"));
     }
     if (now >= next_log) {
-      log_progress(r, deadline);
+      log_progress(r, deadline, retired);
       next_log = now + config_.progress_interval;
     }
     count = store_->add(rk(r, "joined"), 0);
@@ -435,7 +436,7 @@ std::vector<int> StoreRendezvous::assign_group_ranks(const std::vector<NodeDesc>
   return ranks;
 }
 
-void StoreRendezvous::log_progress(int r, Clock::time_point deadline) {
+void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retired) {
   std::int64_t count = store_->add(rk(r, "joined"), 0);
   std::vector<std::string> present;
   for (int s = 0; s < count; ++s) {
@@ -473,6 +474,9 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline) {
     missing = missing.empty() ? "" : "; missing node ranks: " + missing;
   } else if (count < config_.min_nodes) {
     missing = "; waiting for " + std::to_string(config_.min_nodes - count) + " more";
+  } else if (!retired) {
+    missing = "; round " + std::to_string(r - 1) +
+              " is still running (full, or its nodes have not left it yet)";
   } else {
     missing = "; in last call for up to " + std::to_string(config_.max_nodes - count) + " more";
   }
@@ -611,8 +615,17 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
       if (all_done) return true;
       if (!any_alive) return false;  // the rest left or died: nobody else will come
       if (Clock::now() >= deadline) {
-        spdlog::warn("{}: exit barrier timed out waiting for [{}]", where(), pending);
-        return false;
+        if (!(hosts_store_ && hosts_store_())) {
+          spdlog::warn("{}: exit barrier timed out waiting for [{}]", where(), pending);
+          return false;
+        }
+        // The rendezvous store lives in this process: leaving now would fail the nodes
+        // that are still running (their heartbeats would lose the store).
+        if (Clock::now() >= next_log) {
+          spdlog::info("{}: keeping the rendezvous store up for the nodes still running: [{}]",
+                       where(), pending);
+          next_log = Clock::now() + std::max<Ms>(config_.progress_interval, Ms(30'000));
+        }
       }
       if (Clock::now() >= next_log) {
         spdlog::info("{}: waiting at the exit barrier for [{}]; {} s left", where(), pending,

@@ -62,8 +62,11 @@ class StoreRendezvous final : public RendezvousHandler {
       Clock::time_point deadline, const std::atomic<bool>& interrupted)>;
 
   // `on_shutdown` runs once in shutdown() (the registry stops a hosted rendezvous store
-  // there).
-  StoreRendezvous(Config config, Connect connect, std::function<void()> on_shutdown = {});
+  // there). `hosts_store` tells whether this agent hosts the rendezvous store: such an
+  // agent's exit_barrier() keeps waiting past its timeout while peers still heartbeat,
+  // so the store does not vanish under running nodes.
+  StoreRendezvous(Config config, Connect connect, std::function<void()> on_shutdown = {},
+                  std::function<bool()> hosts_store = {});
   ~StoreRendezvous() override;
 
   // Leaves the current round (if any) and joins the next one: blocks until a round
@@ -110,7 +113,7 @@ class StoreRendezvous final : public RendezvousHandler {
   bool round_retired(int r);
   std::vector<NodeDesc> read_descs(int r, int count);
   std::vector<int> assign_group_ranks(const std::vector<NodeDesc>& descs);
-  void log_progress(int r, Clock::time_point deadline);
+  void log_progress(int r, Clock::time_point deadline, bool retired);
   void check_interrupted();
   void check_closed();
   std::string where() const;  // "rendezvous '<id>' (<backend> at <endpoint>)"
@@ -123,6 +126,7 @@ class StoreRendezvous final : public RendezvousHandler {
   Config config_;
   Connect connect_;
   std::function<void()> on_shutdown_;
+  std::function<bool()> hosts_store_;
   std::shared_ptr<store::Store> store_;     // agent thread (and is_closed/set_closed)
   std::shared_ptr<store::Store> hb_store_;  // heartbeat thread
   std::unique_ptr<store::TcpStoreServer> workers_server_;

@@ -448,3 +448,18 @@ TEST_CASE("scale: 128 c10d agents rendezvous on loopback", "[c10d][scale]") {
   check_consistent(infos, std::vector<int>(n, 1));
   for (auto it = hs.rbegin(); it != hs.rend(); ++it) (*it)->shutdown();  // host last
 }
+
+TEST_CASE("the store host stays in the exit barrier past its timeout while peers run",
+          "[c10d]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
+  Handlers hs = make_all(ps);
+  rendezvous_all(hs);
+  auto host = std::async(std::launch::async, [&] { return hs[0]->exit_barrier(100ms); });
+  CHECK(host.wait_for(600ms) == std::future_status::timeout);
+  CHECK_FALSE(hs[1]->needs_new_round());  // node 1 still sees the store
+  auto peer = std::async(std::launch::async, [&] { return hs[1]->exit_barrier(100ms); });
+  CHECK(peer.get());
+  CHECK(host.get());
+}
