@@ -466,6 +466,15 @@ void TcpStoreServer::reset() {
   done.get_future().wait();
 }
 
+std::size_t TcpStoreServer::pending_waits() {
+  std::lock_guard lock(impl_->lifecycle_mu);
+  Impl* impl = impl_.get();
+  if (!impl->running) return impl->kv.pending_waits();
+  std::promise<std::size_t> count;
+  asio::post(impl->ioc, [impl, &count] { count.set_value(impl->kv.pending_waits()); });
+  return count.get_future().get();
+}
+
 std::uint16_t TcpStoreServer::port() const { return impl_->port.load(); }
 
 std::size_t TcpStoreServer::connection_count() const {

@@ -49,6 +49,10 @@ class TcpStoreServer {
   // Number of open client connections (for tests and the launcher's diagnostics).
   std::size_t connection_count() const;
 
+  // Pending WAIT and BARRIER registrations (for tests and diagnostics). Blocks until the
+  // io thread has answered. REQUIRES: not called on the io thread.
+  std::size_t pending_waits();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

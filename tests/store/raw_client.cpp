@@ -1,0 +1,184 @@
+// raw_client.cpp: see raw_client.h.
+#include "tests/store/raw_client.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include "store/wire.h"
+
+namespace ddprun::store::testing {
+
+Request make_request(Op op, std::vector<std::string> keys, std::vector<std::string> values,
+                     std::int64_t number) {
+  Request r;
+  r.op = op;
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  r.number = number;
+  if (op == Op::kValidate) r.nonce = kValidationMagic;
+  if (op == Op::kPing) r.nonce = static_cast<std::uint32_t>(number);
+  return r;
+}
+
+std::string encode(const Request& req, Dialect dialect) {
+  std::string out;
+  encode_request(req, dialect, out);
+  return out;
+}
+
+std::string encode(Op op, Dialect dialect, std::vector<std::string> keys,
+                   std::vector<std::string> values, std::int64_t number) {
+  return encode(make_request(op, std::move(keys), std::move(values), number), dialect);
+}
+
+std::size_t raise_fd_limit() {
+  rlimit lim{};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  return static_cast<std::size_t>(lim.rlim_cur);
+}
+
+RawClient::RawClient(std::uint16_t port) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error(std::string("connect: ") + std::strerror(err));
+  }
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+RawClient::~RawClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+RawClient::RawClient(RawClient&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+void RawClient::send(std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error(std::string("send: ") + std::strerror(errno));
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+void RawClient::send_bytewise(std::string_view bytes) {
+  for (char c : bytes) send(std::string_view(&c, 1));
+}
+
+void RawClient::send(Op op, Dialect dialect, std::vector<std::string> keys,
+                     std::vector<std::string> values, std::int64_t number) {
+  send(encode(op, dialect, std::move(keys), std::move(values), number));
+}
+
+std::optional<std::string> RawClient::read_exact(std::size_t n,
+                                                 std::chrono::milliseconds timeout) {
+  std::string out(n, '\0');
+  std::size_t have = 0;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (have < n) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    int ready = ::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return std::nullopt;
+    ssize_t got = ::recv(fd_, out.data() + have, n - have, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return std::nullopt;
+    have += static_cast<std::size_t>(got);
+  }
+  return out;
+}
+
+namespace {
+std::string need(std::optional<std::string> got, const char* what) {
+  if (!got) throw std::runtime_error(std::string("no reply (EOF or timeout) reading ") + what);
+  return std::move(*got);
+}
+}  // namespace
+
+std::uint8_t RawClient::read_u8(std::chrono::milliseconds timeout) {
+  std::uint8_t v = 0;
+  Decoder(need(read_exact(1, timeout), "u8")).u8(v);
+  return v;
+}
+
+std::uint32_t RawClient::read_u32() {
+  std::uint32_t v = 0;
+  Decoder(need(read_exact(4), "u32")).u32(v);
+  return v;
+}
+
+std::int64_t RawClient::read_i64() {
+  std::int64_t v = 0;
+  Decoder(need(read_exact(8), "i64")).i64(v);
+  return v;
+}
+
+std::string RawClient::read_bytes() {
+  std::uint64_t len = 0;
+  Decoder(need(read_exact(8), "length")).u64(len);
+  if (len > (1u << 30)) throw std::runtime_error("absurd reply length");
+  return need(read_exact(static_cast<std::size_t>(len)), "bytes");
+}
+
+bool RawClient::closed_by_server(std::chrono::milliseconds timeout) {
+  pollfd p{fd_, POLLIN, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  } while (ready < 0 && errno == EINTR);
+  if (ready <= 0) return false;
+  char c;
+  ssize_t got = ::recv(fd_, &c, 1, 0);
+  return got == 0 || (got < 0 && errno == ECONNRESET);
+}
+
+bool RawClient::silent_for(std::chrono::milliseconds timeout) {
+  pollfd p{fd_, POLLIN, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  } while (ready < 0 && errno == EINTR);
+  return ready == 0;
+}
+
+void RawClient::handshake() {
+  std::string bytes = encode(Op::kValidate, Dialect::kModern);
+  bytes += encode(Op::kPing, Dialect::kModern, {}, {}, 0x1234);
+  send(bytes);
+  if (read_u32() != 0x1234) throw std::runtime_error("bad PING echo");
+}
+
+void RawClient::expect_ping_echo(std::uint32_t nonce) {
+  send(Op::kPing, Dialect::kModern, {}, {}, nonce);
+  std::uint32_t echo = read_u32();
+  if (echo != nonce) {
+    throw std::runtime_error("expected PING echo " + std::to_string(nonce) + ", got " +
+                             std::to_string(echo));
+  }
+}
+
+}  // namespace ddprun::store::testing

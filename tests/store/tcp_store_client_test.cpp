@@ -1,0 +1,160 @@
+// tcp_store_client_test.cpp: TcpStore's connection handling: connect errors name the
+// address and the OS reason, retries until a late server appears, wait_for_workers
+// counting, and a peer that is not a TCPStore.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "store/tcp_store_client.h"
+#include "store/tcp_store_server.h"
+
+namespace ddprun::store {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A port that nothing listens on: bound (so nobody else takes it) but never listening.
+struct ClosedPort {
+  ClosedPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+  }
+  ~ClosedPort() { ::close(fd); }
+  int fd;
+  std::uint16_t port;
+};
+
+TcpStoreOptions client(std::uint16_t port, Store::Duration connect_timeout = 30s,
+                       Store::Duration timeout = 30s, const char* host = "127.0.0.1") {
+  TcpStoreOptions opts;
+  opts.host = host;
+  opts.port = port;
+  opts.connect_timeout = connect_timeout;
+  opts.timeout = timeout;
+  return opts;
+}
+
+ServerOptions loopback(std::uint16_t port = 0) {
+  ServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.port = port;
+  return opts;
+}
+
+TEST_CASE("TcpStore: connection refused names host:port and the reason", "[client][net]") {
+  ClosedPort closed;
+  try {
+    TcpStore store(client(closed.port, 300ms));
+    FAIL("connected to a closed port");
+  } catch (const StoreConnectionError& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("127.0.0.1:" + std::to_string(closed.port)) != std::string::npos);
+    CHECK(msg.find("refused") != std::string::npos);
+  }
+}
+
+TEST_CASE("TcpStore: name resolution failure is reported", "[client][net]") {
+  try {
+    TcpStore store(client(1, 100ms, 30s, "no-such-host.invalid"));
+    FAIL("resolved an .invalid name");
+  } catch (const StoreConnectionError& e) {
+    CHECK(std::string(e.what()).find("name resolution") != std::string::npos);
+  }
+}
+
+TEST_CASE("TcpStore: keeps retrying until a late server listens", "[client][net]") {
+  std::uint16_t port;
+  {
+    TcpStoreServer probe(loopback());
+    port = probe.start();
+  }  // the port is free again; the server below takes it after the client started trying
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread late([&] {
+    std::this_thread::sleep_for(300ms);
+    server = std::make_unique<TcpStoreServer>(loopback(port));
+    server->start();
+  });
+  TcpStore store(client(port));
+  late.join();
+  store.set("k", "v");
+  CHECK(store.get("k") == "v");
+}
+
+TEST_CASE("TcpStore: wait_for_workers counts clients in init/", "[client][net]") {
+  TcpStoreServer server(loopback());
+  std::uint16_t port = server.start();
+  TcpStoreOptions opts = client(port);
+  opts.world_size = 2;
+  std::thread second([&] { TcpStore other(opts); });
+  TcpStore first(opts);
+  second.join();
+  TcpStore plain(client(port));
+  CHECK(plain.get("init/") == "2");
+
+  opts.world_size = 5;
+  opts.timeout = 200ms;
+  try {
+    TcpStore lonely(opts);
+    FAIL("wait_for_workers returned");
+  } catch (const StoreTimeoutError& e) {
+    CHECK(std::string(e.what()).find("3/5 clients joined") != std::string::npos);
+  }
+}
+
+TEST_CASE("TcpStore: a peer that closes the handshake is retried, then reported",
+          "[client][net]") {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::listen(listener, 16);
+  socklen_t len = sizeof(addr);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::atomic<bool> stop{false};
+  std::thread closer([&] {  // accepts and hangs up at once, like a non-store service
+    while (!stop) {
+      int fd = ::accept(listener, nullptr, nullptr);
+      if (fd >= 0) ::close(fd);
+    }
+  });
+  try {
+    TcpStore store(client(ntohs(addr.sin_port), 300ms));
+    FAIL("handshake with a non-store succeeded");
+  } catch (const StoreConnectionError& e) {
+    CHECK(std::string(e.what()).find("handshake") != std::string::npos);
+  }
+  stop = true;
+  ::shutdown(listener, SHUT_RDWR);
+  ::close(listener);
+  closer.join();
+}
+
+TEST_CASE("TcpStore: a store that goes away gives StoreConnectionError, not a hang",
+          "[client][net]") {
+  auto server = std::make_unique<TcpStoreServer>(loopback());
+  std::uint16_t port = server->start();
+  TcpStore store(client(port));
+  store.set("k", "v");
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    server->stop();
+  });
+  CHECK_THROWS_AS(store.get("never"), StoreConnectionError);
+  stopper.join();
+  CHECK_THROWS_AS(store.num_keys(), StoreConnectionError);  // and stays unusable
+}
+
+}  // namespace
+}  // namespace ddprun::store
