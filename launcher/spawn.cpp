@@ -46,6 +46,39 @@ std::string env_value(const std::vector<std::string>& env, std::string_view name
   ::_exit(e.err == ENOENT ? 127 : 126);
 }
 
+// For kernels without CLOSE_RANGE_CLOEXEC (< 5.11, e.g. RHEL 8): marks every fd >= 3
+// listed in /proc/self/fd close-on-exec, with raw getdents64 (opendir would malloc).
+// Async-signal-safe. Returns false if /proc cannot be read.
+bool cloexec_from_proc() {
+  int dir = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  alignas(8) char buf[4096];
+  while (true) {
+    long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n < 0) {
+      ::close(dir);
+      return false;
+    }
+    if (n == 0) break;
+    for (long off = 0; off < n;) {
+      // struct linux_dirent64: u64 ino, s64 off, u16 reclen, u8 type, char name[].
+      unsigned short reclen;
+      std::memcpy(&reclen, buf + off + 16, sizeof reclen);
+      const char* name = buf + off + 19;
+      int fd = 0;
+      bool numeric = *name != '\0';
+      for (const char* c = name; *c != '\0'; ++c) {
+        if (*c < '0' || *c > '9') numeric = false;
+        fd = fd * 10 + (*c - '0');
+      }
+      if (numeric && fd >= 3 && fd != dir) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+      off += reclen;
+    }
+  }
+  ::close(dir);
+  return true;
+}
+
 // Moves `fd` to a number >= 3 (close-on-exec) so that dup2 onto 1 and 2 in the child can
 // never clobber a pipe end that happens to be 0..2 (an agent started with stdout closed).
 UniqueFd above_stdio(int fd) {
@@ -136,6 +169,7 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
   const int child_out = out_fd.get();
   const int child_err = err_fd.get();
   const pid_t parent = ::getpid();
+  const bool scan_proc = options.scan_proc_fds;
 
   pid_t pid = ::fork();
   if (pid < 0) throw SpawnError("cannot execute '" + options.argv[0] + "': fork failed: " +
@@ -158,7 +192,8 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
       child_fail(report_fd, Step::kDup);
     }
     // Every other fd becomes close-on-exec: the report pipe must stay open until execve.
-    if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    if ((scan_proc || ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) &&
+        !cloexec_from_proc()) {
       for (int fd = 3; fd < max_fd; ++fd) {
         if (fd != report_fd) ::close(fd);
       }

@@ -22,6 +22,9 @@ struct SpawnOptions {
   std::string cwd;                // empty: inherit
   int stdout_fd = -1;             // dup2'ed onto fd 1 in the child; -1: inherit
   int stderr_fd = -1;             // dup2'ed onto fd 2 in the child; -1: inherit
+  // Tests only: skip close_range to exercise the fallback for kernels older than 5.11
+  // (scan /proc/self/fd and mark every fd close-on-exec).
+  bool scan_proc_fds = false;
 };
 
 // execvp's lookup, done in the parent: a name with '/' is returned unchanged; otherwise

@@ -176,7 +176,7 @@ ProcessSupervisor::Impl::Impl(SupervisorOptions opts)
   if (!wake_fd) throw_errno("eventfd");
   {
     // Probe once: pidfd_open needs Linux 5.3. Without it, SIGCHLD joins the signalfd.
-    UniqueFd self = open_pidfd(::getpid());
+    UniqueFd self = options.use_pidfd ? open_pidfd(::getpid()) : UniqueFd();
     use_pidfd = self.valid();
   }
   std::vector<int> sigs = options.handled_signals;

@@ -88,6 +88,10 @@ struct SupervisorOptions {
   // A handled signal that arrives while stop() waits out its grace period ends the grace
   // at once (a second Ctrl-C means "now"); it is still reported by next_event().
   bool signal_cuts_grace = true;
+  // Exit detection through pidfds (Linux >= 5.3). When false, or when the kernel lacks
+  // pidfd_open, SIGCHLD joins the signalfd and each worker is reaped with
+  // waitpid(pid, WNOHANG) (never waitpid(-1): the orphan guard is also our child).
+  bool use_pidfd = true;
 };
 
 class ProcessSupervisor {

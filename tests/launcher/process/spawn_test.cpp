@@ -25,7 +25,7 @@ struct Result {
 
 // Spawns `argv` with `env` and stdout to a pipe; reads it to EOF and reaps the child.
 Result run_child(std::vector<std::string> argv, std::vector<std::string> env = {"PATH=/usr/bin:/bin"},
-                 std::string cwd = {}) {
+                 std::string cwd = {}, bool scan_proc_fds = false) {
   int fds[2];
   REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
   UniqueFd read_end(fds[0]), write_end(fds[1]);
@@ -34,6 +34,7 @@ Result run_child(std::vector<std::string> argv, std::vector<std::string> env = {
   o.env = std::move(env);
   o.cwd = std::move(cwd);
   o.stdout_fd = write_end.get();
+  o.scan_proc_fds = scan_proc_fds;
   Result r;
   r.pid = spawn_process(o);
   write_end.reset();
@@ -103,7 +104,10 @@ TEST_CASE("spawn: no stray fds reach the child", "[spawn]") {
   // A leaked fd without FD_CLOEXEC in the parent must still not reach the child.
   int leaked = ::open("/dev/null", O_RDONLY);
   REQUIRE(leaked >= 0);
-  Result r = run_child({"/bin/ls", "/proc/self/fd"});
+  // close_range, or the /proc/self/fd scan used on kernels older than 5.11.
+  bool scan_proc = GENERATE(false, true);
+  INFO("scan_proc_fds=" << scan_proc);
+  Result r = run_child({"/bin/ls", "/proc/self/fd"}, {"PATH=/usr/bin:/bin"}, {}, scan_proc);
   ::close(leaked);
   // ls sees 0, 1, 2 and the directory it is reading.
   std::set<std::string> fds;

@@ -2,6 +2,7 @@
 // agent's stdout/stderr.
 #include <catch2/catch.hpp>
 
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -20,13 +21,14 @@ namespace {
 
 // A supervisor whose console is two captured pipes.
 struct Harness {
-  Harness() {
+  explicit Harness(bool use_pidfd = true) {
     agent_signal_setup();
     out = std::make_unique<PipeCapture>();
     err = std::make_unique<PipeCapture>();
     SupervisorOptions o;
     o.console_stdout_fd = out->fd();
     o.console_stderr_fd = err->fd();
+    o.use_pidfd = use_pidfd;
     sup = std::make_unique<ProcessSupervisor>(o);
   }
   // Next event that is not a timeout, or a kTimeout after `limit`.
@@ -60,7 +62,9 @@ struct TempDir {
 
 TEST_CASE("supervisor: exit codes and ranks are reported; no kAllSucceeded on failure",
           "[supervisor]") {
-  Harness h;
+  const bool pidfd = GENERATE(true, false);  // false: the SIGCHLD fallback
+  INFO("use_pidfd=" << pidfd);
+  Harness h(pidfd);
   h.sup->start({sh(0, "exit 0"), sh(1, "sleep 0.1; exit 1"), sh(2, "sleep 0.2; exit 77")});
   std::map<int, WorkerExit> exits;
   for (int i = 0; i < 3; ++i) {
@@ -90,7 +94,9 @@ TEST_CASE("supervisor: a worker killed by a signal is reported with the signal",
 }
 
 TEST_CASE("supervisor: kAllSucceeded follows the last successful exit", "[supervisor]") {
-  Harness h;
+  const bool pidfd = GENERATE(true, false);  // false: the SIGCHLD fallback
+  INFO("use_pidfd=" << pidfd);
+  Harness h(pidfd);
   h.sup->start({sh(0, "exit 0"), sh(1, "sleep 0.1"), sh(2, "true")});
   for (int i = 0; i < 3; ++i) {
     SupervisorEvent ev = h.next();
@@ -107,7 +113,9 @@ TEST_CASE("supervisor: kAllSucceeded follows the last successful exit", "[superv
 }
 
 TEST_CASE("supervisor: a failure reaches next_event promptly", "[supervisor]") {
-  Harness h;
+  const bool pidfd = GENERATE(true, false);  // false: the SIGCHLD fallback
+  INFO("use_pidfd=" << pidfd);
+  Harness h(pidfd);
   h.sup->start({sh(0, "exec sleep 30"), sh(1, "exec sleep 30")});
   std::vector<pid_t> pids = h.sup->live_pids();
   REQUIRE(pids.size() == 2);
@@ -126,7 +134,9 @@ TEST_CASE("supervisor: a failure reaches next_event promptly", "[supervisor]") {
 }
 
 TEST_CASE("supervisor: stop escalates to SIGKILL after the grace period", "[supervisor]") {
-  Harness h;
+  const bool pidfd = GENERATE(true, false);  // false: the SIGCHLD fallback
+  INFO("use_pidfd=" << pidfd);
+  Harness h(pidfd);
   h.sup->start({sh(0, "trap '' TERM; echo ready; while :; do sleep 0.05; done")});
   REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
   auto t0 = std::chrono::steady_clock::now();
@@ -392,7 +402,9 @@ TEST_CASE("supervisor: start failures are SpawnErrors and stop the started worke
 TEST_CASE("supervisor: the destructor kills and reaps leftover workers", "[supervisor]") {
   std::vector<pid_t> pids;
   {
-    Harness h;
+    const bool pidfd = GENERATE(true, false);  // false: the SIGCHLD fallback
+  INFO("use_pidfd=" << pidfd);
+  Harness h(pidfd);
     h.sup->start({sh(0, "exec sleep 30"), sh(1, "trap '' TERM; exec sleep 30")});
     pids = h.sup->live_pids();
     REQUIRE(pids.size() == 2);
@@ -402,4 +414,30 @@ TEST_CASE("supervisor: the destructor kills and reaps leftover workers", "[super
     CHECK(::kill(p, 0) == -1);  // reaped, not a zombie: the pid no longer exists
     CHECK(errno == ESRCH);
   }
+}
+
+TEST_CASE("supervisor: a worker's exit is released only after its output is on the console",
+          "[supervisor]") {
+  agent_signal_setup();
+  // A console pipe that nobody reads yet: whatever is in it at the moment the event is
+  // delivered was written before the event.
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  UniqueFd console_read(fds[0]), console_write(fds[1]);
+  SupervisorOptions o;
+  o.console_stdout_fd = console_write.get();
+  o.console_stderr_fd = console_write.get();
+  ProcessSupervisor sup(o);
+  // 2000 lines of 10 bytes = 20000 bytes (within the pipe's 64 KiB), then a failure.
+  sup.start({sh(0, "i=1000; while [ $i -lt 3000 ]; do echo line_$i; i=$((i+1)); done; exit 3")});
+  SupervisorEvent ev = sup.next_event(10s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.exit_code == 3);
+  int queued = 0;
+  REQUIRE(::ioctl(console_read.get(), FIONREAD, &queued) == 0);
+  CHECK(queued == 20000);
+  std::string text(20000, '\0');
+  REQUIRE(::read(console_read.get(), text.data(), text.size()) == 20000);
+  CHECK(text.substr(0, 10) == "line_1000\n");
+  CHECK(text.substr(text.size() - 10) == "line_2999\n");
 }
