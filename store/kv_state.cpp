@@ -73,7 +73,7 @@ struct KvState::Impl {
   StringMap<std::deque<std::string>> queues;
   std::unordered_map<WaitId, Pending> pending;
   StringMap<std::map<WaitId, std::uint32_t>> key_waits;  // key -> wait -> occurrences
-  StringMap<std::set<WaitId>> barrier_waits;              // key -> waits
+  StringMap<std::set<WaitId>> barrier_waits;             // key -> waits
   std::unordered_map<ClientId, std::vector<WaitId>> client_waits;
   StringMap<std::vector<ClientId>> watchers;
   std::unordered_map<ClientId, std::vector<std::string>> client_watches;
@@ -225,22 +225,22 @@ const std::string* KvState::get(std::string_view key) const {
   return it == impl_->kv.end() ? nullptr : &it->second;
 }
 
-std::optional<std::int64_t> KvState::add(std::string_view key, std::int64_t delta,
-                                         Effects& fx, std::string& error) {
+std::optional<std::int64_t> KvState::add(std::string_view key, std::int64_t delta, Effects& fx,
+                                         std::string& error) {
   std::int64_t current = 0;
   if (auto it = impl_->kv.find(key); it != impl_->kv.end()) {
     auto parsed = parse_decimal(it->second);
     if (!parsed) {
-      error = "the value at key " + printable(key) + " is not a decimal integer: " +
-              printable(it->second);
+      error = "the value at key " + printable(key) +
+              " is not a decimal integer: " + printable(it->second);
       return std::nullopt;
     }
     current = *parsed;
   }
   std::int64_t sum = 0;
   if (__builtin_add_overflow(current, delta, &sum)) {
-    error = "adding " + std::to_string(delta) + " to " + std::to_string(current) +
-            " at key " + printable(key) + " overflows a signed 64-bit integer";
+    error = "adding " + std::to_string(delta) + " to " + std::to_string(current) + " at key " +
+            printable(key) + " overflows a signed 64-bit integer";
     return std::nullopt;
   }
   impl_->store(key, std::to_string(sum), fx);
@@ -366,9 +366,8 @@ std::vector<std::string> KvState::list_keys() const {
   return out;
 }
 
-std::optional<KvState::WaitResult> KvState::barrier(std::string_view key,
-                                                    std::int64_t world_size, ClientId who,
-                                                    Effects& fx, std::string& error) {
+std::optional<KvState::WaitResult> KvState::barrier(std::string_view key, std::int64_t world_size,
+                                                    ClientId who, Effects& fx, std::string& error) {
   const auto count = add(key, 1, fx, error);
   if (!count) return std::nullopt;
   if (*count >= world_size) {

@@ -141,8 +141,8 @@ class Walker {
   // A key count `n` whose items take at least `min_item` bytes each.
   Step count(std::uint64_t n, std::size_t min_item) {
     if (n > limits_.max_keys_per_request) {
-      return bad(std::string(name_) + ": " + std::to_string(n) +
-                 " keys exceeds the limit of " + std::to_string(limits_.max_keys_per_request));
+      return bad(std::string(name_) + ": " + std::to_string(n) + " keys exceeds the limit of " +
+                 std::to_string(limits_.max_keys_per_request));
     }
     return within_request(dec_.position() + static_cast<std::size_t>(n) * min_item);
   }
@@ -181,10 +181,9 @@ class Walker {
   std::string error_;
 };
 
-#define DDPRUN_STEP(expr)                  \
-  do {                                     \
-    if (Step s_ = (expr); s_ != Step::kOk) \
-      return s_;                           \
+#define DDPRUN_STEP(expr)                             \
+  do {                                                \
+    if (Step s_ = (expr); s_ != Step::kOk) return s_; \
   } while (0)
 
 // Resizes `v` to `n` only in the copying pass, which runs after the scan has checked `n`.
@@ -300,8 +299,7 @@ ParseResult parse_request(std::string_view buf, Dialect dialect, const Limits& l
   if (op == nullptr) {
     res.status = ParseStatus::kBad;
     res.error = "unknown command byte " + std::to_string(cmd) + " in the " +
-                (dialect == Dialect::kLegacy ? "legacy (1.13/2.0)" : "modern (2.2+)") +
-                " dialect";
+                (dialect == Dialect::kLegacy ? "legacy (1.13/2.0)" : "modern (2.2+)") + " dialect";
     return res;
   }
   Request scratch;

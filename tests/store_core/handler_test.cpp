@@ -68,8 +68,7 @@ TEST_CASE("legacy replies: the 1.13 capture, reply for reply", "[handler]") {
   CHECK(c.send("08 03000000 00000000 2f6b31") == "01 00 00 00 00 00 00 00");
   CHECK(c.send("08 03000000 00000000 2f6b31") == "00 00 00 00 00 00 00 00");
   // wait(['cnt','c1'])
-  CHECK(c.send("05 02000000 00000000 04000000 00000000 2f636e74 03000000 00000000 2f6331") ==
-        "00");
+  CHECK(c.send("05 02000000 00000000 04000000 00000000 2f636e74 03000000 00000000 2f6331") == "00");
   // check: ready / not ready
   CHECK(c.send("04 01000000 00000000 04000000 00000000 2f636e74") == "00");
   CHECK(c.send("04 01000000 00000000 03000000 00000000 2f6b31") == "01");
@@ -114,30 +113,29 @@ TEST_CASE("modern handshake: VALIDATE is silent, PING echoes the nonce", "[handl
 TEST_CASE("modern replies for every command", "[handler]") {
   KvState kv;
   Conn c{kv, 1, Dialect::kModern, {}, {}};
-  CHECK(c.send("01 0200000000000000 2f6b 0100000000000000 76") == "");   // SET
-  CHECK(c.send("03 0200000000000000 2f6b") == str("v"));                 // GET
-  CHECK(c.send("03 0200000000000000 2f6d") == str(""));                  // GET missing
+  CHECK(c.send("01 0200000000000000 2f6b 0100000000000000 76") == "");  // SET
+  CHECK(c.send("03 0200000000000000 2f6b") == str("v"));                // GET
+  CHECK(c.send("03 0200000000000000 2f6d") == str(""));                 // GET missing
   CHECK(c.send("02 0200000000000000 2f6b 0100000000000000 76 0100000000000000 77") ==
-        str("w"));                                                       // COMPARE_SET
-  CHECK(c.send("05 0100000000000000 0200000000000000 2f6b") == "00");    // CHECK
-  CHECK(c.send("06 0100000000000000 0200000000000000 2f6b") == "00");    // WAIT ready
-  CHECK(c.send("07") == i64(1));                                         // GETNUMKEYS
-  CHECK(c.send("09 0200000000000000 2f6b 0100000000000000 78") == "");   // APPEND
+        str("w"));                                                          // COMPARE_SET
+  CHECK(c.send("05 0100000000000000 0200000000000000 2f6b") == "00");       // CHECK
+  CHECK(c.send("06 0100000000000000 0200000000000000 2f6b") == "00");       // WAIT ready
+  CHECK(c.send("07") == i64(1));                                            // GETNUMKEYS
+  CHECK(c.send("09 0200000000000000 2f6b 0100000000000000 78") == "");      // APPEND
   CHECK(c.send("0a 0100000000000000 0200000000000000 2f6b") == str("wx"));  // MULTI_GET
-  CHECK(c.send("0b 0000000000000000") == "");                            // MULTI_SET none
-  CHECK(c.send("0c") == "01");                                           // CANCEL_WAIT
+  CHECK(c.send("0b 0000000000000000") == "");                               // MULTI_SET none
+  CHECK(c.send("0c") == "01");                                              // CANCEL_WAIT
   CHECK(c.send("0e 0200000000000000 2f71 0300000000000000 6a6f62") == "");  // QUEUE_PUSH
-  CHECK(c.send("10 0200000000000000 2f71") == i64(1));                   // QUEUE_LEN
-  CHECK(c.send("0f 0200000000000000 2f71") == i64(1) + " " + str("job"));  // QUEUE_POP
-  CHECK(c.send("0f 0200000000000000 2f71") == i64(0));                   // empty pop
-  CHECK(c.send("11") == i64(1) + " " + str("/k"));                       // LIST_KEYS
-  CHECK(c.send("08 0200000000000000 2f6b") == i64(1));                   // DELETE_KEY
+  CHECK(c.send("10 0200000000000000 2f71") == i64(1));                      // QUEUE_LEN
+  CHECK(c.send("0f 0200000000000000 2f71") == i64(1) + " " + str("job"));   // QUEUE_POP
+  CHECK(c.send("0f 0200000000000000 2f71") == i64(0));                      // empty pop
+  CHECK(c.send("11") == i64(1) + " " + str("/k"));                          // LIST_KEYS
+  CHECK(c.send("08 0200000000000000 2f6b") == i64(1));                      // DELETE_KEY
   CHECK(c.send("11") == i64(0));
-  CHECK(c.send("12 0200000000000000 2f62 0100000000000000") == "00");    // BARRIER of 1
+  CHECK(c.send("12 0200000000000000 2f62 0100000000000000") == "00");  // BARRIER of 1
 }
 
-TEST_CASE("pending WAIT and BARRIER complete through Effects with one 00 each",
-          "[handler]") {
+TEST_CASE("pending WAIT and BARRIER complete through Effects with one 00 each", "[handler]") {
   KvState kv;
   Conn a{kv, 1, Dialect::kModern, {}, {}};
   Conn b{kv, 2, Dialect::kModern, {}, {}};
@@ -196,7 +194,6 @@ TEST_CASE("a hand-built request missing its fields closes instead of crashing", 
   ms.op = Op::kMultiSet;
   ms.keys = {"a", "b"};
   ms.values = {"1"};
-  CHECK(handle_request(kv, 1, Dialect::kModern, ms, reply, fx).kind ==
-        HandleResult::Kind::kClose);
+  CHECK(handle_request(kv, 1, Dialect::kModern, ms, reply, fx).kind == HandleResult::Kind::kClose);
   CHECK(reply.empty());
 }

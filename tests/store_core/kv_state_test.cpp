@@ -51,7 +51,7 @@ TEST_CASE("set, get, overwrite, num_keys, list_keys, erase", "[kv_state]") {
   CHECK(fx.notifications.empty());
 }
 
-TEST_CASE("add stores ASCII decimal; missing is 0; junk and overflow are errors", "[kv_state]") {
+TEST_CASE("add stores ASCII decimal, missing is 0, junk and overflow are errors", "[kv_state]") {
   KvState kv;
   KvState::Effects fx;
   std::string err;
@@ -130,8 +130,7 @@ TEST_CASE("check: all keys, empty list, queues count when non-empty", "[kv_state
   CHECK_FALSE(kv.check({"/q"}));
 }
 
-TEST_CASE("wait: ready now, or released exactly once when the last key appears",
-          "[kv_state]") {
+TEST_CASE("wait: ready now, or released exactly once when the last key appears", "[kv_state]") {
   KvState kv;
   KvState::Effects fx;
   kv.set("/a", "1", fx);
@@ -170,8 +169,7 @@ TEST_CASE("wait: duplicate keys count twice and one SET satisfies both", "[kv_st
   CHECK(fx.released == Clients{8});
 }
 
-TEST_CASE("every mutation that creates or changes a key wakes; delete does not",
-          "[kv_state]") {
+TEST_CASE("every mutation that creates or changes a key wakes, delete does not", "[kv_state]") {
   KvState kv;
   KvState::Effects fx;
   std::string err;
@@ -196,7 +194,7 @@ TEST_CASE("every mutation that creates or changes a key wakes; delete does not",
   CHECK(kv.pending_waits() == 2);
 }
 
-TEST_CASE("several clients on one key are all released; each once", "[kv_state]") {
+TEST_CASE("several clients on one key are all released, each once", "[kv_state]") {
   KvState kv;
   KvState::Effects fx;
   for (KvState::ClientId c = 1; c <= 100; ++c) CHECK(kv.wait({"/k"}, c) == kPending);
@@ -257,8 +255,7 @@ TEST_CASE("forget drops waits, barrier registrations and watches", "[kv_state]")
   kv.forget(42);               // unknown clients are fine
 }
 
-TEST_CASE("watch notifications: created, updated, deleted, with old and new values",
-          "[kv_state]") {
+TEST_CASE("watch notifications: created, updated, deleted, with old and new values", "[kv_state]") {
   using ddprun::store::kWatchKeyCreated;
   using ddprun::store::kWatchKeyDeleted;
   using ddprun::store::kWatchKeyUpdated;
@@ -319,7 +316,7 @@ TEST_CASE("watch notifications: created, updated, deleted, with old and new valu
   CHECK(fx.notifications.empty());
 }
 
-TEST_CASE("queues: push, pop, len; push wakes at most one wait", "[kv_state]") {
+TEST_CASE("queues: push, pop, len, push wakes at most one wait", "[kv_state]") {
   KvState kv;
   KvState::Effects fx;
   std::string v;
@@ -376,8 +373,7 @@ TEST_CASE("barrier: several clients, released together, each once", "[kv_state]"
   CHECK(fx.released.empty());
 }
 
-TEST_CASE("barrier: world size 1 or less passes at once; bad counters are errors",
-          "[kv_state]") {
+TEST_CASE("barrier: world size 1 or less passes at once, bad counters are errors", "[kv_state]") {
   KvState kv;
   KvState::Effects fx;
   std::string err;
@@ -389,7 +385,7 @@ TEST_CASE("barrier: world size 1 or less passes at once; bad counters are errors
   CHECK(kv.pending_waits() == 0);
 }
 
-TEST_CASE("barrier arrivals wake WAITs on the counter key; SET does not release barriers",
+TEST_CASE("barrier arrivals wake WAITs on the counter key, SET does not release barriers",
           "[kv_state]") {
   KvState kv;
   KvState::Effects fx;

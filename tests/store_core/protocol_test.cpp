@@ -44,8 +44,7 @@ struct Golden {
 // Client bytes captured from real PyTorch 1.13 (tcpstore-protocol.md A.4 and A.10).
 std::vector<Golden> legacy_goldens() {
   return {
-      {"set('k1','hello')",
-       unhex("00 03000000 00000000 2f6b31 05000000 00000000 68656c6c6f"),
+      {"set('k1','hello')", unhex("00 03000000 00000000 2f6b31 05000000 00000000 68656c6c6f"),
        make(Op::kSet, {"/k1"}, {"hello"})},
       {"wait(['k1'])", unhex("05 01000000 00000000 03000000 00000000 2f6b31"),
        make(Op::kWait, {"/k1"})},
@@ -58,8 +57,7 @@ std::vector<Golden> legacy_goldens() {
        unhex("01 | 03000000 00000000 2f6331 | 00000000 00000000 | 03000000 00000000 6e6577"),
        make(Op::kCompareSet, {"/c1"}, {"", "new"})},
       {"num_keys()", unhex("06"), make(Op::kGetNumKeys)},
-      {"delete_key('k1')", unhex("08 | 03000000 00000000 2f6b31"),
-       make(Op::kDeleteKey, {"/k1"})},
+      {"delete_key('k1')", unhex("08 | 03000000 00000000 2f6b31"), make(Op::kDeleteKey, {"/k1"})},
       {"wait(['cnt','c1'])",
        unhex("05 | 02000000 00000000 | 04000000 00000000 2f636e74 | 03000000 00000000 2f6331"),
        make(Op::kWait, {"/cnt", "/c1"})},
