@@ -97,12 +97,24 @@ HandleResult handle_request(KvState& kv, KvState::ClientId who, Dialect dialect,
     case Op::kAppend:
       kv.append(req.keys[0], req.values[0], fx);
       break;
-    case Op::kMultiGet:
+    case Op::kMultiGet: {
+      std::size_t total = 0;
+      for (const auto& k : req.keys) {
+        const std::string* v = kv.get(k);
+        total += 8 + (v ? v->size() : 0);
+      }
+      if (total > kMaxReplyBytes) {
+        return close_with(req, "reply of " + std::to_string(total) +
+                                   " bytes exceeds the limit of " + std::to_string(kMaxReplyBytes) +
+                                   " bytes");
+      }
+      reply.reserve(reply.size() + total);
       for (const auto& k : req.keys) {
         const std::string* v = kv.get(k);
         e.bytes(v ? std::string_view(*v) : std::string_view());
       }
       break;
+    }
     case Op::kMultiSet:
       kv.multi_set(req.keys, std::move(req.values), fx);
       break;

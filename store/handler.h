@@ -5,6 +5,7 @@
 // Thread-safety: none; runs on the thread that owns the KvState.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "store/kv_state.h"
@@ -22,6 +23,10 @@ struct HandleResult {
   Kind kind = Kind::kDone;
   std::string error;
 };
+
+// Cap on one reply (MULTI_GET can name one 8 MiB value 131072 times); a request whose
+// reply would exceed it is answered with kClose instead of exhausting memory.
+inline constexpr std::size_t kMaxReplyBytes = std::size_t{256} << 20;
 
 // Applies `req` from client `who` speaking `dialect`. Appends this client's reply bytes to
 // `reply`; adds released waiters and watch notifications (for this or other clients)

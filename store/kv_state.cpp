@@ -253,20 +253,23 @@ bool KvState::check(const std::vector<std::string>& keys) const {
 }
 
 KvState::WaitResult KvState::wait(const std::vector<std::string>& keys, ClientId who) {
-  // Distinct missing keys with their occurrence counts (duplicates count twice).
-  std::unordered_map<std::string_view, std::uint32_t> missing;
-  std::size_t total = 0;
+  std::vector<std::string_view> missing;
   for (const auto& k : keys) {
-    if (impl_->present(k)) continue;
-    ++missing[k];
-    ++total;
+    if (!impl_->present(k)) missing.emplace_back(k);
   }
-  if (total == 0) return WaitResult::kReady;
+  if (missing.empty()) return WaitResult::kReady;
+  // Distinct missing keys with their occurrence counts (duplicates count twice).
+  std::sort(missing.begin(), missing.end());
+  std::vector<std::pair<std::string_view, std::uint32_t>> counted;
+  for (std::string_view k : missing) {
+    if (counted.empty() || counted.back().first != k) counted.emplace_back(k, 0);
+    ++counted.back().second;
+  }
   std::vector<std::string> distinct;
-  distinct.reserve(missing.size());
-  for (const auto& [k, n] : missing) distinct.emplace_back(k);
-  const WaitId id = impl_->new_pending(who, total, std::move(distinct), false);
-  for (const auto& [k, n] : missing) Impl::slot(impl_->key_waits, k).emplace(id, n);
+  distinct.reserve(counted.size());
+  for (const auto& [k, n] : counted) distinct.emplace_back(k);
+  const WaitId id = impl_->new_pending(who, missing.size(), std::move(distinct), false);
+  for (const auto& [k, n] : counted) Impl::slot(impl_->key_waits, k).emplace(id, n);
   return WaitResult::kPending;
 }
 

@@ -154,7 +154,8 @@ void run_stream(const std::uint8_t* data, std::size_t size) {
         ledger.pending(who);
         break;
       case HandleResult::Kind::kClose:
-        FUZZ_CHECK(one_line(h.error) && (op == Op::kAdd || op == Op::kBarrier));
+        FUZZ_CHECK(one_line(h.error) &&
+                   (op == Op::kAdd || op == Op::kBarrier || op == Op::kMultiGet));
         kv.forget(who);
         ledger.dropped(who);
         break;

@@ -197,3 +197,22 @@ TEST_CASE("a hand-built request missing its fields closes instead of crashing", 
   CHECK(handle_request(kv, 1, Dialect::kModern, ms, reply, fx).kind == HandleResult::Kind::kClose);
   CHECK(reply.empty());
 }
+
+TEST_CASE("a MULTI_GET whose reply would pass kMaxReplyBytes closes instead", "[handler]") {
+  KvState kv;
+  KvState::Effects fx;
+  kv.set("/big", std::string(8 << 20, 'x'), fx);
+  Request r;
+  r.op = Op::kMultiGet;
+  const std::size_t copies = kMaxReplyBytes / (8 << 20) + 1;
+  r.keys.assign(copies, "/big");
+  std::string reply;
+  auto res = handle_request(kv, 1, Dialect::kModern, r, reply, fx);
+  CHECK(res.kind == HandleResult::Kind::kClose);
+  CHECK(res.error.rfind("MULTI_GET: reply of ", 0) == 0);
+  CHECK(reply.empty());
+  r.keys.assign(copies - 2, "/big");
+  res = handle_request(kv, 1, Dialect::kModern, r, reply, fx);
+  CHECK(res.kind == HandleResult::Kind::kDone);
+  CHECK(reply.size() == (copies - 2) * (8 + (8u << 20)));
+}
