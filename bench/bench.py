@@ -1,0 +1,787 @@
+"""bench.py: runs every ddprun benchmark comparison and writes docs/benchmarks.md.
+
+Called by bench/run after the Release build; standard library only. Each comparison runs
+when its binaries exist and is reported as "skipped: <binary> not built" otherwise.
+Repetitions are interleaved across the compared tools (rep 1 of every tool, then rep 2,
+...) so that background noise on a shared machine hits all of them alike; tables show the
+median with min and max.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PY = "/usr/bin/python3"  # Debian's interpreter with python3-torch (1.13)
+
+
+# ------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def fmt_num(x, unit=""):
+    if x is None:
+        return "-"
+    if abs(x) >= 100:
+        s = f"{x:,.0f}"
+    elif abs(x) >= 10:
+        s = f"{x:.1f}"
+    else:
+        s = f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
+    return s + unit
+
+
+def fmt_stat(xs, unit="", scale=1.0):
+    """'median (min-max)' of the successful values; the failures are counted."""
+    ok = [x * scale for x in xs if isinstance(x, (int, float))]
+    bad = [x for x in xs if not isinstance(x, (int, float))]
+    if not ok:
+        return bad[0] if bad else "-"
+    s = fmt_num(med(ok), unit)
+    if len(ok) > 1:
+        s += f" ({fmt_num(min(ok))}-{fmt_num(max(ok))})"
+    if bad:
+        s += f" [{len(bad)}/{len(xs)} {bad[0]}]"
+    return s
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt_ratio(r):
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def wait_for(pred, timeout, step=0.002):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+def kill_tree(proc):
+    """Ends a benchmark child and anything left in its process group (we start every
+    child in its own session, so the group is exactly what we launched)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+# ------------------------------------------------------------------------------------------
+# Machine description
+
+
+def machine():
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal"):
+            mem_kb = int(line.split()[1])
+
+    def cmd(args):
+        try:
+            return subprocess.run(args, capture_output=True, text=True, timeout=60).stdout.strip()
+        except Exception as e:  # noqa: BLE001 - a missing tool is reported, not fatal
+            return f"unavailable ({e.__class__.__name__})"
+
+    torch = cmd([PY, "-c", "import torch; print(torch.__version__)"])
+    redis = cmd(["redis-server", "--version"])
+    m = re.search(r"v=(\S+)", redis)
+    version = re.search(r"project\(ddprun VERSION (\S+)", (ROOT / "CMakeLists.txt").read_text())
+    commit = cmd(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    dirty = cmd(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "ddprun": f"{version.group(1) if version else '?'} (git {commit}{', modified' if dirty else ''})",
+        "torch": torch,
+        "redis": m.group(1) if m else redis,
+        "python": cmd([PY, "-c", "import sys; print(sys.version.split()[0])"]),
+        "nofile": cmd(["sh", "-c", "ulimit -n"]),
+        "load_start": os.getloadavg(),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# Store servers
+
+
+class Server:
+    """One store server process on a loopback port; `kind` names it in the tables."""
+
+    def __init__(self, name, argv, port_from, tmp):
+        self.name, self.argv, self.port_from = name, argv, port_from
+        self.log = open(tmp / f"{name}.log", "w")
+        self.proc = None
+        self.port = None
+
+    def start(self):
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, start_new_session=True)
+        self.port = self.port_from(self.proc)
+        if self.port is None:
+            kill_tree(self.proc)
+            raise RuntimeError(f"{self.name} did not start (see its log)")
+
+    def stop(self):
+        if self.proc:
+            kill_tree(self.proc)
+
+    def cpu_s(self):
+        """User + system CPU seconds the server process has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def read_line_port(pattern, timeout):
+    def get(proc):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            line = proc.stdout.readline()
+            if not line:
+                return None
+            m = re.search(pattern, line)
+            if m:
+                return int(m.group(1))
+        return None
+    return get
+
+
+def make_servers(bins, tmp):
+    """name -> (Server or skip reason, [protocols to drive it with])."""
+    out = {}
+    if bins["ddprun-store"]:
+        out["ddprun-store"] = (Server("ddprun-store", [bins["ddprun-store"], "serve", "--host",
+                                                       "127.0.0.1", "--port", "0"],
+                                      read_line_port(r"listening on \S*:(\d+)", 30), tmp),
+                               ["modern", "legacy"])
+    else:
+        out["ddprun-store"] = ("skipped: ddprun-store not built", ["modern", "legacy"])
+    if shutil.which(PY) and subprocess.run([PY, "-c", "import torch"],
+                                           capture_output=True).returncode == 0:
+        out["pytorch-1.13"] = (Server("pytorch-1.13", [PY, str(BENCH / "pytorch_store.py")],
+                                      read_line_port(r"^(\d+)$", 120), tmp), ["legacy"])
+    else:
+        out["pytorch-1.13"] = ("skipped: python3-torch not installed", ["legacy"])
+    if shutil.which("redis-server"):
+        port = free_port()
+
+        def redis_ready(proc, port=port):
+            ok = wait_for(lambda: _can_connect(port), 30, 0.01)
+            return port if ok and proc.poll() is None else None
+        # maxclients above the 10,000 default so the 10,000-client barrier fits; no
+        # persistence, as a store for rendezvous would run.
+        out["redis"] = (Server("redis", ["redis-server", "--port", str(port), "--bind",
+                                         "127.0.0.1", "--save", "", "--appendonly", "no",
+                                         "--maxclients", "15000"], redis_ready, tmp), ["redis"])
+    else:
+        out["redis"] = ("skipped: redis-server not installed", ["redis"])
+    return out
+
+
+def _can_connect(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def loadgen(bins, args, timeout):
+    """Runs ddprun-loadgen; returns its JSON dict or a short failure string."""
+    try:
+        r = subprocess.run([bins["ddprun-loadgen"]] + args, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    if r.stdout.strip():
+        try:
+            return json.loads(r.stdout.strip().splitlines()[-1])
+        except json.JSONDecodeError:
+            pass
+    err = (r.stderr.strip().splitlines() or ["rc=%d" % r.returncode])[-1]
+    return "failed: " + err.replace("ddprun-loadgen: error: ", "")[:80]
+
+
+def bench_store(bins, cfg, tmp, results):
+    servers = make_servers(bins, tmp)
+    targets = []  # (label, server name, proto)
+    for name, (srv, protos) in servers.items():
+        for p in protos:
+            targets.append((f"{name} ({p})" if name == "ddprun-store" else name, name, p))
+    results["store_targets"] = [t[0] for t in targets]
+    skipped = {name: srv for name, (srv, _) in servers.items() if isinstance(srv, str)}
+    if not bins["ddprun-loadgen"]:
+        results["store_skipped"] = "skipped: ddprun-loadgen not built"
+        return
+    running = {}
+    for name, (srv, _) in servers.items():
+        if isinstance(srv, str):
+            continue
+        try:
+            srv.start()
+            running[name] = srv
+        except RuntimeError as e:
+            skipped[name] = f"failed: {e}"
+    results["store_skip_reasons"] = skipped
+    try:
+        ops = results.setdefault("ops", {})
+        for rep in range(cfg.store_reps):
+            for op in cfg.ops:
+                for conns in cfg.conns:
+                    for label, name, proto in targets:
+                        if name not in running:
+                            continue
+                        cpu0 = running[name].cpu_s()
+                        r = loadgen(bins, ["--addr", f"127.0.0.1:{running[name].port}",
+                                           "--proto", proto, "--op", op, "--conns", str(conns),
+                                           "--seconds", str(cfg.seconds), "--warmup",
+                                           str(cfg.warmup), "--value-size", "64",
+                                           "--timeout", "60"], 120)
+                        if isinstance(r, dict) and r.get("total_ops"):
+                            r["cpu_us_per_op"] = ((running[name].cpu_s() - cpu0) /
+                                                  r["total_ops"] * 1e6)
+                        ops.setdefault(f"{label}|{op}|{conns}", []).append(r)
+            log(f"store ops: rep {rep + 1}/{cfg.store_reps} done")
+        barrier = results.setdefault("barrier", {})
+        for rep in range(cfg.barrier_reps):
+            for n in cfg.barrier_n:
+                for label, name, proto in targets:
+                    if name not in running or running[name].proc.poll() is not None:
+                        continue
+                    key = f"{label}|{n}"
+                    if any(x == "timeout" or (isinstance(x, dict) and x["status"] != "ok")
+                           for x in barrier.get(key, [])):
+                        continue  # once timed out, don't pay the timeout again
+                    cpu0 = running[name].cpu_s()
+                    r = loadgen(bins, ["--mode", "barrier", "--addr",
+                                       f"127.0.0.1:{running[name].port}", "--proto", proto,
+                                       "--conns", str(n), "--timeout", str(cfg.barrier_timeout)],
+                                2 * cfg.barrier_timeout + 30)
+                    if isinstance(r, dict):
+                        r["server_cpu_s"] = running[name].cpu_s() - cpu0
+                    barrier.setdefault(key, []).append(r)
+                    if not (isinstance(r, dict) and r["status"] == "ok"):
+                        # a stuck server may still hold the clients' connections: restart it
+                        running[name].stop()
+                        try:
+                            running[name].start()
+                        except RuntimeError:
+                            del running[name]
+            log(f"barrier: rep {rep + 1}/{cfg.barrier_reps} done")
+    finally:
+        for srv in running.values():
+            srv.stop()
+
+
+# ------------------------------------------------------------------------------------------
+# Launchers
+
+
+def launchers(bins):
+    """name -> argv prefix taking torchrun-style options, or a skip reason."""
+    out = {}
+    out["ddprun"] = [bins["ddprun"]] if bins["ddprun"] else "skipped: ddprun not built"
+    if subprocess.run([PY, "-c", "import torch"], capture_output=True).returncode == 0:
+        out["torchrun"] = [PY, str(BENCH / "torchrun_py311.py")]
+    else:
+        out["torchrun"] = "skipped: python3-torch not installed"
+    return out
+
+
+def opt(tool, name, value=None):
+    """torchrun 1.13 only knows --x_y spellings; ddprun takes both (torchrun parity)."""
+    flag = "--" + (name.replace("-", "_") if tool == "torchrun" else name)
+    return [flag] if value is None else [f"{flag}={value}"]
+
+
+def standalone_argv(tool, prefix, k, worker):
+    argv = list(prefix) + opt(tool, "standalone") + opt(tool, "nproc-per-node", k)
+    if tool == "torchrun":
+        argv += opt(tool, "monitor-interval", "0.1")  # the newest default (1.13's is 5 s)
+    return argv + opt(tool, "no-python") + worker
+
+
+def timed_run(argv, timeout, env=None):
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           timeout=timeout, env=env, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        return f"failed: rc={r.returncode}"
+    return dt
+
+
+def bench_launch(bins, cfg, tmp, results):
+    tools = launchers(bins)
+    results["launch_skip_reasons"] = {k: v for k, v in tools.items() if isinstance(v, str)}
+    start = results.setdefault("startup", {})
+    for rep in range(cfg.launch_reps):
+        for k in cfg.ks:
+            floor = "for i in " + " ".join(str(i) for i in range(k)) + "; do /bin/true & done; wait"
+            start.setdefault(f"floor|{k}", []).append(timed_run(["sh", "-c", floor], 60))
+            for tool, prefix in tools.items():
+                if isinstance(prefix, str):
+                    continue
+                if tool == "torchrun" and rep >= cfg.torchrun_reps:
+                    continue
+                argv = standalone_argv(tool, prefix, k, ["true"])
+                start.setdefault(f"{tool}|{k}", []).append(timed_run(argv, 120))
+        log(f"startup: rep {rep + 1}/{cfg.launch_reps} done")
+
+    fail = results.setdefault("failure", {})
+    rss = results.setdefault("rss", {})
+    for rep in range(cfg.failure_reps):
+        for tool, prefix in tools.items():
+            if isinstance(prefix, str):
+                continue
+            fail.setdefault(tool, []).append(failure_latency(tool, prefix, tmp))
+            if rep < cfg.rss_reps:
+                rss.setdefault(tool, []).append(agent_rss(tool, prefix, tmp))
+        log(f"failure/rss: rep {rep + 1}/{cfg.failure_reps} done")
+
+    rdzv = results.setdefault("rdzv", {})
+    for rep in range(cfg.rdzv_reps):
+        for n in cfg.rdzv_n:
+            for tool, prefix in tools.items():
+                if isinstance(prefix, str):
+                    continue
+                if tool == "torchrun" and (n > cfg.torchrun_rdzv_max or rep >= 1):
+                    continue
+                key = f"{tool}|{n}"
+                if any(isinstance(x, str) for x in rdzv.get(key, [])):
+                    continue
+                rdzv.setdefault(key, []).append(rendezvous(tool, prefix, n, tmp, cfg))
+        log(f"rendezvous: rep {rep + 1}/{cfg.rdzv_reps} done")
+
+
+def failure_latency(tool, prefix, tmp):
+    """K=4: rank 0 exits 1 after a start barrier; latency until the last peer has SIGTERM."""
+    d = Path(tempfile.mkdtemp(dir=tmp, prefix="fail-"))
+    k = 4
+    argv = standalone_argv(tool, prefix, k, ["/bin/bash", str(BENCH / "fail_worker.sh"),
+                                             str(d), str(k)])
+    r = timed_run(argv, 120)
+    if r == "timeout":
+        return "timeout"
+    try:
+        t_exit = float((d / "exit").read_text().replace(",", "."))
+        sig = [float((d / f"sig.{i}").read_text().replace(",", ".")) for i in range(1, k)]
+    except (OSError, ValueError):
+        return "failed: peers not signalled"
+    return max(sig) - t_exit
+
+
+def agent_rss(tool, prefix, tmp):
+    """VmHWM of the agent process while K=8 workers sleep, in MiB."""
+    d = Path(tempfile.mkdtemp(dir=tmp, prefix="rss-"))
+    k = 8
+    worker = ["/bin/sh", "-c", f'touch "{d}/up.$LOCAL_RANK"; sleep 2']
+    proc = subprocess.Popen(standalone_argv(tool, prefix, k, worker), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        if not wait_for(lambda: len(list(d.glob("up.*"))) == k, 60, 0.01):
+            return "failed: workers did not start"
+        time.sleep(0.3)
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        return int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 1024
+    except (OSError, AttributeError):
+        return "failed: no /proc status"
+    finally:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_tree(proc)
+
+
+def rendezvous(tool, prefix, n, tmp, cfg):
+    """N agents (1 worker each) on one machine, c10d backend: seconds from the last agent's
+    start until every worker has run."""
+    d = Path(tempfile.mkdtemp(dir=tmp, prefix="rdzv-"))
+    port = free_port()
+    worker = ["/bin/sh", "-c", f'touch "{d}/w.$RANK"']
+    procs = []
+    try:
+        for i in range(n):
+            argv = list(prefix) + opt(tool, "nnodes", n) + opt(tool, "nproc-per-node", 1) + \
+                opt(tool, "rdzv-backend", "c10d") + \
+                opt(tool, "rdzv-endpoint", f"127.0.0.1:{port}") + \
+                opt(tool, "rdzv-id", f"bench{port}")
+            if tool == "torchrun":
+                argv += opt(tool, "monitor-interval", "0.1")
+            else:
+                argv += opt(tool, "local-addr", f"127.0.0.{i % 250 + 1}")
+            argv += opt(tool, "no-python") + worker
+            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
+        t_last = time.perf_counter()
+        timeout = cfg.rdzv_timeout
+        if not wait_for(lambda: len(list(d.glob("w.*"))) >= n, timeout, 0.002):
+            got = len(list(d.glob("w.*")))
+            bad = [p.returncode for p in procs if p.poll() not in (None, 0)]
+            return f"timeout ({got}/{n} ran)" if not bad else f"failed: rc={bad[0]} ({got}/{n} ran)"
+        dt = time.perf_counter() - t_last
+        wait_for(lambda: all(p.poll() is not None for p in procs), 60, 0.01)
+        return dt
+    finally:
+        for p in procs:
+            kill_tree(p)
+
+
+# ------------------------------------------------------------------------------------------
+# Report
+
+
+def ok_values(xs):
+    return [x for x in xs if isinstance(x, (int, float))]
+
+
+def field(rs, name):
+    return [r[name] if isinstance(r, dict) and r.get(name) is not None else
+            (r if isinstance(r, str) else (r.get("status", "failed") if isinstance(r, dict)
+                                           else "failed")) for r in rs]
+
+
+def report(results, cfg, m):
+    L = []
+    out = L.append
+    ops = results.get("ops", {})
+    targets = results.get("store_targets", [])
+
+    def ops_med(label, op, conns):
+        return med(ok_values(field(ops.get(f"{label}|{op}|{conns}", []), "ops_per_s")))
+
+    def cpu_med(label, op, conns):
+        return med(ok_values(field(ops.get(f"{label}|{op}|{conns}", []), "cpu_us_per_op")))
+
+    # ---------------- headline
+    head = []
+    dd_l, dd_m, pt, rd = ("ddprun-store (legacy)", "ddprun-store (modern)", "pytorch-1.13",
+                          "redis")
+    for op in cfg.ops:
+        for lab in (dd_m, dd_l):
+            r = ratio(ops_med(lab, op, 64), ops_med(rd, op, 64))
+            goal = "≥ 1x" if op != "get" else "≥ 1x (note: 2 round trips vs 1)"
+            head.append([f"store {op}, 64 conns: {lab} / Redis (ops/s)", goal, fmt_ratio(r),
+                         verdict(r, lambda x: x >= 1.0)])
+        r = ratio(ops_med(dd_l, op, 64), ops_med(pt, op, 64))
+        head.append([f"store {op}, 64 conns: ddprun-store / PyTorch 1.13 server (legacy, ops/s)",
+                     "≥ 3x", fmt_ratio(r), verdict(r, lambda x: x >= 3.0)])
+        for other, lab in ((rd, dd_m), (pt, dd_l)):
+            r = ratio(cpu_med(other, op, 64), cpu_med(lab, op, 64))
+            head.append([f"store {op}, 64 conns: server CPU per op, {other} / {lab}", "-",
+                         fmt_ratio(r), ""])
+    bar = results.get("barrier", {})
+    bmax = max(cfg.barrier_n)
+    for lab in (dd_m, dd_l):
+        v = med(ok_values(field(bar.get(f"{lab}|{bmax}", []), "barrier_s")))
+        head.append([f"{bmax:,}-client barrier, {lab} (s)", "< 1 s", fmt_num(v, " s"),
+                     verdict(v, lambda x: x < 1.0)])
+    vp = med(ok_values(field(bar.get(f"{pt}|{bmax}", []), "barrier_s")))
+    vd = med(ok_values(field(bar.get(f"{dd_l}|{bmax}", []), "barrier_s")))
+    head.append([f"{bmax:,}-client barrier: PyTorch 1.13 / ddprun-store (legacy), time",
+                 "-", fmt_ratio(ratio(vp, vd)), ""])
+    st = results.get("startup", {})
+
+    def st_med(tool, k):
+        return med(ok_values(st.get(f"{tool}|{k}", [])))
+    k2 = 2 if 2 in cfg.ks else cfg.ks[0]
+    d2 = st_med("ddprun", k2)
+    head.append([f"launch K={k2}: ddprun wall time", "≤ 20 ms", fmt_num(d2 and d2 * 1e3, " ms"),
+                 verdict(d2, lambda x: x <= 0.020)])
+    for k in cfg.ks:
+        r = ratio(st_med("ddprun", k), st_med("floor", k))
+        head.append([f"launch K={k}: ddprun / shell floor", "≤ 2x", fmt_ratio(r),
+                     verdict(r, lambda x: x <= 2.0)])
+    for k in cfg.ks:
+        head.append([f"launch K={k}: torchrun / ddprun", "-",
+                     fmt_ratio(ratio(st_med("torchrun", k), st_med("ddprun", k))), ""])
+    fl = results.get("failure", {})
+    fd, ft = med(ok_values(fl.get("ddprun", []))), med(ok_values(fl.get("torchrun", [])))
+    head.append(["worker failure → peers signalled: torchrun / ddprun (latency)", "-",
+                 fmt_ratio(ratio(ft, fd)), ""])
+    rs = results.get("rss", {})
+    rd_, rt = med(ok_values(rs.get("ddprun", []))), med(ok_values(rs.get("torchrun", [])))
+    head.append(["agent peak RSS: torchrun / ddprun", "-", fmt_ratio(ratio(rt, rd_)), ""])
+    rz = results.get("rdzv", {})
+    for n in cfg.rdzv_n:
+        if n > cfg.torchrun_rdzv_max:
+            continue
+        a, b = med(ok_values(rz.get(f"torchrun|{n}", []))), med(ok_values(rz.get(f"ddprun|{n}", [])))
+        head.append([f"rendezvous of {n} agents: torchrun / ddprun (time)", "-",
+                     fmt_ratio(ratio(a, b)), ""])
+
+    out("# Benchmarks: ddprun vs torchrun, PyTorch's TCPStore server and Redis\n")
+    out(f"Generated by `bench/run{' --quick' if cfg.quick else ''}` on {m['date']}. "
+        "Ratios are the headline: absolute numbers hold only for the machine below. "
+        "Each cell is the median of the repetitions, with (min-max). "
+        "`bench/run` regenerates this file; do not edit it by hand.\n")
+    out("## Headline ratios\n")
+    out(table(["comparison", "goal", "result", "met"], head))
+    out("")
+    out("## Machine and versions\n")
+    la0, la1 = m["load_start"], m.get("load_end", (0, 0, 0))
+    out(table(["", ""], [
+        ["CPU", f"{m['nproc']} × {m['cpu']}"], ["memory", f"{m['mem_gib']} GiB"],
+        ["kernel", m["kernel"]], ["ddprun", m["ddprun"]], ["torch (Debian python3-torch)",
+                                                          m["torch"]],
+        ["Python", m["python"]], ["redis-server", m["redis"]],
+        ["RLIMIT_NOFILE (soft)", m["nofile"]],
+        ["load average (1 min) at start / end", f"{la0[0]:.2f} / {la1[0]:.2f}"],
+        ["mode", ("--quick: " if cfg.quick else "full: ") + cfg.describe()],
+    ]))
+    out("")
+    skips = dict(results.get("store_skip_reasons", {}))
+    skips.update(results.get("launch_skip_reasons", {}))
+    if results.get("store_skipped"):
+        skips["store benchmarks"] = results["store_skipped"]
+    if skips:
+        out("Not measured in this run:\n")
+        for k, v in skips.items():
+            out(f"- {k}: {v}")
+        out("")
+
+    # ---------------- store tables
+    out("## Store: closed-loop throughput and latency\n")
+    out("One `ddprun-loadgen` thread (epoll) holds all connections; each connection keeps one "
+        "request in flight. Values are 64 bytes; every connection uses its own key. "
+        f"{cfg.seconds} s measured after {cfg.warmup} s warm-up, {cfg.store_reps} repetitions.\n")
+    out("- **set**: TCPStore SET has no reply, so the loadgen sends SET + CHECK(key) in one "
+        "write and counts the op when CHECK answers (an acknowledged write); Redis: SET.")
+    out("- **get**: as PyTorch clients do it, WAIT(key) and, once answered, GET(key): two round "
+        "trips; Redis: one GET.")
+    out("- **add**: ADD(key, 1); Redis: INCRBY key 1.\n")
+    out("On a machine with few cores the single-threaded servers and the load generator share "
+        "the CPUs, so ops/s is capped by the client as much as by the server; **server CPU per "
+        "op** (the server process's user + system time over the run divided by the ops it "
+        "served) measures the server alone and is the steadier comparison there.\n")
+    for op in cfg.ops:
+        out(f"### {op}: ops/s\n")
+        rows = []
+        for c in cfg.conns:
+            rows.append([c] + [fmt_stat(field(ops.get(f"{t}|{op}|{c}", []), "ops_per_s"))
+                               for t in targets])
+        out(table(["conns"] + targets, rows))
+        out("")
+        out(f"### {op}: server CPU time per op (µs, user + system)\n")
+        rows = []
+        for c in cfg.conns:
+            rows.append([c] + [fmt_stat(field(ops.get(f"{t}|{op}|{c}", []), "cpu_us_per_op"))
+                               for t in targets])
+        out(table(["conns"] + targets, rows))
+        out("")
+        out(f"### {op}: latency p50 / p99 (µs, medians over repetitions)\n")
+        rows = []
+        for c in cfg.conns:
+            row = [c]
+            for t in targets:
+                rs_ = ops.get(f"{t}|{op}|{c}", [])
+                p50 = med(ok_values(field(rs_, "p50_us")))
+                p99 = med(ok_values(field(rs_, "p99_us")))
+                row.append("-" if p50 is None else f"{fmt_num(p50)} / {fmt_num(p99)}")
+            rows.append(row)
+        out(table(["conns"] + targets, rows))
+        out("")
+
+    out("## Store: connect storm and barrier storm\n")
+    out("N clients connect at once (non-blocking connects from one thread) and complete a "
+        "handshake (modern: VALIDATE + PING; legacy: CHECK of no keys; Redis: PING): "
+        "**connect** is the time to the last handshake reply. Then every client sends ADD(count, 1); "
+        "the one that gets N sets the `done` key; every client WAITs on `done`: **barrier** is "
+        "the time from the first ADD to the last release. Redis runs the same barrier as INCR, "
+        "then BLPOP on a list into which the N-th client RPUSHes N tokens. "
+        f"Bounded by a {cfg.barrier_timeout} s timeout; {cfg.barrier_reps} repetitions.\n")
+    if cfg.nofile_note:
+        out(cfg.nofile_note + "\n")
+    for what, fieldname in (("barrier", "barrier_s"), ("connect", "connect_s"),
+                            ("server CPU for connect + barrier", "server_cpu_s")):
+        out(f"### {what} (ms)\n")
+        rows = []
+        for n in cfg.barrier_n:
+            rows.append([f"{n:,}"] + [fmt_stat(field(bar.get(f"{t}|{n}", []), fieldname),
+                                               scale=1e3) for t in targets])
+        out(table(["clients"] + targets, rows))
+        out("")
+
+    # ---------------- launcher tables
+    out("## Launcher: wall time of `--standalone --nproc-per-node=K --no-python true`\n")
+    out("Timed from fork to exit by the harness. torchrun is Debian's 1.13 "
+        "(`/usr/bin/python3 -m torch.distributed.run` through `bench/torchrun_py311.py`, which "
+        "only repairs the Python 3.11 `Std.from_str` crash so that torchrun keeps its default "
+        "`-r 0 -t 0`), with `--monitor_interval=0.1` (the newest default). The floor is "
+        "`sh -c 'for i in ...; do /bin/true & done; wait'` (exec'ing /bin/true as the "
+        f"launchers do, not the shell builtin). {cfg.launch_reps} repetitions "
+        f"({cfg.torchrun_reps} for torchrun).\n")
+    rows = []
+    for k in cfg.ks:
+        rows.append([k] + [fmt_stat(st.get(f"{t}|{k}", []), " ms", 1e3)
+                           for t in ("floor", "ddprun", "torchrun")])
+    out(table(["K", "shell floor", "ddprun", "torchrun"], rows))
+    out("")
+    out("## Launcher: worker failure → peers signalled, and agent memory\n")
+    out("K = 4 workers (`bench/fail_worker.sh`): after a start barrier rank 0 stamps "
+        "`$EPOCHREALTIME` and exits 1; the other ranks trap SIGTERM and stamp the time it "
+        "arrives. Latency = last peer's stamp - rank 0's exit stamp. Peak RSS is VmHWM of the "
+        "agent process (the process the user started) while K = 8 workers sleep.\n")
+    out(table(["", "ddprun", "torchrun"], [
+        ["failure → all peers signalled"] + [fmt_stat(fl.get(t, []), " ms", 1e3)
+                                             for t in ("ddprun", "torchrun")],
+        ["agent peak RSS (VmHWM)"] + [fmt_stat(rs.get(t, []), " MiB") for t in ("ddprun",
+                                                                                 "torchrun")],
+    ]))
+    out("")
+    out("## Rendezvous of N agents on one machine (c10d backend)\n")
+    out("N agents, 1 worker each, `--rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT` "
+        "(ddprun agents use distinct `--local-addr 127.0.0.x`). Time from the last agent's "
+        "start to every worker having run (each touches a file). torchrun is run up to "
+        f"N = {cfg.torchrun_rdzv_max}, once each, with a {cfg.rdzv_timeout} s timeout.\n")
+    rows = []
+    for n in cfg.rdzv_n:
+        rows.append([n] + [fmt_stat(rz.get(f"{t}|{n}", []), " ms", 1e3)
+                           if (t == "ddprun" or n <= cfg.torchrun_rdzv_max) else "not run"
+                           for t in ("ddprun", "torchrun")])
+    out(table(["N agents", "ddprun", "torchrun"], rows))
+    out("")
+    out("## How to reproduce\n")
+    out("```\nbench/run            # full run (about 15 minutes on 2 cores)\n"
+        "bench/run --quick    # under 3 minutes: fewer connection counts and repetitions\n```\n")
+    out("`bench/run` installs what is missing from Debian (the build dependencies via "
+        "scripts/install-deps, python3-torch, redis-server), builds Release into build/bench, "
+        "raises RLIMIT_NOFILE to the hard limit, runs `bench/bench.py` and rewrites this file. "
+        "Raw results: build/bench/results.json. The store benchmark alone: "
+        "`build/bench/bench/ddprun-loadgen --help`.")
+    return "\n".join(L) + "\n"
+
+
+def verdict(v, pred):
+    if v is None:
+        return "not measured"
+    return "yes" if pred(v) else "**no**"
+
+
+# ------------------------------------------------------------------------------------------
+
+
+class Config:
+    def __init__(self, quick, nofile):
+        self.quick = quick
+        self.ops = ["set", "get", "add"]
+        if quick:
+            self.conns, self.store_reps, self.seconds, self.warmup = [1, 64, 1000], 3, 0.25, 0.05
+            self.barrier_n, self.barrier_reps, self.barrier_timeout = [100, 1000, 10000], 2, 15
+            self.ks, self.launch_reps, self.torchrun_reps = [1, 2, 8, 32], 5, 2
+            self.failure_reps, self.rss_reps = 2, 1
+            self.rdzv_n, self.rdzv_reps, self.torchrun_rdzv_max, self.rdzv_timeout = [4, 16], 2, 4, 60
+        else:
+            self.conns, self.store_reps, self.seconds, self.warmup = [1, 16, 64, 256, 1000], 5, 1.0, 0.2
+            self.barrier_n, self.barrier_reps, self.barrier_timeout = [100, 1000, 10000], 5, 60
+            self.ks, self.launch_reps, self.torchrun_reps = [1, 2, 8, 32], 10, 3
+            self.failure_reps, self.rss_reps = 5, 3
+            self.rdzv_n, self.rdzv_reps, self.torchrun_rdzv_max, self.rdzv_timeout = [4, 16, 64, 256], 3, 16, 180
+        self.nofile_note = ""
+        need = max(self.barrier_n) + 64
+        if nofile < need:
+            dropped = [n for n in self.barrier_n if n + 64 > nofile]
+            self.barrier_n = [n for n in self.barrier_n if n + 64 <= nofile]
+            self.nofile_note = (f"Left out: {dropped} clients, because "
+                                f"RLIMIT_NOFILE's hard limit here is {nofile}, and a client "
+                                "needs one descriptor per connection (as does each server).")
+
+    def describe(self):
+        return (f"conns {self.conns}, {self.store_reps} reps × {self.seconds} s; barrier N "
+                f"{self.barrier_n}; K {self.ks}; rendezvous N {self.rdzv_n}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--build", default=str(ROOT / "build" / "bench"))
+    ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    ap.add_argument("--only", choices=["store", "launch"], help="run one half (for debugging)")
+    a = ap.parse_args()
+    build = Path(a.build)
+
+    def binary(rel):
+        p = build / rel
+        return str(p) if p.is_file() and os.access(p, os.X_OK) else None
+    bins = {"ddprun-loadgen": binary("bench/ddprun-loadgen"),
+            "ddprun-store": binary("store/ddprun-store"),
+            "ddprun": binary("launcher/ddprun")}
+    import resource
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    cfg = Config(a.quick, nofile)
+    m = machine()
+    results = {}
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ddprun-bench-") as tmpname:
+        tmp = Path(tmpname)
+        if a.only in (None, "store"):
+            bench_store(bins, cfg, tmp, results)
+        if a.only in (None, "launch"):
+            bench_launch(bins, cfg, tmp, results)
+    m["load_end"] = os.getloadavg()
+    results["machine"] = m
+    results["elapsed_s"] = time.monotonic() - t0
+    (build / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    text = report(results, cfg, m)
+    text += f"\nThis run took {results['elapsed_s']:.0f} s.\n"
+    Path(a.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
