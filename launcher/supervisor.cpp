@@ -8,6 +8,7 @@
 #include "launcher/supervisor.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -54,6 +55,8 @@ constexpr std::chrono::milliseconds kConsoleFlushLimit{2000};
 // An exit event waits for the console output queued before it at most this long: a
 // console that stopped reading must not keep a failure from the agent (never a hang).
 constexpr std::chrono::milliseconds kHoldLimit{1000};
+// How long a worker may take to die after SIGKILL before the supervisor gives up on it.
+constexpr std::chrono::milliseconds kKillWait{10000};
 // Reaping interval when pidfds are missing and SIGCHLD may not be blocked everywhere.
 constexpr int kFallbackPollMs = 50;
 
@@ -120,8 +123,9 @@ struct ProcessSupervisor::Impl {
   void handle(std::uint64_t data, std::uint32_t events);
   void on_signalfd();
   void run_tasks();
-  void reap(std::size_t index, bool block);
-  void reap_all(bool block);
+  void reap(std::size_t index);
+  void reap_all();
+  void reap_after_kill();
   // Reads one pipe; `drain` ignores the per-wakeup limit and backpressure and reads until
   // the pipe is empty. Returns true at EOF (the pipe is then closed).
   bool read_pipe(Pipe& pipe, bool drain);
@@ -271,7 +275,7 @@ void ProcessSupervisor::Impl::loop() {
       std::abort();  // a supervisor that cannot wait can neither reap nor stop workers
     }
     for (int i = 0; i < n; ++i) handle(ready[i].data.u64, ready[i].events);
-    if (!use_pidfd) reap_all(false);
+    if (!use_pidfd) reap_all();
     release_held();
     sync_interest();
   }
@@ -294,7 +298,7 @@ void ProcessSupervisor::Impl::handle(std::uint64_t data, std::uint32_t events_ma
       console_err.on_writable();
       break;
     case Tag::kPidfd:
-      if (index < workers.size()) reap(index, false);
+      if (index < workers.size()) reap(index);
       break;
     case Tag::kOut:
     case Tag::kErr:
@@ -335,13 +339,13 @@ void ProcessSupervisor::Impl::run_tasks() {
   }
 }
 
-void ProcessSupervisor::Impl::reap(std::size_t index, bool block) {
+void ProcessSupervisor::Impl::reap(std::size_t index) {
   Worker& w = *workers[index];
   if (w.reaped) return;
   int status = 0;
   pid_t r;
   do {
-    r = ::waitpid(w.pid, &status, block ? 0 : WNOHANG);
+    r = ::waitpid(w.pid, &status, WNOHANG);
   } while (r < 0 && errno == EINTR);
   if (r == 0) return;
   if (r < 0) {
@@ -363,8 +367,46 @@ void ProcessSupervisor::Impl::reap(std::size_t index, bool block) {
   on_exited(w);
 }
 
-void ProcessSupervisor::Impl::reap_all(bool block) {
-  for (std::size_t i = 0; i < workers.size(); ++i) reap(i, block);
+void ProcessSupervisor::Impl::reap_all() {
+  for (std::size_t i = 0; i < workers.size(); ++i) reap(i);
+}
+
+void ProcessSupervisor::Impl::reap_after_kill() {
+  // SIGKILL cannot be caught, so this normally takes microseconds. A process stuck in
+  // uninterruptible sleep (a hung NFS mount or GPU driver call) dies only when the call
+  // returns; rather than hang the agent, such a worker is reported as killed and left.
+  auto deadline = Clock::now() + kKillWait;
+  while (true) {
+    reap_all();
+    std::vector<pollfd> fds;
+    for (auto& w : workers) {
+      if (!w->reaped && w->pidfd) fds.push_back({w->pidfd.get(), POLLIN, 0});
+    }
+    bool pending = std::any_of(workers.begin(), workers.end(), [](auto& w) { return !w->reaped; });
+    if (!pending) return;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    // Without pidfds there is nothing to wait on: poll() then just sleeps a few ms.
+    int ms = fds.empty() ? 5 : static_cast<int>(std::min<std::int64_t>(left.count(), 100));
+    ::poll(fds.data(), fds.size(), ms);
+  }
+  for (auto& w : workers) {
+    if (w->reaped) continue;
+    spdlog::warn("worker pid {} (local rank {}) is still alive {} s after SIGKILL "
+                 "(uninterruptible sleep?); giving up on it",
+                 w->pid, w->local_rank, kKillWait.count() / 1000);
+    w->reaped = true;
+    w->exit.local_rank = w->local_rank;
+    w->exit.global_rank = w->global_rank;
+    w->exit.pid = w->pid;
+    w->exit.signal = SIGKILL;
+    w->exit.when = std::chrono::system_clock::now();
+    if (w->pidfd) {
+      del_interest(w->pidfd.get());
+      w->pidfd.reset();
+    }
+    on_exited(*w);
+  }
 }
 
 bool ProcessSupervisor::Impl::read_pipe(Pipe& pipe, bool drain) {
@@ -517,7 +559,7 @@ void ProcessSupervisor::Impl::kill_and_clean_attempt(bool warn_leftovers) {
     spdlog::warn("killing {} worker(s) still running at supervisor shutdown", alive);
   }
   signal_groups(SIGKILL);
-  reap_all(/*block=*/true);  // SIGKILL cannot be caught: this returns promptly
+  reap_after_kill();
   for (auto& w : workers) {
     // Every writer in the group is dead; take what is left, but never wait for writers
     // outside the group (a grandchild that called setsid itself).
