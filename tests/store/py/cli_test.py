@@ -1,1 +1,62 @@
-import sys; sys.exit(77)
+"""Black-box test of the ddprun-store binary: serve, the inspection commands, exit codes
+and error lines. Needs no torch.  Usage: cli_test.py PATH/TO/ddprun-store"""
+import signal
+import sys
+
+from store_proc import StoreProcess, cli, watchdog
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def main(binary):
+    watchdog(120)
+    with StoreProcess(binary) as store:
+        addr = f"--addr=127.0.0.1:{store.port}"
+        expect(cli(binary, "set", addr, "k", "v")[0] == 0, "set")
+        expect(cli(binary, "get", addr, "k") == (0, "v\n", ""), "get")
+        expect(cli(binary, "set", addr, "bin", "a\x01b") [0] == 0, "set binary")
+        expect(cli(binary, "get", addr, "bin")[1] == "a\\x01b\n", "escaped value")
+        expect(cli(binary, "get", addr, "--raw", "bin")[1] == "a\x01b", "raw value")
+        expect(cli(binary, "add", addr, "n", "5") == (0, "5\n", ""), "add")
+        expect(cli(binary, "add", addr, "n", "-8")[1] == "-3\n", "add negative")
+        expect(cli(binary, "num-keys", addr)[1] == "3\n", "num-keys")
+        expect(sorted(cli(binary, "keys", addr)[1].split()) == ["bin", "k", "n"], "keys")
+        expect(cli(binary, "wait", addr, "k", "n")[0] == 0, "wait on existing keys")
+
+        rc, out, err = cli(binary, "get", addr, "missing")
+        expect(rc == 1 and "missing" in err and "does not exist" in err, f"get missing: {err}")
+        rc, out, err = cli(binary, "wait", addr, "never", "--timeout", "0.3")
+        expect(rc == 1 and "never" in err and "timed out" in err, f"wait timeout: {err}")
+        expect(cli(binary, "delete", addr, "k")[0] == 0, "delete")
+        expect(cli(binary, "delete", addr, "k")[0] == 1, "delete missing")
+        rc, out, err = cli(binary, "add", addr, "bin", "1")
+        expect(rc == 1 and "decimal" in err, f"add on a non-number: {err}")
+
+        # Bad arguments: one clear line plus a usage hint, exit 2.
+        for args in (["get", addr], ["frobnicate"], ["add", addr, "n", "x"],
+                     ["keys", "--addr", "nohostport"], ["keys", "--addr", "h:99999"], []):
+            rc, out, err = cli(binary, *args)
+            expect(rc == 2 and "error" in err and "--help" in err, f"{args}: {rc} {err!r}")
+        expect(cli(binary, "--help")[0] == 0, "--help")
+        expect("serve" in cli(binary, "--help")[1], "--help lists serve")
+
+        # Another server on the same port: exit 1 naming host:port.
+        rc, out, err = cli(binary, "serve", "--host", "127.0.0.1", "--port", str(store.port))
+        expect(rc == 1 and f"127.0.0.1:{store.port}" in err, f"bind failure: {err}")
+
+        rc = store.stop(signal.SIGINT)
+        expect(rc == 0, f"ddprun-store exited {rc} on SIGINT")
+        # Nothing listens there any more: exit 1 naming the address and the reason.
+        rc, out, err = cli(binary, "keys", addr, "--connect-timeout", "0.3")
+        expect(rc == 1 and f"127.0.0.1:{store.port}" in err and "refused" in err,
+               f"connection failure: {err}")
+    with StoreProcess(binary) as store:
+        expect(store.stop(signal.SIGTERM) == 0, "exit status on SIGTERM")
+    print("cli_test: ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
