@@ -96,6 +96,9 @@ std::vector<int> parse_signal_list(std::string_view list) {
   while (true) {
     size_t comma = list.find(',');
     int s = signal_from_name(list.substr(0, comma));
+    if (s == SIGKILL || s == SIGSTOP) {
+      throw std::invalid_argument(signal_name(s) + " cannot be handled");
+    }
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
     if (comma == std::string_view::npos) break;
     list.remove_prefix(comma + 1);

@@ -35,7 +35,8 @@ UniqueFd make_signalfd(const std::vector<int>& signals);
 int signal_from_name(std::string_view name);
 
 // "SIGTERM,SIGINT" (commas, optional spaces; torchrun's --signals-to-handle) -> {15, 2}.
-// Duplicates are dropped. Throws std::invalid_argument for an unknown or empty entry.
+// Duplicates are dropped. Throws std::invalid_argument for an unknown or empty entry, and
+// for SIGKILL/SIGSTOP ("SIGKILL cannot be handled").
 std::vector<int> parse_signal_list(std::string_view list);
 
 // 15 -> "SIGTERM"; an unnamed number n -> "SIG<n>" (real-time signals: "SIGRTMIN+k").

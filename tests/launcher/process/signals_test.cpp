@@ -29,6 +29,8 @@ TEST_CASE("parse_signal_list splits on commas and drops duplicates", "[signals]"
   CHECK(parse_signal_list("SIGUSR1,USR1,10") == std::vector<int>{SIGUSR1});
   CHECK_THROWS_WITH(parse_signal_list("SIGTERM,,SIGINT"), "unknown signal ''");
   CHECK_THROWS_WITH(parse_signal_list("SIGTERM,SIGNOPE"), "unknown signal 'SIGNOPE'");
+  CHECK_THROWS_WITH(parse_signal_list("SIGTERM,9"), "SIGKILL cannot be handled");
+  CHECK_THROWS_WITH(parse_signal_list("STOP"), "SIGSTOP cannot be handled");
 }
 
 TEST_CASE("signal_name and exit codes", "[signals]") {
