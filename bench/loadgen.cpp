@@ -756,6 +756,7 @@ int run(const Options& o) {
   if (!connect_s) fail(loop.status());
   loop.run_ops();
   auto& lat = loop.latencies();
+  if (lat.empty()) fail("no operation completed within --seconds");
   auto pct = [&](double q) -> double {
     if (lat.empty()) return 0;
     auto idx = static_cast<std::size_t>(q * static_cast<double>(lat.size() - 1));
