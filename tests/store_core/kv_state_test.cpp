@@ -22,6 +22,13 @@ std::string value_of(const KvState& kv, std::string_view key) {
   return v ? *v : "<missing>";
 }
 
+// A fresh key space plus the out-parameters every mutation takes.
+struct Fresh {
+  KvState kv;
+  KvState::Effects fx;
+  std::string err;
+};
+
 Clients sorted(Clients c) {
   std::sort(c.begin(), c.end());
   return c;
@@ -29,9 +36,7 @@ Clients sorted(Clients c) {
 
 }  // namespace
 
-TEST_CASE("set, get, overwrite, num_keys, list_keys, erase", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "set, get, overwrite, num_keys, list_keys, erase", "[kv_state]") {
   CHECK(kv.get("/a") == nullptr);
   kv.set("/a", "1", fx);
   kv.set("/b", std::string("\0\xff", 2), fx);
@@ -51,10 +56,8 @@ TEST_CASE("set, get, overwrite, num_keys, list_keys, erase", "[kv_state]") {
   CHECK(fx.notifications.empty());
 }
 
-TEST_CASE("add stores ASCII decimal, missing is 0, junk and overflow are errors", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "add stores ASCII decimal, missing is 0, junk and overflow are errors",
+                 "[kv_state]") {
   CHECK(kv.add("init/", 1, fx, err) == 1);
   CHECK(kv.add("init/", 1, fx, err) == 2);
   CHECK(kv.add("init/", -5, fx, err) == -3);
@@ -85,10 +88,7 @@ TEST_CASE("add stores ASCII decimal, missing is 0, junk and overflow are errors"
   CHECK_FALSE(kv.add("/min", -1, fx, err).has_value());
 }
 
-TEST_CASE("add's error line escapes binary keys and values", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "add's error line escapes binary keys and values", "[kv_state]") {
   kv.set(std::string("/\n\x01", 3), std::string(200, '\xee'), fx);
   CHECK_FALSE(kv.add(std::string("/\n\x01", 3), 1, fx, err).has_value());
   CHECK(err.find('\n') == std::string::npos);
@@ -96,9 +96,7 @@ TEST_CASE("add's error line escapes binary keys and values", "[kv_state]") {
   CHECK(err.size() < 400);
 }
 
-TEST_CASE("compare_set quirks", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "compare_set quirks", "[kv_state]") {
   // Missing key, empty expected: stores desired and returns it.
   CHECK(kv.compare_set("/c", "", "new", fx) == "new");
   CHECK(value_of(kv, "/c") == "new");
@@ -115,9 +113,7 @@ TEST_CASE("compare_set quirks", "[kv_state]") {
   CHECK(kv.compare_set("/e", "", "filled", fx) == "filled");
 }
 
-TEST_CASE("check: all keys, empty list, queues count when non-empty", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "check: all keys, empty list, queues count when non-empty", "[kv_state]") {
   CHECK(kv.check({}));
   CHECK_FALSE(kv.check({"/a"}));
   kv.set("/a", "1", fx);
@@ -130,9 +126,8 @@ TEST_CASE("check: all keys, empty list, queues count when non-empty", "[kv_state
   CHECK_FALSE(kv.check({"/q"}));
 }
 
-TEST_CASE("wait: ready now, or released exactly once when the last key appears", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "wait: ready now, or released exactly once when the last key appears",
+                 "[kv_state]") {
   kv.set("/a", "1", fx);
   CHECK(kv.wait({}, 1) == kReady);
   CHECK(kv.wait({"/a"}, 1) == kReady);
@@ -154,9 +149,8 @@ TEST_CASE("wait: ready now, or released exactly once when the last key appears",
   CHECK(fx.released.empty());  // never twice
 }
 
-TEST_CASE("wait: duplicate keys count twice and one SET satisfies both", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "wait: duplicate keys count twice and one SET satisfies both",
+                 "[kv_state]") {
   CHECK(kv.wait({"/x", "/x", "/y"}, 7) == kPending);
   kv.set("/x", "1", fx);
   CHECK(fx.released.empty());
@@ -169,10 +163,8 @@ TEST_CASE("wait: duplicate keys count twice and one SET satisfies both", "[kv_st
   CHECK(fx.released == Clients{8});
 }
 
-TEST_CASE("every mutation that creates or changes a key wakes, delete does not", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "every mutation that creates or changes a key wakes, delete does not",
+                 "[kv_state]") {
   kv.set("/gone", "1", fx);
   CHECK(kv.wait({"/s"}, 1) == kPending);
   CHECK(kv.wait({"/add"}, 2) == kPending);
@@ -194,9 +186,7 @@ TEST_CASE("every mutation that creates or changes a key wakes, delete does not",
   CHECK(kv.pending_waits() == 2);
 }
 
-TEST_CASE("several clients on one key are all released, each once", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "several clients on one key are all released, each once", "[kv_state]") {
   for (KvState::ClientId c = 1; c <= 100; ++c) CHECK(kv.wait({"/k"}, c) == kPending);
   kv.set("/k", "v", fx);
   CHECK(fx.released.size() == 100);
@@ -204,20 +194,16 @@ TEST_CASE("several clients on one key are all released, each once", "[kv_state]"
   CHECK(kv.pending_waits() == 0);
 }
 
-TEST_CASE("a client with two pending waits (a timed-out 1.13 client) gets two releases",
-          "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh,
+                 "a client with two pending waits (a timed-out 1.13 client) gets two releases",
+                 "[kv_state]") {
   CHECK(kv.wait({"/k"}, 1) == kPending);
   CHECK(kv.wait({"/k"}, 1) == kPending);
   kv.set("/k", "v", fx);
   CHECK(fx.released == Clients{1, 1});
 }
 
-TEST_CASE("cancel_wait drops this client's waits and barriers only", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "cancel_wait drops this client's waits and barriers only", "[kv_state]") {
   CHECK_FALSE(kv.cancel_wait(1));
   CHECK(kv.wait({"/k"}, 1) == kPending);
   CHECK(kv.wait({"/k", "/j"}, 1) == kPending);
@@ -234,10 +220,7 @@ TEST_CASE("cancel_wait drops this client's waits and barriers only", "[kv_state]
   CHECK(value_of(kv, "/b") == "1");
 }
 
-TEST_CASE("forget drops waits, barrier registrations and watches", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "forget drops waits, barrier registrations and watches", "[kv_state]") {
   CHECK(kv.wait({"/k"}, 1) == kPending);
   CHECK(kv.barrier("/b", 2, 1, fx, err) == kPending);
   kv.watch("/k", 1);
@@ -316,9 +299,7 @@ TEST_CASE("watch notifications: created, updated, deleted, with old and new valu
   CHECK(fx.notifications.empty());
 }
 
-TEST_CASE("queues: push, pop, len, push wakes at most one wait", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "queues: push, pop, len, push wakes at most one wait", "[kv_state]") {
   std::string v;
   CHECK(kv.queue_len("/q") == 0);
   CHECK(kv.queue_pop("/q", v) == 0);
@@ -344,9 +325,7 @@ TEST_CASE("queues: push, pop, len, push wakes at most one wait", "[kv_state]") {
   CHECK(kv.wait({"/q"}, 4) == kReady);
 }
 
-TEST_CASE("queue push skips waits still missing other keys", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "queue push skips waits still missing other keys", "[kv_state]") {
   CHECK(kv.wait({"/q", "/other"}, 1) == kPending);
   CHECK(kv.wait({"/q"}, 2) == kPending);
   kv.queue_push("/q", "j", fx);
@@ -355,10 +334,7 @@ TEST_CASE("queue push skips waits still missing other keys", "[kv_state]") {
   CHECK(fx.released == Clients{2, 1});
 }
 
-TEST_CASE("barrier: several clients, released together, each once", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "barrier: several clients, released together, each once", "[kv_state]") {
   CHECK(kv.barrier("/b", 4, 1, fx, err) == kPending);
   CHECK(kv.barrier("/b", 4, 2, fx, err) == kPending);
   CHECK(kv.barrier("/b", 4, 3, fx, err) == kPending);
@@ -373,10 +349,8 @@ TEST_CASE("barrier: several clients, released together, each once", "[kv_state]"
   CHECK(fx.released.empty());
 }
 
-TEST_CASE("barrier: world size 1 or less passes at once, bad counters are errors", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "barrier: world size 1 or less passes at once, bad counters are errors",
+                 "[kv_state]") {
   CHECK(kv.barrier("/one", 1, 1, fx, err) == kReady);
   CHECK(kv.barrier("/zero", 0, 1, fx, err) == kReady);
   kv.set("/bad", "x", fx);
@@ -385,11 +359,9 @@ TEST_CASE("barrier: world size 1 or less passes at once, bad counters are errors
   CHECK(kv.pending_waits() == 0);
 }
 
-TEST_CASE("barrier arrivals wake WAITs on the counter key, SET does not release barriers",
-          "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh,
+                 "barrier arrivals wake WAITs on the counter key, SET does not release barriers",
+                 "[kv_state]") {
   CHECK(kv.wait({"/b"}, 9) == kPending);
   CHECK(kv.barrier("/b", 3, 1, fx, err) == kPending);
   CHECK(fx.released == Clients{9});
@@ -401,10 +373,7 @@ TEST_CASE("barrier arrivals wake WAITs on the counter key, SET does not release 
   CHECK(sorted(fx.released) == Clients{1, 2});
 }
 
-TEST_CASE("10,000 clients in one barrier release in one step", "[kv_state][scale]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "10,000 clients in one barrier release in one step", "[kv_state][scale]") {
   constexpr KvState::ClientId kN = 10000;
   for (KvState::ClientId c = 1; c < kN; ++c) {
     REQUIRE(kv.barrier("/big", kN, c, fx, err) == kPending);
@@ -419,18 +388,13 @@ TEST_CASE("10,000 clients in one barrier release in one step", "[kv_state][scale
   CHECK(kv.pending_waits() == 0);
 }
 
-TEST_CASE("multi_get gives empty values for missing keys", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
+TEST_CASE_METHOD(Fresh, "multi_get gives empty values for missing keys", "[kv_state]") {
   kv.multi_set({"/a", "/b", "/a"}, {"1", "2", "3"}, fx);  // in order: the last /a wins
   CHECK(kv.multi_get({"/a", "/zz", "/b"}) == Keys{"3", "", "2"});
   CHECK(kv.multi_get({}).empty());
 }
 
-TEST_CASE("clear empties keys, queues, waits and watches", "[kv_state]") {
-  KvState kv;
-  KvState::Effects fx;
-  std::string err;
+TEST_CASE_METHOD(Fresh, "clear empties keys, queues, waits and watches", "[kv_state]") {
   kv.set("/a", "1", fx);
   kv.queue_push("/q", "1", fx);
   CHECK(kv.wait({"/w"}, 1) == kPending);
