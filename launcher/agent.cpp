@@ -141,11 +141,13 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
   });
   while (true) {
     {
+      // Short waits: a one-node rendezvous completes in microseconds and must not pay a
+      // polling delay, while a signal is still noticed within a few tens of ms.
       std::unique_lock lock(pending->mu);
-      if (pending->cv.wait_for(lock, 0ms, [&] { return pending->done; })) break;
+      if (pending->cv.wait_for(lock, 25ms, [&] { return pending->done; })) break;
     }
     // No worker is alive here, so the only events are signals (and timeouts).
-    const SupervisorEvent ev = supervisor_.next_event(100ms);
+    const SupervisorEvent ev = supervisor_.next_event(0ms);
     if (ev.kind != Kind::kSignal || forward_only(ev.signo)) continue;
     spdlog::warn("received {} during rendezvous; exiting", signal_name(ev.signo));
     worker.detach();
@@ -229,10 +231,15 @@ std::vector<WorkerExit> Agent::stop_workers(int signo) {
 
 Agent::Step Agent::monitor(const rdzv::RendezvousInfo& info, RunResult& result) {
   (void)info;
+  auto next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
   while (true) {
-    const SupervisorEvent ev = supervisor_.next_event(kMembershipPoll);
+    const auto now = std::chrono::steady_clock::now();
+    const SupervisorEvent ev = supervisor_.next_event(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::max(next_poll - now,
+                                                                       now - now)));
     switch (ev.kind) {
       case Kind::kTimeout: {
+        next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
         bool new_round = false;
         try {
           new_round = handler_->needs_new_round();
