@@ -5,6 +5,11 @@ Each file is one connection's bytes. Legacy seeds follow the PyTorch 1.13 captur
 (tcpstore-protocol.md A.4, A.10); modern seeds open with VALIDATE + PING like a 2.2+
 client. A few seeds are deliberately bad (wrong magic, oversized lengths, unknown
 commands) so the error paths stay covered. Run from anywhere: python3 make_corpus.py
+
+The legacy_real_1_13_* files are not generated here: they are the client-to-server bytes
+of the two main connections of a real 2-rank PyTorch 1.13 gloo job (init_process_group,
+all_reduce, set/add/compare_set/delete_key, barrier), recorded by a forwarding proxy in
+front of ddprun-store. This script leaves them alone.
 """
 import os
 import struct
