@@ -86,7 +86,7 @@ struct TcpRendezvousStore {
       options.wait_for_workers = false;
       try {
         auto tcp = std::make_shared<store::TcpStore>(options);
-        if (!last_error.empty()) spdlog::info("{}: connected to the rendezvous store", where());
+        if (!last_error.empty()) spdlog::warn("{}: connected to the rendezvous store", where());
         return std::make_shared<store::PrefixStore>("ddprun/rdzv/" + run_id, tcp);
       } catch (const store::StoreConnectionError& e) {
         last_error = e.what();
@@ -96,7 +96,7 @@ struct TcpRendezvousStore {
                                         e.what());
       }
       if (Clock::now() >= next_log) {
-        spdlog::info("{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
+        spdlog::warn("{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
                      std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now())
                          .count());
         next_log = Clock::now() + Ms(5000);

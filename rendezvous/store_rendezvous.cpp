@@ -190,13 +190,16 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
     spdlog::debug("{}: joined round {} in slot {}", where(), r, slot);
     int n = wait_for_final(r, slot, deadline);
     if (slot >= n) {
-      spdlog::info("{}: round {} formed with {} nodes without this one (max {}); waiting for "
+      spdlog::warn("{}: round {} formed with {} nodes without this one (max {}); waiting for "
                    "the next round",
                    where(), r, n, config_.max_nodes);
       ++r;
       continue;
     }
 
+    // Peers start watching our heartbeat as soon as they return; beat now and while
+    // waiting below, so a slow finish here never looks like a dead node.
+    store_->add(rk(r, "hb", slot), 1);
     // Every participant stores its descriptor right after its ADD, so this is short.
     std::vector<std::string> keys = slot_keys(r, "node", n);
     bool have_all = false;
@@ -271,6 +274,7 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
         have_master = true;
         break;
       } catch (const store::StoreTimeoutError&) {
+        store_->add(rk(r, "hb", slot), 1);
       }
     }
     if (!have_master) {
@@ -480,7 +484,9 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
   } else {
     missing = "; in last call for up to " + std::to_string(config_.max_nodes - count) + " more";
   }
-  spdlog::info("{}: round {}: {} joined (min {}, max {}): [{}]{}; {} s left", where(), r, count,
+  // WARNING level on purpose: the agent's default level; a silent wait is what users
+  // complain about most.
+  spdlog::warn("{}: round {}: {} joined (min {}, max {}): [{}]{}; {} s left", where(), r, count,
                config_.min_nodes, config_.max_nodes, joined, missing, secs_left(deadline));
 }
 
@@ -622,13 +628,13 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
         // The rendezvous store lives in this process: leaving now would fail the nodes
         // that are still running (their heartbeats would lose the store).
         if (Clock::now() >= next_log) {
-          spdlog::info("{}: keeping the rendezvous store up for the nodes still running: [{}]",
+          spdlog::warn("{}: keeping the rendezvous store up for the nodes still running: [{}]",
                        where(), pending);
           next_log = Clock::now() + std::max<Ms>(config_.progress_interval, Ms(30'000));
         }
       }
       if (Clock::now() >= next_log) {
-        spdlog::info("{}: waiting at the exit barrier for [{}]; {} s left", where(), pending,
+        spdlog::warn("{}: waiting at the exit barrier for [{}]; {} s left", where(), pending,
                      secs_left(deadline));
         next_log = Clock::now() + config_.progress_interval;
       }

@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Black-box multi-node tests of the built `ddprun`: several agents on one machine, each
+with its own loopback address (--local-addr 127.0.0.<n>), real PyTorch gloo workers.
+
+    multinode_test.py <path to ddprun> <test name>     (ctest runs one test per process)
+    multinode_test.py <path to ddprun> --list
+
+Workers run under PYTHON_EXEC=$DDPRUN_TEST_PYTHON; every test needs torch and exits 77
+(ctest's SKIP_RETURN_CODE) when that interpreter lacks it. Waits are polls with generous
+deadlines. Every agent runs in its own session and is killed (with its workers) at the end.
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "workers", "mn_worker.py")
+PYTHON = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+SKIP = 77
+TESTS = {}
+# Tiny intervals keep the elastic tests fast; still generous for a loaded 2-core machine.
+FAST = "keep_alive_interval=0.5,keep_alive_max_attempt=4,last_call_timeout=1.5,join_timeout=60"
+
+
+def test(fn):
+    TESTS[fn.__name__] = fn
+    return fn
+
+
+class Failed(Exception):
+    pass
+
+
+def check(cond, what, *context):
+    if not cond:
+        raise Failed(what + "".join(f"\n--- {c}" for c in context))
+
+
+def poll(pred, timeout, what, *context):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise Failed(f"timed out after {timeout} s waiting for: {what}" +
+                 "".join(f"\n--- {c() if callable(c) else c}" for c in context))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Agent:
+    def __init__(self, cluster, name, args, worker_args):
+        self.name = name
+        self.out = os.path.join(cluster.dir, name)
+        os.makedirs(self.out, exist_ok=True)
+        self.log = os.path.join(cluster.dir, name + ".log")
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PET_", "TORCHELASTIC_", "LOGLEVEL", "MASTER_"))}
+        env.update(PYTHON_EXEC=PYTHON, TMPDIR=cluster.dir)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [cluster.ddprun, *args, WORKER, self.out, *worker_args], env=env,
+                cwd=cluster.dir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def records(self):
+        out = []
+        for f in sorted(glob.glob(os.path.join(self.out, "*.json"))):
+            try:
+                with open(f) as fh:
+                    out.append(json.load(fh))
+            except (OSError, ValueError):
+                pass  # being written
+        return out
+
+    def text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise Failed(f"{self.name} still running after {timeout} s\n--- {self.text()}")
+
+    def kill(self, sig=signal.SIGKILL):
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class Cluster:
+    def __init__(self, ddprun):
+        self.ddprun = ddprun
+        self.dir = tempfile.mkdtemp(prefix="ddprun_mn_")
+        self.agents = []
+
+    def start(self, name, args, worker_args=()):
+        a = Agent(self, name, args, list(worker_args))
+        self.agents.append(a)
+        return a
+
+    def logs(self):
+        return "\n".join(f"=== {a.name} (rc {a.proc.poll()})\n{a.text()}" for a in self.agents)
+
+    def close(self):
+        for a in self.agents:
+            a.kill()
+            try:
+                a.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def c10d_args(i, port, nnodes, run_id, extra=(), conf=FAST):
+    return [f"--nnodes={nnodes}", "--nproc-per-node=1", f"--rdzv-id={run_id}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            f"--local-addr=127.0.0.{i + 1}", f"--rdzv-conf={conf}", *extra]
+
+
+def last_records(agent):
+    recs = agent.records()
+    if not recs:
+        return []
+    latest = max(int(r["TORCHELASTIC_RESTART_COUNT"] or 0) for r in recs)
+    return [r for r in recs if int(r["TORCHELASTIC_RESTART_COUNT"] or 0) == latest]
+
+
+@test
+def c10d_four_nodes_node_rank(c):
+    """The seed's node1.sh..node4.sh: c10d, 4 nodes x 1 proc, --node-rank honoured."""
+    port = free_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, 4, "bert_job_n1n3_01",
+                                            [f"--node-rank={3 - i}"]))
+              for i in range(4)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    for i, a in enumerate(agents):
+        (r,) = a.records()
+        check(r["allreduce_ok"], "all_reduce wrong", r)
+        check(r["RANK"] == str(3 - i) and r["GROUP_RANK"] == str(3 - i),
+              f"{a.name}: RANK/GROUP_RANK {r['RANK']}/{r['GROUP_RANK']} != node rank {3 - i}", r)
+        check(r["WORLD_SIZE"] == "4" and r["GROUP_WORLD_SIZE"] == "4", "world sizes", r)
+        check(r["MASTER_ADDR"] == "127.0.0.4", "MASTER_ADDR is group rank 0's --local-addr", r)
+        check(r["TORCHELASTIC_RUN_ID"] == "bert_job_n1n3_01", "run id", r)
+
+
+@test
+def static_two_nodes_two_procs(c):
+    port = free_port()
+    agents = []
+    for i in range(2):
+        agents.append(c.start(f"node{i}", [
+            "--nnodes=2", "--nproc-per-node=2", f"--node-rank={i}", "--master-addr=127.0.0.1",
+            f"--master-port={port}", f"--local-addr=127.0.0.{i + 1}"]))
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    for i, a in enumerate(agents):
+        recs = a.records()
+        check(len(recs) == 2, f"{a.name}: {len(recs)} records", c.logs())
+        ranks = sorted(int(r["RANK"]) for r in recs)
+        check(ranks == [2 * i, 2 * i + 1], f"{a.name}: ranks {ranks}", recs)
+        for r in recs:
+            check(r["WORLD_SIZE"] == "4" and r["GROUP_RANK"] == str(i) and r["allreduce_ok"],
+                  "layout", r)
+            check(r["MASTER_ADDR"] == "127.0.0.1", "MASTER_ADDR is node rank 0's address", r)
+
+
+@test
+def elastic_three_nodes_of_2_to_4(c):
+    port = free_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, "2:4", "elastic3")) for i in range(3)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    ranks = sorted(int(a.records()[0]["RANK"]) for a in agents)
+    check(ranks == [0, 1, 2], f"ranks {ranks}", c.logs())
+    for a in agents:
+        check(a.records()[0]["WORLD_SIZE"] == "3", "WORLD_SIZE 3", a.records())
+
+
+@test
+def late_node_joins_running_job(c):
+    """2:3 with two nodes running; a third arrives; all restart into a world of 3 without
+    spending --max-restarts (it is 0)."""
+    port = free_port()
+    wargs = ["--until-world", "3"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "late", ["--max-restarts=0"]), wargs)
+              for i in range(2)]
+    poll(lambda: all(a.records() for a in agents), 90, "two nodes running", c.logs)
+    check(all(a.records()[0]["WORLD_SIZE"] == "2" for a in agents), "first world is 2", c.logs())
+    agents.append(c.start("node2", c10d_args(2, port, "2:3", "late", ["--max-restarts=0"]),
+                          wargs))
+    for a in agents:
+        check(a.wait(150) == 0, f"{a.name} failed", c.logs())
+    finals = [r for a in agents for r in a.records() if r["WORLD_SIZE"] == "3"]
+    check(sorted(int(r["RANK"]) for r in finals) == [0, 1, 2], "ranks of the world of 3",
+          c.logs())
+
+
+@test
+def node_killed_mid_run(c):
+    """2:3 with three nodes; one agent is SIGKILLed; the survivors re-rendezvous into a
+    world of 2 and finish."""
+    port = free_port()
+    wargs = ["--until-world", "2"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "kill", ["--max-restarts=3"]), wargs)
+              for i in range(3)]
+    poll(lambda: all(a.records() for a in agents), 90, "three nodes running", c.logs)
+    agents[2].kill()
+    for a in agents[:2]:
+        check(a.wait(150) == 0, f"{a.name} failed", c.logs())
+    for a in agents[:2]:
+        (r,) = last_records(a)
+        check(r["WORLD_SIZE"] == "2", "survivors finish in a world of 2", c.logs())
+
+
+@test
+def endpoint_host_killed(c):
+    """The agent hosting the rendezvous store dies: the other exits non-zero naming the
+    endpoint, well within its timeouts."""
+    port = free_port()
+    conf = FAST + ",read_timeout=10"
+    wargs = ["--until-world", "99"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "hostdies", ["--max-restarts=1"], conf),
+                      wargs) for i in range(2)]
+    poll(lambda: all(a.records() for a in agents), 90, "two nodes running", c.logs)
+    agents[0].kill()  # 127.0.0.1 = the endpoint host
+    rc = agents[1].wait(90)
+    check(rc != 0, "the survivor must fail", c.logs())
+    check(f"127.0.0.1:{port}" in agents[1].text(), "the error names the endpoint", c.logs())
+
+
+@test
+def waiting_feedback_then_timeout(c):
+    port = free_port()
+    conf = "keep_alive_interval=0.5,join_timeout=4"
+    a = c.start("node0", c10d_args(0, port, 2, "lonely", conf=conf))
+    rc = a.wait(60)
+    text = a.text()
+    check(rc != 0, "a lone node must fail after join_timeout", text)
+    check("rendezvous 'lonely' (c10d at 127.0.0.1:" in text, "progress names run id, endpoint",
+          text)
+    check("1 joined (min 2, max 2)" in text, "progress says joined/min/max", text)
+    check("s left" in text and "timed out" in text, "time left, then the timeout", text)
+
+
+@test
+def sigint_during_rendezvous(c):
+    port = free_port()
+    a = c.start("node0", c10d_args(0, port, 2, "sigint"))
+    poll(lambda: _listening(port), 30, "the rendezvous store listening", c.logs)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    os.kill(a.proc.pid, signal.SIGINT)
+    rc = a.wait(10)
+    check(rc != 0, "SIGINT ends the agent with a failure code", a.text())
+    check(time.monotonic() - t0 < 5, "promptly", a.text())
+
+
+def _listening(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    ddprun, name = sys.argv[1], sys.argv[2]
+    if name == "--list":
+        print("\n".join(TESTS))
+        return 0
+    if subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode != 0:
+        print(f"SKIP: {PYTHON} has no torch", file=sys.stderr)
+        return SKIP
+    c = Cluster(os.path.abspath(ddprun))
+    try:
+        TESTS[name](c)
+    except Failed as e:
+        print(f"FAIL {name}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        c.close()
+    print(f"PASS {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
