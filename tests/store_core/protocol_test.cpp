@@ -353,3 +353,22 @@ TEST_CASE("op_in_dialect and encode_request of an op the dialect lacks", "[proto
   }
   CHECK(std::string(op_name(Op::kMultiSet)) == "MULTI_SET");
 }
+
+TEST_CASE("an 8 MiB value arriving in 1440-byte pieces is re-parsed cheaply", "[protocol]") {
+  // 2.x clients flush every 1440 bytes. A parser that copied the partial value on every
+  // attempt would move ~24 GB here and blow the test timeout; ours reads two lengths.
+  std::string b = unhex("01");
+  Encoder e(b);
+  e.bytes("/big");
+  e.bytes(std::string(8 << 20, 'x'));
+  Request r;
+  std::size_t attempts = 0;
+  for (std::size_t n = 1440; n < b.size(); n += 1440) {
+    ++attempts;
+    REQUIRE(parse(std::string_view(b).substr(0, n), Dialect::kModern, r).status ==
+            ParseStatus::kNeedMore);
+  }
+  CHECK(attempts > 5000);
+  REQUIRE(parse(b, Dialect::kModern, r).status == ParseStatus::kOk);
+  CHECK(r.values[0].size() == (8u << 20));
+}
