@@ -3,9 +3,12 @@
 // cancellation, bad input, limits, reset, and many connections at once.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -443,6 +446,38 @@ TEST_CASE("server: a 1000-client modern BARRIER releases everyone", "[server][ne
   for (RawClient& c : clients) REQUIRE(c.read_u8() == kStopWaiting);
   auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start);
   std::printf("BARRIER of %zu clients released in %.1f ms\n", n, ms.count());
+}
+
+TEST_CASE("server: accept failing on the open-files limit recovers once fds are free",
+          "[server][net]") {
+  Server s;
+  RawClient first(s.port);
+  first.handshake();
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  std::size_t open_fds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)entry;
+    ++open_fds;
+  }
+  // Leave room for a few client sockets only; the server (same process) then gets
+  // EMFILE from accept() while the connections wait in the listen backlog.
+  rlimit tight = saved;
+  tight.rlim_cur = open_fds + 3;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  std::vector<RawClient> clients;
+  try {
+    for (int i = 0; i < 8; ++i) clients.emplace_back(s.port);
+  } catch (const std::runtime_error&) {
+    // socket() itself hit the limit: the server's accept() certainly does too.
+  }
+  std::size_t connected = clients.size();
+  std::this_thread::sleep_for(300ms);  // a few of the server's accept retries fail
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  REQUIRE(connected > 0);
+  for (RawClient& c : clients) c.handshake();
+  first.expect_ping_echo(5);
+  CHECK(s.server.connection_count() == 1 + connected);
 }
 
 TEST_CASE("server: start() names host:port and the reason when binding fails",
