@@ -1,0 +1,215 @@
+// The Agent with real parts: the real ProcessSupervisor running `sh` workers and the real
+// single-node rendezvous from the registry. Two transitions a one-node rendezvous never
+// takes (a membership change, a rendezvous error) are driven by a thin handler that
+// delegates to the real one.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "launcher/agent.h"
+#include "launcher/signals.h"
+#include "rendezvous/registry.h"
+
+using namespace ddprun::launcher;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / ("ddprun_agent_" + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// `sh -c <script>` workers; the script sees torchrun's environment.
+LaunchConfig sh_job(int nproc, const std::string& script, const TempDir& dir) {
+  LaunchConfig c;
+  c.nproc_per_node = nproc;
+  c.entry = EntryKind::kExecutable;
+  c.training_script = "sh";
+  c.script_args = {"-c", script};
+  c.log_dir = (dir.path / "logs").string();
+  c.shutdown_timeout_s = 5;
+  return c;
+}
+
+EnvMap base_env() { return {{"PATH", "/usr/bin:/bin"}}; }
+
+SupervisorOptions options() {
+  const std::vector<int> handled = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  prepare_agent_signals(handled);  // before the supervisor's thread starts
+  SupervisorOptions o;
+  o.handled_signals = handled;
+  return o;
+}
+
+std::unique_ptr<ddprun::rdzv::RendezvousHandler> local_handler(const LaunchConfig& c) {
+  return ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(c));
+}
+
+// Delegates to the real handler; can ask for one new round, or fail a rendezvous.
+class Steered : public ddprun::rdzv::RendezvousHandler {
+ public:
+  explicit Steered(std::unique_ptr<ddprun::rdzv::RendezvousHandler> real)
+      : real_(std::move(real)) {}
+  ddprun::rdzv::RendezvousInfo next_rendezvous() override {
+    ++rounds;
+    if (fail_at_round == rounds) throw ddprun::rdzv::RendezvousTimeoutError("test: no peers");
+    return real_->next_rendezvous();
+  }
+  int num_nodes_waiting() override { return 0; }
+  bool needs_new_round() override {
+    if (new_round_after_file.empty() || !fs::exists(new_round_after_file) || asked) return false;
+    asked = true;
+    return true;
+  }
+  bool is_closed() override { return real_->is_closed(); }
+  void set_closed() override { real_->set_closed(); }
+  bool exit_barrier(std::chrono::milliseconds t) override { return real_->exit_barrier(t); }
+  std::string run_id() const override { return real_->run_id(); }
+  std::string backend_name() const override { return real_->backend_name(); }
+  void shutdown() override { real_->shutdown(); }
+
+  int rounds = 0;
+  int fail_at_round = 0;
+  fs::path new_round_after_file;
+  bool asked = false;
+
+ private:
+  std::unique_ptr<ddprun::rdzv::RendezvousHandler> real_;
+};
+
+}  // namespace
+
+TEST_CASE("agent: success, with torchrun's environment in the workers", "[agent]") {
+  TempDir dir;
+  const std::string out = (dir.path / "env").string();
+  LaunchConfig c = sh_job(2, "echo $RANK/$WORLD_SIZE/$MASTER_PORT >> " + out, dir);
+  ProcessSupervisor sup(options());
+  Agent agent(c, base_env(), sup, local_handler(c));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kSucceeded);
+  CHECK(r.exit_code == 0);
+  const std::string text = slurp(out);
+  CHECK(text.find("0/2/") != std::string::npos);
+  CHECK(text.find("1/2/") != std::string::npos);
+  CHECK(fs::path(agent.run_log_dir()).parent_path() == dir.path / "logs");
+}
+
+TEST_CASE("agent: failures restart within the budget, then report", "[agent]") {
+  TempDir dir;
+  const std::string counts = (dir.path / "counts").string();
+  // Rank 1 fails on every attempt; rank 0 would run long and is stopped.
+  LaunchConfig c = sh_job(
+      2,
+      "echo $TORCHELASTIC_RESTART_COUNT >> " + counts +
+          "; if [ $RANK = 1 ]; then exit 4; fi; exec sleep 30",
+      dir);
+  c.max_restarts = 2;
+  ProcessSupervisor sup(options());
+  Agent agent(c, base_env(), sup, local_handler(c));
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = agent.run();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+  CHECK(r.outcome == RunResult::Outcome::kFailed);
+  CHECK(r.exit_code == 1);
+  CHECK(r.restart_count == 2);
+  REQUIRE(r.failures.size() == 1);  // rank 0 was stopped by the agent: not a failure
+  CHECK(r.failures[0].global_rank == 1);
+  CHECK(r.failures[0].exitcode == 4);
+  const std::string seen = slurp(counts);
+  for (const char* n : {"0\n", "1\n", "2\n"}) CHECK(seen.find(n) != std::string::npos);
+  CHECK(seen.find("3\n") == std::string::npos);
+  for (const char* a : {"attempt_0", "attempt_1", "attempt_2"}) {
+    CHECK(fs::is_directory(fs::path(agent.run_log_dir()) / a / "1"));
+  }
+}
+
+TEST_CASE("agent: a membership change restarts without spending a restart", "[agent]") {
+  TempDir dir;
+  const fs::path started = dir.path / "started";
+  const std::string counts = (dir.path / "counts").string();
+  // First round: mark and wait to be stopped. Second round: exit 0.
+  LaunchConfig c = sh_job(1,
+                          "echo $TORCHELASTIC_RESTART_COUNT >> " + counts + "; if [ -e " +
+                              started.string() + " ]; then exit 0; fi; touch " +
+                              started.string() + "; exec sleep 30",
+                          dir);
+  auto handler = std::make_unique<Steered>(local_handler(c));
+  handler->new_round_after_file = started;
+  Steered* steered = handler.get();
+  ProcessSupervisor sup(options());
+  Agent agent(c, base_env(), sup, std::move(handler));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kSucceeded);
+  CHECK(r.restart_count == 0);
+  CHECK(steered->rounds == 2);
+  CHECK(slurp(counts) == "0\n0\n");
+}
+
+TEST_CASE("agent: a rendezvous error fails the run with exit 1", "[agent]") {
+  TempDir dir;
+  const fs::path ran = dir.path / "ran";
+  LaunchConfig c = sh_job(1, "touch " + ran.string(), dir);
+  auto handler = std::make_unique<Steered>(local_handler(c));
+  handler->fail_at_round = 1;
+  ProcessSupervisor sup(options());
+  Agent agent(c, base_env(), sup, std::move(handler));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kFailed);
+  CHECK(r.exit_code == 1);
+  CHECK(!fs::exists(ran));
+}
+
+TEST_CASE("agent: an unstartable worker fails the run", "[agent]") {
+  TempDir dir;
+  LaunchConfig c = sh_job(2, "", dir);
+  c.training_script = "no-such-program-for-ddprun-agent-test";
+  c.script_args.clear();
+  ProcessSupervisor sup(options());
+  Agent agent(c, base_env(), sup, local_handler(c));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kFailed);
+  CHECK(r.exit_code == 1);
+}
+
+TEST_CASE("agent: rendezvous parameters from the command line", "[agent]") {
+  LaunchConfig c;
+  c.rdzv_backend = "static";
+  c.rdzv_id = "j";
+  c.min_nodes = 2;
+  c.max_nodes = 3;
+  c.nproc_per_node = 4;
+  c.node_rank = 1;
+  c.master_port = 29511;
+  c.rdzv_conf = {{"timeout", "5"}};
+  const auto p = make_rendezvous_params(c);
+  CHECK(p.backend == "static");
+  CHECK(p.run_id == "j");
+  CHECK(p.min_nodes == 2);
+  CHECK(p.max_nodes == 3);
+  CHECK(p.local_world_size == 4);
+  CHECK(p.node_rank == 1);
+  CHECK(p.master_port == 29511);
+  CHECK(p.master_addr.empty());
+  CHECK(p.conf.at("timeout") == "5");
+  CHECK(make_rendezvous_params(LaunchConfig{}).node_rank == -1);
+}
