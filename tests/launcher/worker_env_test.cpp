@@ -85,7 +85,7 @@ TEST_CASE("user values are kept; OMP only defaulted for several workers", "[work
   CHECK(worker_env(config(1), c10d, {}, 0, "e").at("TORCHELASTIC_USE_AGENT_STORE") == "False");
 }
 
-TEST_CASE("--virtual-local-rank: LOCAL_RANK 0 and one device each", "[worker_env]") {
+TEST_CASE("virtual local rank (--virtual-local-rank): LOCAL_RANK 0 and one device each", "[worker_env]") {
   LaunchConfig c = config(3);
   c.virtual_local_rank = true;
   const EnvMap with = {{"CUDA_VISIBLE_DEVICES", "5,6,7"}};
