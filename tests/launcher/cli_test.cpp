@@ -142,7 +142,7 @@ TEST_CASE("everything after the script belongs to the script", "[cli]") {
   CHECK(ok({"--", "train.py", "a"}).script_args == std::vector<std::string>{"a"});
 }
 
-TEST_CASE("PET_ environment fallbacks; the command line wins", "[cli]") {
+TEST_CASE("PET_ environment fallbacks - the command line wins", "[cli]") {
   const std::map<std::string, std::string> env = {
       {"PET_NPROC_PER_NODE", "3"},   {"PET_MAX_RESTARTS", "2"}, {"PET_NNODES", "1:1"},
       {"PET_RDZV_ID", "fromenv"},    {"PET_STANDALONE", "0"},   {"PET_NO_PYTHON", "0"},

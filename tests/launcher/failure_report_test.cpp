@@ -65,7 +65,7 @@ TEST_CASE("one failure with a traceback: golden text", "[failure_report]") {
   CHECK(format_failure_report("train.py", {f}, "localhost") == expected);
 }
 
-TEST_CASE("several failures: root cause is the earliest; border shrinks to fit", "[failure_report]") {
+TEST_CASE("several failures: root cause is the earliest - border shrinks to fit", "[failure_report]") {
   utc();
   Failure a;
   a.global_rank = 0;

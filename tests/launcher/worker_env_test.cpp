@@ -68,7 +68,7 @@ TEST_CASE("torchrun's worker variables", "[worker_env]") {
   CHECK(env.count("CUDA_VISIBLE_DEVICES") == 0);
 }
 
-TEST_CASE("user values are kept; OMP only defaulted for several workers", "[worker_env]") {
+TEST_CASE("user values are kept - OMP only defaulted for several workers", "[worker_env]") {
   const EnvMap base = {{"NCCL_ASYNC_ERROR_HANDLING", "0"}, {"OMP_NUM_THREADS", "8"},
                        {"RANK", "99"}};
   const EnvMap env = worker_env(config(2), attempt(), base, 0, "e");

@@ -83,7 +83,7 @@ std::unique_ptr<store::TcpStore> connect(const std::string& host, std::uint16_t 
 
 }  // namespace
 
-TEST_CASE("c10d: 4 nodes complete; node 0 hosts; workers' store reachable and shared",
+TEST_CASE("c10d: 4 nodes complete - node 0 hosts - workers' store reachable and shared",
           "[c10d]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
@@ -104,7 +104,7 @@ TEST_CASE("c10d: 4 nodes complete; node 0 hosts; workers' store reachable and sh
   for (auto& h : hs) h->shutdown();
 }
 
-TEST_CASE("c10d: --node-rank on every node is honoured; nproc may differ", "[c10d]") {
+TEST_CASE("c10d: --node-rank on every node is honoured - nproc may differ", "[c10d]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
   std::vector<int> nprocs{2, 1, 3, 2};
@@ -222,7 +222,7 @@ TEST_CASE("static: group rank = node rank, differing nproc, duplicates rejected"
   CHECK_THAT(f0.get(), Catch::Contains("interrupted"));
 }
 
-TEST_CASE("c10d MIN:MAX: last call forms a round of 3; a late node waits, then joins",
+TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits, then joins",
           "[c10d][elastic]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
@@ -262,7 +262,7 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3; a late node waits, then j
   CHECK_THAT(fifth_f.get(), Catch::Contains("interrupted"));
 }
 
-TEST_CASE("c10d: a participant that stops heartbeating is detected; survivors go on",
+TEST_CASE("c10d: a participant that stops heartbeating is detected - survivors go on",
           "[c10d][elastic]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
@@ -299,7 +299,7 @@ TEST_CASE("c10d: a participant that stops heartbeating is detected; survivors go
   CHECK(again[0].round == 1);
 }
 
-TEST_CASE("c10d: a node that shuts down is noticed at once; too few nodes time out",
+TEST_CASE("c10d: a node that shuts down is noticed at once - too few nodes time out",
           "[c10d][elastic]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
@@ -329,7 +329,7 @@ TEST_CASE("c10d: a node that shuts down is noticed at once; too few nodes time o
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
 }
 
-TEST_CASE("closed rendezvous rejects joiners; exit barrier waits for every node",
+TEST_CASE("closed rendezvous rejects joiners - exit barrier waits for every node",
           "[c10d]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
