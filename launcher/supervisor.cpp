@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -220,8 +221,12 @@ ProcessSupervisor::Impl::~Impl() {
     });
   } catch (const std::exception& e) {
     spdlog::error("supervisor shutdown: {}", e.what());
-    std::lock_guard lock(mu);
-    quit = true;
+    {
+      std::lock_guard lock(mu);
+      quit = true;
+    }
+    std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd.get(), &one, sizeof one);
   }
   if (thread.joinable()) thread.join();
 }
@@ -411,11 +416,20 @@ void ProcessSupervisor::Impl::reap_after_kill() {
 
 bool ProcessSupervisor::Impl::read_pipe(Pipe& pipe, bool drain) {
   if (!pipe.fd) return true;
+  if (!drain && pipe.paused) return false;
+  // A drain takes what is in the pipe now (all of an exited worker's output) plus one
+  // byte to see EOF, and no more: a grandchild that keeps writing must not keep the
+  // supervisor in this loop.
+  std::size_t budget = kReadsPerWakeup * kReadChunk;
+  if (drain) {
+    int avail = 0;
+    budget = ::ioctl(pipe.fd.get(), FIONREAD, &avail) == 0 ? std::size_t(avail) + 1 : budget;
+  }
   char buf[kReadChunk];
-  for (int reads = 0; drain || reads < kReadsPerWakeup; ++reads) {
-    if (!drain && pipe.route->uses_console() && pipe.paused) return false;
-    ssize_t n = ::read(pipe.fd.get(), buf, sizeof buf);
+  while (budget > 0) {
+    ssize_t n = ::read(pipe.fd.get(), buf, std::min(sizeof buf, budget));
     if (n > 0) {
+      budget -= static_cast<std::size_t>(n);
       pipe.route->on_data(std::string_view(buf, static_cast<std::size_t>(n)));
       continue;
     }
@@ -522,8 +536,14 @@ void ProcessSupervisor::Impl::sync_interest() {
       bool pause = console->over_high_water();
       if (pause == pipe->paused) continue;
       pipe->paused = pause;
-      bool registered = true;
-      set_interest(pipe->fd.get(), tag(t, i), pause ? 0u : std::uint32_t{EPOLLIN}, &registered);
+      // Removed rather than set to no events: epoll reports EPOLLHUP regardless of the
+      // mask, which would spin this loop on a paused pipe whose writer has gone.
+      if (pause) {
+        del_interest(pipe->fd.get());
+      } else {
+        bool registered = false;
+        set_interest(pipe->fd.get(), tag(t, i), EPOLLIN, &registered);
+      }
     }
   }
 }

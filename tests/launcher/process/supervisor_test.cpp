@@ -60,7 +60,7 @@ struct TempDir {
 
 }  // namespace
 
-TEST_CASE("supervisor: exit codes and ranks are reported; no kAllSucceeded on failure",
+TEST_CASE("supervisor: exit codes and ranks are reported - no kAllSucceeded on failure",
           "[supervisor]") {
   const bool pidfd = GENERATE(true, false);  // false: the SIGCHLD fallback
   INFO("use_pidfd=" << pidfd);
@@ -352,7 +352,7 @@ TEST_CASE("supervisor: a console that stops reading delays but never loses outpu
   CHECK(out.substr(out.size() - 5) == "done\n");
 }
 
-TEST_CASE("supervisor: redirect and tee write files; the prefix only on the console",
+TEST_CASE("supervisor: redirect and tee write files - the prefix only on the console",
           "[supervisor]") {
   Harness h;
   TempDir dir;
@@ -440,4 +440,19 @@ TEST_CASE("supervisor: a worker's exit is released only after its output is on t
   REQUIRE(::read(console_read.get(), text.data(), text.size()) == 20000);
   CHECK(text.substr(0, 10) == "line_1000\n");
   CHECK(text.substr(text.size() - 10) == "line_2999\n");
+}
+
+TEST_CASE("supervisor: a grandchild that never stops writing cannot stall exit or stop",
+          "[supervisor]") {
+  Harness h;
+  WorkerSpec w = sh(0, "yes spam & sleep 0.1; exit 7");
+  w.out.mode = StreamMode::kRedirect;
+  w.out.file = "/dev/null";
+  h.sup->start({w});
+  SupervisorEvent ev = h.next(5s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.exit_code == 7);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(h.sup->stop(SIGTERM, 1s).empty());
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
