@@ -99,10 +99,7 @@ std::vector<std::string> MemoryStore::multi_get(const std::vector<std::string>& 
 
 void MemoryStore::multi_set(const std::vector<std::string>& keys,
                             const std::vector<std::string>& values) {
-  if (keys.size() != values.size()) {
-    throw std::invalid_argument("multi_set: " + std::to_string(keys.size()) + " keys but " +
-                                std::to_string(values.size()) + " values");
-  }
+  check_multi_set_sizes(keys, values);
   std::lock_guard lock(mu_);
   kv_.multi_set(keys, values, fx_);
   publish();

@@ -1,4 +1,4 @@
-// store.cpp: helpers shared by every Store implementation (message formatting).
+// store.cpp: helpers shared by every Store implementation (argument checks, messages).
 #include "store/store.h"
 
 namespace ddprun::store {
@@ -19,6 +19,14 @@ std::string escape_bytes(std::string_view bytes) {
     }
   }
   return out;
+}
+
+void check_multi_set_sizes(const std::vector<std::string>& keys,
+                           const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) {
+    throw std::invalid_argument("multi_set: " + std::to_string(keys.size()) + " keys but " +
+                                std::to_string(values.size()) + " values");
+  }
 }
 
 std::string timeout_message(std::string_view what, Store::Duration timeout,

@@ -123,6 +123,10 @@ class Store {
   std::atomic<Duration::rep> timeout_ms_;
 };
 
+// multi_set's argument check: throws std::invalid_argument unless the sizes are equal.
+void check_multi_set_sizes(const std::vector<std::string>& keys,
+                           const std::vector<std::string>& values);
+
 // Shows bytes for humans: printable ASCII as is, `\` as `\\`, anything else as `\xNN`.
 std::string escape_bytes(std::string_view bytes);
 

@@ -106,24 +106,11 @@ class TcpStore::Connection {
     return rpos_ < rbuf_.size() || poll_fd(POLLIN, deadline);
   }
 
-  std::uint8_t read_u8(Deadline deadline) {
-    std::uint8_t v = 0;
-    Decoder(take(1, deadline)).u8(v);
-    return v;
-  }
-  std::uint32_t read_u32(Deadline deadline) {
-    std::uint32_t v = 0;
-    Decoder(take(4, deadline)).u32(v);
-    return v;
-  }
-  std::int64_t read_i64(Deadline deadline) {
-    std::int64_t v = 0;
-    Decoder(take(8, deadline)).i64(v);
-    return v;
-  }
+  std::uint8_t read_u8(Deadline deadline) { return read_int(deadline, &Decoder::u8); }
+  std::uint32_t read_u32(Deadline deadline) { return read_int(deadline, &Decoder::u32); }
+  std::int64_t read_i64(Deadline deadline) { return read_int(deadline, &Decoder::i64); }
   std::string read_bytes(Deadline deadline) {
-    std::uint64_t len = 0;
-    Decoder(take(8, deadline)).u64(len);
+    std::uint64_t len = read_int(deadline, &Decoder::u64);
     if (len > kMaxReplyBytes) {
       fail("the store sent a " + std::to_string(len) + "-byte string (not a TCPStore?)");
     }
@@ -237,6 +224,13 @@ class TcpStore::Connection {
       if (n == 0) return false;
       if (errno != EINTR) fail("poll failed: " + os_error(errno));
     }
+  }
+
+  template <class T>
+  T read_int(Deadline deadline, bool (Decoder::*read)(T&)) {
+    T v{};
+    (Decoder(take(sizeof(T), deadline)).*read)(v);
+    return v;
   }
 
   // The next `n` reply bytes; valid until the next read.
@@ -490,10 +484,7 @@ std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& key
 
 void TcpStore::multi_set(const std::vector<std::string>& keys,
                          const std::vector<std::string>& values) {
-  if (keys.size() != values.size()) {
-    throw std::invalid_argument("multi_set: " + std::to_string(keys.size()) + " keys but " +
-                                std::to_string(values.size()) + " values");
-  }
+  check_multi_set_sizes(keys, values);
   std::lock_guard lock(mu_);
   Request& req = conn_->request();
   req.op = Op::kMultiSet;

@@ -144,25 +144,27 @@ std::string RawClient::read_bytes() {
   return need(read_exact(static_cast<std::size_t>(len)), "bytes");
 }
 
-bool RawClient::closed_by_server(std::chrono::milliseconds timeout) {
-  pollfd p{fd_, POLLIN, 0};
+namespace {
+// poll() for input, retried on EINTR: > 0 readable (data or EOF), 0 timed out.
+int poll_in(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
   int ready;
   do {
     ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
   } while (ready < 0 && errno == EINTR);
-  if (ready <= 0) return false;
+  return ready;
+}
+}  // namespace
+
+bool RawClient::closed_by_server(std::chrono::milliseconds timeout) {
+  if (poll_in(fd_, timeout) <= 0) return false;
   char c;
   ssize_t got = ::recv(fd_, &c, 1, 0);
   return got == 0 || (got < 0 && errno == ECONNRESET);
 }
 
 bool RawClient::silent_for(std::chrono::milliseconds timeout) {
-  pollfd p{fd_, POLLIN, 0};
-  int ready;
-  do {
-    ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
-  } while (ready < 0 && errno == EINTR);
-  return ready == 0;
+  return poll_in(fd_, timeout) == 0;
 }
 
 void RawClient::handshake() {
