@@ -183,8 +183,9 @@ int main(int argc, char** argv) {
                         "Address to bind (default: all interfaces, IPv6 dual-stack)");
   serve_cmd->add_option("--port", serve_args.port, "Port to bind; 0 lets the OS choose")
       ->capture_default_str();
-  serve_cmd->add_option("--max-connections", serve_args.options.max_connections,
-                        "Connections beyond this are closed at once")
+  serve_cmd
+      ->add_option("--max-connections", serve_args.options.max_connections,
+                   "Connections beyond this are closed at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   serve_cmd->add_option("--max-key-bytes", serve_args.options.limits.max_key_bytes)
@@ -193,8 +194,7 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-value-bytes", serve_args.options.limits.max_value_bytes)
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  serve_cmd->add_option("--max-keys-per-request",
-                        serve_args.options.limits.max_keys_per_request)
+  serve_cmd->add_option("--max-keys-per-request", serve_args.options.limits.max_keys_per_request)
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   serve_cmd->add_option("--max-request-bytes", serve_args.options.limits.max_request_bytes)

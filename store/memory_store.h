@@ -49,10 +49,10 @@ class MemoryStore final : public Store {
 
   std::mutex mu_;
   std::condition_variable changed_;
-  KvState kv_;                                    // guarded by mu_
-  KvState::Effects fx_;                           // guarded by mu_
+  KvState kv_;                                      // guarded by mu_
+  KvState::Effects fx_;                             // guarded by mu_
   std::unordered_set<KvState::ClientId> released_;  // barrier calls released; guarded by mu_
-  KvState::ClientId next_id_ = 1;                 // guarded by mu_
+  KvState::ClientId next_id_ = 1;                   // guarded by mu_
 };
 
 }  // namespace ddprun::store

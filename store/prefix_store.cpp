@@ -37,9 +37,7 @@ std::string PrefixStore::get(std::string_view key) { return inner_->get(full(key
 std::int64_t PrefixStore::add(std::string_view key, std::int64_t delta) {
   return inner_->add(full(key), delta);
 }
-bool PrefixStore::check(const std::vector<std::string>& keys) {
-  return inner_->check(full(keys));
-}
+bool PrefixStore::check(const std::vector<std::string>& keys) { return inner_->check(full(keys)); }
 void PrefixStore::do_wait(const std::vector<std::string>& keys, Duration timeout) {
   inner_->wait(full(keys), timeout);
 }
@@ -71,9 +69,7 @@ std::string PrefixStore::queue_pop(std::string_view key) { return inner_->queue_
 std::optional<std::string> PrefixStore::queue_try_pop(std::string_view key) {
   return inner_->queue_try_pop(full(key));
 }
-std::int64_t PrefixStore::queue_len(std::string_view key) {
-  return inner_->queue_len(full(key));
-}
+std::int64_t PrefixStore::queue_len(std::string_view key) { return inner_->queue_len(full(key)); }
 void PrefixStore::barrier(std::string_view key, std::int64_t world_size) {
   inner_->barrier(full(key), world_size);
 }

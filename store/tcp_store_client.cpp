@@ -131,8 +131,7 @@ class TcpStore::Connection {
   [[noreturn]] void fail_timeout(const std::string& what) {
     close_fd();
     broken_ = "timed out " + what;
-    throw StoreTimeoutError("store " + addr_ + ": timed out " + what +
-                            " (connection closed)");
+    throw StoreTimeoutError("store " + addr_ + ": timed out " + what + " (connection closed)");
   }
 
   Request& request() {
@@ -151,8 +150,8 @@ class TcpStore::Connection {
  private:
   // Returns 0 on success (fd_ set) or an errno value.
   int connect_addr(const addrinfo* ai, Deadline deadline) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                      ai->ai_protocol);
+    int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) return errno;
     int err = 0;
     if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
@@ -183,20 +182,22 @@ class TcpStore::Connection {
   }
 
   void handshake(Deadline deadline) {
-    Request& validate = request();
-    validate.op = Op::kValidate;
-    validate.nonce = kValidationMagic;
-    std::string bytes = encode(validate);
-    Request& ping = request();
-    ping.op = Op::kPing;
-    ping.nonce = static_cast<std::uint32_t>(::getpid());
-    encode_request(ping, Dialect::kModern, bytes);
+    // VALIDATE and PING in one write, as PyTorch 2.x sends them; the PING echo proves the
+    // peer is a modern-dialect store.
+    Request& req = request();
+    req.op = Op::kValidate;
+    req.nonce = kValidationMagic;
+    std::string bytes = encode(req);
+    const auto nonce = static_cast<std::uint32_t>(::getpid());
+    req.op = Op::kPing;
+    req.nonce = nonce;
+    encode_request(req, Dialect::kModern, bytes);
     try {
       send(bytes, deadline);
       std::uint32_t echo = read_u32(deadline);
-      if (echo != ping.nonce) {
+      if (echo != nonce) {
         close_fd();
-        throw StoreProtocolError("store " + addr_ + " answered PING " + std::to_string(ping.nonce) +
+        throw StoreProtocolError("store " + addr_ + " answered PING " + std::to_string(nonce) +
                                  " with " + std::to_string(echo) + " (not a TCPStore?)");
       }
     } catch (const StoreConnectionError& e) {
@@ -210,8 +211,8 @@ class TcpStore::Connection {
 
   void check_open() {
     if (fd_ < 0) {
-      throw StoreConnectionError("store " + addr_ + ": connection unusable since an earlier error (" +
-                                 broken_ + ")");
+      throw StoreConnectionError("store " + addr_ +
+                                 ": connection unusable since an earlier error (" + broken_ + ")");
     }
   }
 
@@ -332,7 +333,8 @@ std::string TcpStore::address() const {
 
 namespace {
 Deadline reply_deadline(Store::Duration timeout) {
-  return timeout == Store::kNoTimeout ? Deadline() : deadline_after(std::max(timeout, kMinReplyWait));
+  return timeout == Store::kNoTimeout ? Deadline()
+                                      : deadline_after(std::max(timeout, kMinReplyWait));
 }
 }  // namespace
 
@@ -536,7 +538,8 @@ std::string TcpStore::queue_pop(std::string_view key) {
     Duration left = limit;
     if (deadline) {
       left = std::chrono::duration_cast<Duration>(*deadline - Clock::now());
-      if (left <= Duration::zero()) throw StoreTimeoutError(timeout_message("queue_pop", limit, keys));
+      if (left <= Duration::zero())
+        throw StoreTimeoutError(timeout_message("queue_pop", limit, keys));
     }
     wait_locked(keys, left, "queue_pop");
     if (std::optional<std::string> value = pop_locked(key, limit)) return std::move(*value);

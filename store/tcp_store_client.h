@@ -22,7 +22,8 @@ struct TcpStoreOptions {
   // Timeout of blocking operations (get, wait, ...), and the least time a reply to any
   // other request may take before the connection is given up.
   Store::Duration timeout = Store::kDefaultTimeout;
-  // How long connecting (with retries, exponential backoff and jitter) may take in all.
+  // How long connecting (with retries, exponential backoff and jitter) may take in all;
+  // kNoTimeout retries forever.
   Store::Duration connect_timeout = Store::kDefaultTimeout;
   // When set and wait_for_workers is true: after connecting, ADD "init/" 1 (as a c10d
   // client with a world size does), then block until "init/" reaches world_size.

@@ -11,6 +11,7 @@
 #include "store/tcp_store_server.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,7 +23,6 @@
 #include <optional>
 #include <stdexcept>
 #include <string_view>
-#include <sys/socket.h>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -67,8 +67,7 @@ class Session;
 
 // The server's state; TcpStoreServer::Impl is this under the header's name.
 struct ServerState {
-  explicit ServerState(ServerOptions opts)
-      : options(std::move(opts)), read_buf(kReadChunk, '\0') {}
+  explicit ServerState(ServerOptions opts) : options(std::move(opts)), read_buf(kReadChunk, '\0') {}
 
   void do_accept();
   void on_accept(const error_code& ec, tcp::socket socket);
@@ -104,8 +103,7 @@ struct ServerState {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(ServerState& server, tcp::socket socket, KvState::ClientId id,
-          tcp::endpoint peer)
+  Session(ServerState& server, tcp::socket socket, KvState::ClientId id, tcp::endpoint peer)
       : server_(server), socket_(std::move(socket)), id_(id), peer_(peer) {}
   ~Session() {
     if (!closed_) server_.session_closed(id_);
@@ -142,8 +140,9 @@ class Session : public std::enable_shared_from_this<Session> {
     reading_ = true;
     // Waiting for readability instead of reading into a per-session buffer keeps idle
     // connections free of any buffer.
-    socket_.async_wait(tcp::socket::wait_read,
-                       [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const error_code& ec) {
+      self->on_readable(ec);
+    });
   }
 
   void on_readable(const error_code& ec) {
@@ -218,18 +217,18 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = true;
     pending_.swap(out_);
     out_.clear();
-    asio::async_write(socket_, asio::buffer(pending_),
-                      [self = shared_from_this()](const error_code& ec, std::size_t) {
-                        self->on_write(ec);
-                      });
+    asio::async_write(
+        socket_, asio::buffer(pending_),
+        [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_write(ec); });
   }
 
   void on_write(const error_code& ec) {
     writing_ = false;
     if (closed_) return;
-    if (ec) return close(ec == asio::error::broken_pipe || ec == asio::error::connection_reset
-                             ? ""
-                             : ec.message());
+    if (ec)
+      return close(ec == asio::error::broken_pipe || ec == asio::error::connection_reset
+                       ? ""
+                       : ec.message());
     pending_.clear();
     do_write();
     if (paused_ && out_.size() < kMaxQueuedReplyBytes) {
@@ -246,10 +245,10 @@ class Session : public std::enable_shared_from_this<Session> {
   KvState::ClientId id_;
   tcp::endpoint peer_;
   std::optional<Dialect> dialect_;  // decided by the first bytes
-  std::string in_;       // an incomplete request (or requests held back while paused)
-  std::string out_;      // replies not yet handed to the socket
-  std::string pending_;  // the one write in flight
-  Request req_;          // reused, so steady-state requests allocate little
+  std::string in_;                  // an incomplete request (or requests held back while paused)
+  std::string out_;                 // replies not yet handed to the socket
+  std::string pending_;             // the one write in flight
+  Request req_;                     // reused, so steady-state requests allocate little
   bool reading_ = false;
   bool writing_ = false;
   bool paused_ = false;
@@ -399,8 +398,8 @@ void ServerState::listen_or_throw() {
       if (try_listen(entry.endpoint(), ec)) return;
     }
   }
-  throw std::runtime_error("cannot listen on " + shown + ":" + std::to_string(options.port) +
-                           ": " + ec.message());
+  throw std::runtime_error("cannot listen on " + shown + ":" + std::to_string(options.port) + ": " +
+                           ec.message());
 }
 
 }  // namespace

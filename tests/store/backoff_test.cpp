@@ -1,9 +1,8 @@
 // backoff_test.cpp: backoff sequences with an injected random source and sleep.
-#include <catch2/catch.hpp>
-
-#include <vector>
-
 #include "store/backoff.h"
+
+#include <catch2/catch.hpp>
+#include <vector>
 
 namespace ddprun::store {
 namespace {
@@ -21,7 +20,8 @@ ExponentialBackoffOptions options(Backoff::Duration initial, double randomizatio
 }
 
 TEST_CASE("ExponentialBackoffWithJitter grows, caps and resets", "[backoff]") {
-  ExponentialBackoffWithJitter b(options(100ms, 0.5, 2.0, 500ms), [] { return 0.5; });  // the middle: no jitter
+  ExponentialBackoffWithJitter b(options(100ms, 0.5, 2.0, 500ms),
+                                 [] { return 0.5; });  // the middle: no jitter
   CHECK(b.next_backoff() == 100ms);
   CHECK(b.next_backoff() == 200ms);
   CHECK(b.next_backoff() == 400ms);
@@ -31,8 +31,7 @@ TEST_CASE("ExponentialBackoffWithJitter grows, caps and resets", "[backoff]") {
   CHECK(b.next_backoff() == 100ms);
 }
 
-TEST_CASE("ExponentialBackoffWithJitter spreads delays by the randomization factor",
-          "[backoff]") {
+TEST_CASE("ExponentialBackoffWithJitter spreads delays by the randomization factor", "[backoff]") {
   double r = 0.0;
   ExponentialBackoffWithJitter b(options(100ms, 0.5, 1.0, 100ms), [&] { return r; });
   CHECK(b.next_backoff() == 50ms);

@@ -92,8 +92,7 @@ void RawClient::send(Op op, Dialect dialect, std::vector<std::string> keys,
   send(encode(op, dialect, std::move(keys), std::move(values), number));
 }
 
-std::optional<std::string> RawClient::read_exact(std::size_t n,
-                                                 std::chrono::milliseconds timeout) {
+std::optional<std::string> RawClient::read_exact(std::size_t n, std::chrono::milliseconds timeout) {
   std::string out(n, '\0');
   std::size_t have = 0;
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -163,9 +162,7 @@ bool RawClient::closed_by_server(std::chrono::milliseconds timeout) {
   return got == 0 || (got < 0 && errno == ECONNRESET);
 }
 
-bool RawClient::silent_for(std::chrono::milliseconds timeout) {
-  return poll_in(fd_, timeout) == 0;
-}
+bool RawClient::silent_for(std::chrono::milliseconds timeout) { return poll_in(fd_, timeout) == 0; }
 
 void RawClient::handshake() {
   std::string bytes = encode(Op::kValidate, Dialect::kModern);

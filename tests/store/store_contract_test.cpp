@@ -1,10 +1,9 @@
 // store_contract_test.cpp: one contract suite run over every Store implementation:
 // MemoryStore, TcpStore against a real TcpStoreServer on loopback, and PrefixStore over
 // each. Identical semantics behind one interface is the point (see store.h).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -78,8 +77,8 @@ TEMPLATE_TEST_CASE("contract: set, get, overwrite, binary values", "[store][cont
   CHECK(s->get("big") == big);
 }
 
-TEMPLATE_TEST_CASE("contract: get blocks until another client sets the key",
-                   "[store][contract]", STORE_TYPES) {
+TEMPLATE_TEST_CASE("contract: get blocks until another client sets the key", "[store][contract]",
+                   STORE_TYPES) {
   TestType fx;
   auto getter = fx.client();
   auto setter = fx.client();
@@ -250,8 +249,7 @@ TEMPLATE_TEST_CASE("contract: barrier releases every participant", "[store][cont
   CHECK(clients[0]->get("bar") == std::to_string(kN));
 }
 
-TEMPLATE_TEST_CASE("contract: one client shared by threads", "[store][contract]",
-                   STORE_TYPES) {
+TEMPLATE_TEST_CASE("contract: one client shared by threads", "[store][contract]", STORE_TYPES) {
   TestType fx;
   auto s = fx.client();
   std::vector<std::thread> threads;

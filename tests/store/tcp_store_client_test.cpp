@@ -1,16 +1,16 @@
 // tcp_store_client_test.cpp: TcpStore's connection handling: connect errors name the
 // address and the OS reason, retries until a late server appears, wait_for_workers
 // counting, and a peer that is not a TCPStore.
-#include <catch2/catch.hpp>
+#include "store/tcp_store_client.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
-#include "store/tcp_store_client.h"
 #include "store/tcp_store_server.h"
 
 namespace ddprun::store {
@@ -112,8 +112,7 @@ TEST_CASE("TcpStore: wait_for_workers counts clients in init/", "[client][net]")
   }
 }
 
-TEST_CASE("TcpStore: a peer that closes the handshake is retried, then reported",
-          "[client][net]") {
+TEST_CASE("TcpStore: a peer that closes the handshake is retried, then reported", "[client][net]") {
   int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

@@ -1,11 +1,12 @@
 // tcp_store_server_test.cpp: TcpStoreServer on loopback with byte-level clients of both
 // dialects (raw_client.h) and the TcpStore client: framing, pipelining, waits and their
 // cancellation, bad input, limits, reset, and many connections at once.
-#include <catch2/catch.hpp>
+#include "store/tcp_store_server.h"
 
 #include <sys/resource.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -15,7 +16,6 @@
 #include <vector>
 
 #include "store/tcp_store_client.h"
-#include "store/tcp_store_server.h"
 #include "tests/store/raw_client.h"
 
 namespace ddprun::store {
@@ -29,10 +29,11 @@ constexpr Dialect L = Dialect::kLegacy;
 constexpr Dialect M = Dialect::kModern;
 
 struct Server {
-  explicit Server(ServerOptions opts = {}) : server([&] {
-      opts.host = "127.0.0.1";
-      return opts;
-    }()) {
+  explicit Server(ServerOptions opts = {})
+      : server([&] {
+          opts.host = "127.0.0.1";
+          return opts;
+        }()) {
     port = server.start();
   }
   TcpStoreServer server;
@@ -59,7 +60,8 @@ TEST_CASE("server: PyTorch 1.13's captured bytes, sent one byte at a time", "[se
   Server s;
   RawClient c(s.port);
   // SET "/k1" "hello", then WAIT n=1 "/k1", then GET "/k1" (protocol reference A.10).
-  c.send_bytewise(hex("00 03 00 00 00 00 00 00 00 2f 6b 31 05 00 00 00 00 00 00 00 68 65 6c 6c 6f"));
+  c.send_bytewise(
+      hex("00 03 00 00 00 00 00 00 00 2f 6b 31 05 00 00 00 00 00 00 00 68 65 6c 6c 6f"));
   c.send_bytewise(hex("05 01 00 00 00 00 00 00 00 03 00 00 00 00 00 00 00 2f 6b 31"));
   CHECK(c.read_u8() == kStopWaiting);
   c.send_bytewise(hex("02 03 00 00 00 00 00 00 00 2f 6b 31"));
@@ -162,7 +164,8 @@ TEST_CASE("server: a client that disconnects while waiting is dropped", "[server
     waiter.send(Op::kWait, L, {"x", "y"});
     REQUIRE(eventually([&] { return s.server.pending_waits() == 1; }));
   }
-  CHECK(eventually([&] { return s.server.pending_waits() == 0 && s.server.connection_count() == 0; }));
+  CHECK(eventually(
+      [&] { return s.server.pending_waits() == 0 && s.server.connection_count() == 0; }));
   RawClient setter(s.port);
   setter.send(Op::kSet, L, {"x"}, {"1"});
   setter.send(Op::kSet, L, {"y"}, {"1"});
@@ -315,8 +318,7 @@ TEST_CASE("server: connections over max_connections are closed at once", "[serve
   clients.front().expect_ping_echo(3);
 }
 
-TEST_CASE("server: reset() closes every connection and empties the key space",
-          "[server][net]") {
+TEST_CASE("server: reset() closes every connection and empties the key space", "[server][net]") {
   Server s;
   RawClient a(s.port);
   a.send(Op::kSet, L, {"k"}, {"v"});
@@ -480,8 +482,7 @@ TEST_CASE("server: accept failing on the open-files limit recovers once fds are 
   CHECK(s.server.connection_count() == 1 + connected);
 }
 
-TEST_CASE("server: start() names host:port and the reason when binding fails",
-          "[server][net]") {
+TEST_CASE("server: start() names host:port and the reason when binding fails", "[server][net]") {
   Server first;
   ServerOptions opts;
   opts.host = "127.0.0.1";
