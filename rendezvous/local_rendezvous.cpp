@@ -40,7 +40,8 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
                                  : ""));
     }
     server_ = std::move(server);
-    spdlog::debug("workers' store listening on {}", Endpoint{advertised_addr_, server_->port()}.to_string());
+    spdlog::debug("workers' store listening on {}",
+                  Endpoint{advertised_addr_, server_->port()}.to_string());
   } else {
     server_->reset();
     ++round_;

@@ -7,7 +7,7 @@
 
 using namespace ddprun::rdzv;
 
-TEST_CASE("parse_endpoint handles names, IPv4, bracketed and bare IPv6", "[endpoint]") {
+TEST_CASE("parse_endpoint handles names / IPv4 / bracketed and bare IPv6", "[endpoint]") {
   auto e = parse_endpoint("node1:1234", 29400, "--rdzv-endpoint");
   CHECK(e.host == "node1");
   CHECK(e.port == 1234);
@@ -34,7 +34,7 @@ TEST_CASE("parse_endpoint rejects bad text with a message naming it", "[endpoint
   }
 }
 
-TEST_CASE("host checks: literals, loopback, --local-addr decides", "[endpoint]") {
+TEST_CASE("host checks: literals / loopback / --local-addr decides", "[endpoint]") {
   CHECK(is_ip_literal("127.0.0.1"));
   CHECK(is_ip_literal("::1"));
   CHECK_FALSE(is_ip_literal("localhost"));
@@ -50,7 +50,7 @@ TEST_CASE("host checks: literals, loopback, --local-addr decides", "[endpoint]")
   CHECK(bind_host_for("localhost").empty());
 }
 
-TEST_CASE("rdzv-conf values: fractional seconds, ints, booleans, errors", "[conf]") {
+TEST_CASE("rdzv-conf values: fractional seconds / ints / booleans / errors", "[conf]") {
   ConfMap conf{{"join_timeout", "0.25"}, {"n", "3"}, {"is_host", "Yes"}, {"bad", "x"}};
   CHECK(conf_seconds(conf, "join_timeout", 600).count() == 250);
   CHECK(conf_seconds(conf, "missing", 600).count() == 600000);

@@ -23,7 +23,7 @@ std::unique_ptr<store::TcpStore> client(const RendezvousInfo& info) {
 
 }  // namespace
 
-TEST_CASE("one node: a reachable, empty workers' store every round", "[local]") {
+TEST_CASE("one node: a reachable / empty workers' store every round", "[local]") {
   RendezvousParams p;
   p.local_world_size = 3;
   auto h = make_rendezvous_handler(p);
@@ -52,7 +52,7 @@ TEST_CASE("one node: a reachable, empty workers' store every round", "[local]") 
   h->shutdown();  // idempotent
 }
 
-TEST_CASE("one node, any backend: no rendezvous traffic, --master-port honoured", "[local]") {
+TEST_CASE("one node / any backend: no rendezvous traffic / --master-port honoured", "[local]") {
   RendezvousParams p;
   p.backend = "c10d";
   p.endpoint = "nowhere.invalid:29400";  // never contacted for a single node

@@ -150,7 +150,7 @@ TEST_CASE("c10d: duplicate node ranks are a clear error on every node", "[c10d]"
   }
 }
 
-TEST_CASE("static: group rank = node rank, differing nproc, duplicates rejected", "[static]") {
+TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejected", "[static]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 2; ++i) {
@@ -222,7 +222,7 @@ TEST_CASE("static: group rank = node rank, differing nproc, duplicates rejected"
   CHECK_THAT(f0.get(), Catch::Contains("interrupted"));
 }
 
-TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits, then joins",
+TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then joins",
           "[c10d][elastic]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
