@@ -456,3 +456,55 @@ TEST_CASE("supervisor: a grandchild that never stops writing cannot stall exit o
   CHECK(h.sup->stop(SIGTERM, 1s).empty());
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
+
+TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[supervisor]") {
+  agent_signal_setup();
+  const std::string kind = GENERATE(std::string("file"), std::string("pty"));
+  INFO("console is a " << kind);
+  TempDir dir;
+  UniqueFd console, master;
+  std::mutex mu;
+  std::string captured;
+  auto seen = [&](const std::string& needle) {
+    std::lock_guard lock(mu);
+    return captured.find(needle) != std::string::npos;
+  };
+  std::thread reader;
+  if (kind == "file") {
+    console.reset(::open((dir.path + "/console").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  } else {
+    master.reset(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    REQUIRE(master);
+    REQUIRE(::grantpt(master.get()) == 0);
+    REQUIRE(::unlockpt(master.get()) == 0);
+    console.reset(::open(::ptsname(master.get()), O_RDWR | O_NOCTTY | O_CLOEXEC));
+    reader = std::thread([&] {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(master.get(), buf, sizeof buf)) > 0) {
+        std::lock_guard lock(mu);
+        captured.append(buf, n);
+      }
+    });
+  }
+  REQUIRE(console);
+  {
+    SupervisorOptions o;
+    o.console_stdout_fd = console.get();
+    o.console_stderr_fd = console.get();
+    ProcessSupervisor sup(o);
+    sup.start({sh(0, "echo one; echo two >&2", "[w0]:")});
+    REQUIRE(sup.next_event(10s).kind == Kind::kWorkerExited);
+  }
+  if (kind == "file") {
+    std::string text = slurp(dir.path + "/console");
+    CHECK(text.find("[w0]:one\n") != std::string::npos);
+    CHECK(text.find("[w0]:two\n") != std::string::npos);
+  } else {
+    // The terminal's line discipline turns "\n" into "\r\n".
+    CHECK(eventually([&] { return seen("[w0]:two\r\n"); }, 2s));
+    CHECK(seen("[w0]:one\r\n"));
+    console.reset();  // the master then reads EIO and the reader ends
+    reader.join();
+  }
+}
