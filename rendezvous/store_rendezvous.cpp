@@ -618,7 +618,23 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
           pending += (pending.empty() ? "" : ", ") + members_[static_cast<std::size_t>(s)].label();
         }
       }
-      if (all_done) return true;
+      if (all_done) {
+        // Everyone is done. Non-hosts acknowledge; the host waits (briefly) for the acks,
+        // so it does not close the store under a peer that has not seen this yet.
+        try {
+          std::int64_t seen = store_->add(rk(round_, "exit_seen"), 1);
+          if (hosts_store_ && hosts_store_()) {
+            auto ack_deadline =
+                Clock::now() + std::max<Ms>(config_.keep_alive_interval, Ms(5000));
+            while (seen < nodes_ && Clock::now() < ack_deadline && sleep_slice(Ms(20))) {
+              seen = store_->add(rk(round_, "exit_seen"), 0);
+            }
+          }
+        } catch (const store::StoreError& e) {
+          spdlog::debug("{}: exit barrier acknowledgement: {}", where(), e.what());
+        }
+        return true;
+      }
       if (!any_alive) return false;  // the rest left or died: nobody else will come
       if (Clock::now() >= deadline) {
         if (!(hosts_store_ && hosts_store_())) {
@@ -640,6 +656,11 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
       }
       if (!sleep_slice(std::min<Ms>(config_.poll_slice, Ms(100)))) return false;
     }
+  } catch (const store::StoreConnectionError& e) {
+    // The store host left: it leaves only once no peer is running (or it died, and
+    // then nobody is left to wait for either).
+    spdlog::debug("{}: exit barrier: the rendezvous store went away: {}", where(), e.what());
+    return true;
   } catch (const std::exception& e) {
     spdlog::warn("{}: exit barrier: {}", where(), e.what());
     return false;
