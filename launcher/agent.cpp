@@ -110,12 +110,11 @@ void Agent::make_run_log_dir() {
     fs::create_directories(base);
   }
   run_log_dir_ = make_temp_dir((fs::path(base) / (handler_->run_id() + "_")).string());
-  error_dir_ = run_log_dir_;
   spdlog::info("log directory set to: {}", run_log_dir_);
 }
 
 std::string Agent::attempt_dir() const {
-  return (fs::path(error_dir_) / fmt::format("attempt_{}", restart_count_)).string();
+  return (fs::path(run_log_dir_) / fmt::format("attempt_{}", restart_count_)).string();
 }
 
 std::string Agent::error_file_path(int local_rank) const {
@@ -164,9 +163,7 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
     } catch (const std::exception& e) {
       spdlog::error("rendezvous failed: {}", e.what());
     }
-    handler_->shutdown();
-    result.outcome = RunResult::Outcome::kFailed;
-    result.exit_code = 1;
+    finish(result, RunResult::Outcome::kFailed);
     return std::nullopt;
   }
   const auto& info = *pending->info;
@@ -179,15 +176,15 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
 }
 
 std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info) {
-  const fs::path logs = fs::path(run_log_dir_) / fmt::format("attempt_{}", restart_count_);
+  // With --log-dir /dev/null the run dir is a private temp dir that holds only error.json.
+  const fs::path logs = attempt_dir();
   fs::remove_all(logs);
-  fs::remove_all(attempt_dir());
   const AttemptFacts facts{info, handler_->run_id(), restart_count_};
   const auto prefix_template = agent_env_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
 
   std::vector<WorkerSpec> specs;
   for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
-    fs::create_directories(fs::path(attempt_dir()) / std::to_string(lr));
+    fs::create_directories(logs / std::to_string(lr));
     WorkerSpec w;
     w.local_rank = lr;
     w.global_rank = info.rank_base + lr;
@@ -269,10 +266,7 @@ Agent::Step Agent::monitor(const rdzv::RendezvousInfo& info, RunResult& result) 
         } catch (const std::exception& e) {
           spdlog::warn("exit barrier: {}", e.what());
         }
-        handler_->shutdown();
-        result.outcome = RunResult::Outcome::kSucceeded;
-        result.exit_code = 0;
-        return Step::kDone;
+        return finish(result, RunResult::Outcome::kSucceeded);
       }
       case Kind::kSignal:
         if (forward_only(ev.signo)) {
@@ -283,11 +277,8 @@ Agent::Step Agent::monitor(const rdzv::RendezvousInfo& info, RunResult& result) 
         spdlog::warn("received {}; forwarding it to the workers and stopping them "
                      "(SIGKILL after {} s)", signal_name(ev.signo), config_.shutdown_timeout_s);
         stop_workers(ev.signo);
-        handler_->shutdown();
         std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(ev.signo).c_str());
-        result.outcome = RunResult::Outcome::kStopped;
-        result.exit_code = 1;
-        return Step::kDone;
+        return finish(result, RunResult::Outcome::kStopped);
     }
   }
 }
@@ -319,11 +310,8 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
   const Failure& root = failures[root_cause_index(failures)];
 
   if (pending_signal_ != 0) {
-    handler_->shutdown();
     std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(pending_signal_).c_str());
-    result.outcome = RunResult::Outcome::kStopped;
-    result.exit_code = 1;
-    return Step::kDone;
+    return finish(result, RunResult::Outcome::kStopped);
   }
   if (remaining_restarts_ > 0) {
     --remaining_restarts_;
@@ -332,8 +320,6 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
                  root.global_rank, root.exitcode, restart_count_, config_.max_restarts);
     return Step::kRendezvous;
   }
-  result.outcome = RunResult::Outcome::kFailed;
-  result.exit_code = 1;
   result.failures = std::move(failures);
   report(result);
   try {
@@ -341,7 +327,13 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
   } catch (const std::exception& e) {
     spdlog::debug("set_closed: {}", e.what());
   }
+  return finish(result, RunResult::Outcome::kFailed);
+}
+
+Agent::Step Agent::finish(RunResult& result, RunResult::Outcome outcome) {
   handler_->shutdown();
+  result.outcome = outcome;
+  result.exit_code = outcome == RunResult::Outcome::kSucceeded ? 0 : 1;
   return Step::kDone;
 }
 
@@ -385,9 +377,7 @@ RunResult Agent::run() {
         supervisor_.start(prepare_attempt(*info));
       } catch (const SpawnError& e) {
         spdlog::error("cannot start the workers: {}", e.what());
-        handler_->shutdown();
-        result.outcome = RunResult::Outcome::kFailed;
-        result.exit_code = 1;
+        finish(result, RunResult::Outcome::kFailed);
         break;
       }
       spdlog::info("started {} workers (attempt {}, restart count {})", config_.nproc_per_node,

@@ -80,6 +80,8 @@ class Agent {
   std::vector<WorkerExit> stop_workers(int signo);
   Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
   void report(const RunResult& result);
+  // Ends the run: shuts the handler down (and the store it hosts) and sets the outcome.
+  Step finish(RunResult& result, RunResult::Outcome outcome);
   void make_run_log_dir();
   std::string attempt_dir() const;
   std::string error_file_path(int local_rank) const;
@@ -90,8 +92,7 @@ class Agent {
   std::unique_ptr<rdzv::RendezvousHandler> handler_;
   std::chrono::milliseconds grace_;
   std::string run_log_dir_;
-  std::string error_dir_;  // where error.json files go (run_log_dir_, or a temp dir)
-  bool files_disabled_ = false;  // --log-dir /dev/null
+  bool files_disabled_ = false;  // --log-dir /dev/null: run dir in TMPDIR, error.json only
   int restart_count_ = 0;
   int remaining_restarts_ = 0;
   int pending_signal_ = 0;  // a terminating signal seen while collecting failures

@@ -9,35 +9,19 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
 
 #include "launcher/agent.h"
 #include "launcher/signals.h"
 #include "rendezvous/registry.h"
+#include "tests/launcher/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("ddprun_agent_" + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::slurp;
+using test::TempDir;
 
 // `sh -c <script>` workers; the script sees torchrun's environment.
 LaunchConfig sh_job(int nproc, const std::string& script, const TempDir& dir) {

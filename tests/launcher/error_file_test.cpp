@@ -2,39 +2,20 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "launcher/error_file.h"
+#include "tests/launcher/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("ddprun_errfile_" + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::ofstream(path / name) << text;
-    return (path / name).string();
-  }
-};
+using test::TempDir;
 
-nlohmann::json load(const std::string& file) {
-  std::ifstream in(file);
-  std::stringstream s;
-  s << in.rdbuf();
-  return nlohmann::json::parse(s.str());
-}
+nlohmann::json load(const std::string& file) { return nlohmann::json::parse(test::slurp(file)); }
 
 }  // namespace
 

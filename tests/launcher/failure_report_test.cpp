@@ -6,10 +6,9 @@
 #include <csignal>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <random>
 
 #include "launcher/failure_report.h"
+#include "tests/launcher/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
@@ -21,15 +20,7 @@ void utc() {
   ::tzset();
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("ddprun_report_" + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 }  // namespace
 
@@ -133,9 +124,8 @@ TEST_CASE("make_failure: signals, plain exits, error files", "[failure_report]")
         "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
   CHECK(failure_hint(plain).empty());
 
-  const std::string file = (dir.path / "error.json").string();
-  std::ofstream(file) << R"({"message": {"message": "ValueError: bad", "extraInfo": )"
-                         R"({"py_callstack": "Traceback:\nValueError: bad\n", "timestamp": "77"}}})";
+  const std::string file = dir.write("error.json", R"({"message": {"message": "ValueError: bad", "extraInfo": )"
+                         R"({"py_callstack": "Traceback:\nValueError: bad\n", "timestamp": "77"}}})");
   const Failure rec = make_failure(1, 1, 9, 1, 0, 1000, file);
   CHECK(rec.error_file == file);
   CHECK(rec.timestamp == 77);

@@ -2,28 +2,20 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <random>
 
 #include "launcher/nproc.h"
+#include "tests/launcher/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
 
 namespace {
 
+// A fake file-system root holding only the driver entries a test creates.
 struct FakeRoot {
-  fs::path root;
-  FakeRoot() {
-    std::random_device rd;
-    root = fs::temp_directory_path() / ("ddprun_nproc_" + std::to_string(rd()));
-    fs::create_directories(root);
-  }
-  ~FakeRoot() { fs::remove_all(root); }
-  void touch(const std::string& rel) {
-    fs::create_directories((root / rel).parent_path());
-    std::ofstream(root / rel) << "";
-  }
+  test::TempDir dir;
+  const fs::path& root = dir.path;
+  void touch(const std::string& rel) { dir.write(rel, ""); }
 };
 
 }  // namespace
