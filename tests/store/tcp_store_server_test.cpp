@@ -66,6 +66,10 @@ TEST_CASE("server: PyTorch 1.13's captured bytes, sent one byte at a time", "[se
   CHECK(c.read_u8() == kStopWaiting);
   c.send_bytewise(hex("02 03 00 00 00 00 00 00 00 2f 6b 31"));
   CHECK(c.read_bytes() == "hello");
+  // CHECK (4), which 1.13's Python binding does not expose: "/k1" ready, "/zz" not.
+  c.send_bytewise(encode(Op::kCheck, L, {"/k1"}) + encode(Op::kCheck, L, {"/k1", "/zz"}));
+  CHECK(c.read_u8() == kCheckReady);
+  CHECK(c.read_u8() == kCheckNotReady);
   // ADD "init/" 1, as a 1.13 worker's first request.
   c.send_bytewise(hex("03 05 00 00 00 00 00 00 00 69 6e 69 74 2f 01 00 00 00 00 00 00 00"));
   CHECK(c.read_i64() == 1);
