@@ -48,7 +48,8 @@ std::string resolve_program(const std::string& name, const std::vector<std::stri
 // `on_forked(pid)` runs in the parent right after fork, before the exec outcome is known
 // (the supervisor registers the new process group with the orphan guard there).
 // Blocks until the child has exec'd or failed. Returns the pid. Throws SpawnError naming
-// the program ("cannot execute 'foo': No such file or directory") or the directory.
+// the program ("cannot execute 'foo': No such file or directory") or the directory;
+// std::system_error if a pipe or fd cannot be created.
 //
 // PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process: call this
 // only from a thread that lives as long as the child (the supervisor's own thread).
