@@ -27,7 +27,12 @@ using Ms = StoreRendezvous::Ms;
 //   r<r>/hb/<slot>         heartbeat: ADD counter, or "left" / "done"
 //   r<r>/final             node count N of the formed round (CAS from "")
 //   r<r>/master            JSON {addr, port} of the workers' store for round r
-std::string rk(int r, const char* what) { return "r" + std::to_string(r) + "/" + what; }
+std::string rk(int r, const char* what) {
+  // Built by appending: GCC 12 at -O2 warns falsely (-Wrestrict) on "lit" + std::string.
+  std::string key(1, 'r');
+  key.append(std::to_string(r)).append(1, '/').append(what);
+  return key;
+}
 std::string rk(int r, const char* what, int slot) {
   return rk(r, what) + "/" + std::to_string(slot);
 }

@@ -430,13 +430,16 @@ TEST_CASE("StoreRendezvous over a MemoryStore: 16 nodes form one round", "[memor
   check_consistent(infos, std::vector<int>(16, 1));
 }
 
-TEST_CASE("scale: 128 c10d agents rendezvous on loopback", "[c10d][scale]") {
-  const int n = 128;
+namespace {
+
+void scale_test(int n) {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < n; ++i) {
     ps.push_back(node_params("c10d", 0, port, n, n));
-    ps.back().local_addr = i == 0 ? "127.0.0.1" : "127.0.1." + std::to_string(i);
+    ps.back().local_addr =
+        i == 0 ? "127.0.0.1" : "127.0." + std::to_string(1 + i / 250) + "." +
+                                   std::to_string(1 + i % 250);
     ps.back().conf["keep_alive_interval"] = "2";
   }
   auto hs = make_all(ps);
@@ -444,10 +447,18 @@ TEST_CASE("scale: 128 c10d agents rendezvous on loopback", "[c10d][scale]") {
   auto infos = rendezvous_all(hs);
   auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - t0);
-  WARN("128 agents rendezvoused in " << took.count() << " ms");
-  check_consistent(infos, std::vector<int>(n, 1));
+  WARN(n << " agents rendezvoused in " << took.count() << " ms");
+  check_consistent(infos, std::vector<int>(static_cast<std::size_t>(n), 1));
   for (auto it = hs.rbegin(); it != hs.rend(); ++it) (*it)->shutdown();  // host last
 }
+
+}  // namespace
+
+TEST_CASE("scale: 128 c10d agents rendezvous on loopback", "[c10d][scale]") { scale_test(128); }
+
+// The design goal (256 agents on a 2-core machine in <= 2 s), for a Release build:
+//   test_rendezvous "[scale256]"
+TEST_CASE("scale: 256 c10d agents rendezvous on loopback", "[.][scale256]") { scale_test(256); }
 
 TEST_CASE("the store host stays in the exit barrier past its timeout while peers run",
           "[c10d]") {
