@@ -128,6 +128,9 @@ StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& 
   // Progress lines every 5 s, more often when the caller asked for tiny intervals.
   c.progress_interval = std::min<Ms>(Ms(5000), c.keep_alive_interval * 2);
   c.poll_slice = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(20), Ms(250));
+  // ddprun's own key: a fixed port for the workers' store (for firewalls), else OS-chosen.
+  c.workers_port = conf_int(conf, "workers_port", 0, 0);
+  if (c.workers_port > 65535) throw RendezvousError("--rdzv-conf workers_port must be <= 65535");
   return c;
 }
 
@@ -145,7 +148,8 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
   const ConfMap& conf = p.conf;
   warn_unknown_conf_keys(conf,
                          {"timeout", "join_timeout", "read_timeout", "rank",
-                          "keep_alive_interval", "keep_alive_max_attempt", "last_call_timeout"},
+                          "keep_alive_interval", "keep_alive_max_attempt", "last_call_timeout",
+                          "workers_port"},
                          "static");
   if (p.min_nodes != p.max_nodes) {
     spdlog::warn("static rendezvous: --nnodes {}:{} is not elastic under the static backend; "
@@ -214,7 +218,7 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   warn_unknown_conf_keys(conf,
                          {"join_timeout", "last_call_timeout", "close_timeout",
                           "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt",
-                          "read_timeout", "is_host", "store_type", "timeout"},
+                          "read_timeout", "is_host", "store_type", "timeout", "workers_port"},
                          "c10d");
   if (p.endpoint.empty()) {
     throw RendezvousError("--rdzv-backend c10d with --nnodes " + std::to_string(p.min_nodes) +

@@ -252,12 +252,16 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
       } else {
         store::ServerOptions options;
         options.host = config_.bind_addr;
+        options.port = static_cast<std::uint16_t>(config_.workers_port);
         auto server = std::make_unique<store::TcpStoreServer>(options);
         try {
           server->start();
         } catch (const std::exception& e) {
           throw RendezvousError(where() + ": cannot host the workers' store on " +
-                                (options.host.empty() ? "*" : options.host) + ": " + e.what());
+                                Endpoint{options.host.empty() ? "*" : options.host,
+                                         options.port}
+                                    .to_string() +
+                                ": " + e.what());
         }
         workers_server_ = std::move(server);
       }

@@ -47,6 +47,7 @@ class StoreRendezvous final : public RendezvousHandler {
     int local_world_size = 1;
     std::string advertise_addr;  // this node's address: descriptor and MASTER_ADDR
     std::string bind_addr;       // where this node's workers' store binds ("" = all)
+    int workers_port = 0;        // port of that store (0 = OS-chosen)
     std::string hostname;
     Ms join_timeout{600'000};
     Ms last_call_timeout{30'000};

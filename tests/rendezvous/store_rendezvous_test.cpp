@@ -152,9 +152,11 @@ TEST_CASE("c10d: duplicate node ranks are a clear error on every node", "[c10d]"
 
 TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejected", "[static]") {
   auto port = test::free_port();
+  auto workers_port = test::free_port();
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 2; ++i) {
     ps.push_back(node_params("static", i, port, 2, 2, i == 0 ? 3 : 2));
+    ps.back().conf["workers_port"] = std::to_string(workers_port);
     ps.back().endpoint.clear();
     ps.back().master_addr = "127.0.0.1";
     ps.back().master_port = port;
@@ -167,6 +169,7 @@ TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejecte
     CHECK(ranks == std::vector<int>{0, 1});
     CHECK(infos[1].rank_base == 3);
     CHECK(infos[0].master_addr == "127.0.0.1");
+    CHECK(infos[0].master_port == workers_port);  // --rdzv-conf workers_port
     for (auto& h : hs) h->shutdown();
   }
   // Two nodes give the same non-zero --node-rank: every node gets a clear error.
