@@ -167,7 +167,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       "ddprun: a native drop-in replacement for torchrun. Starts --nproc-per-node copies of\n"
       "training_script with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,\n"
       "MASTER_ADDR, MASTER_PORT, ...) and supervises them. Every option can also be given\n"
-      "as env PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the command line wins.",
+      "as env PET_<OPTION> (e.g. PET_NPROC_PER_NODE=4); the command line wins.\n",
       "ddprun");
   app.formatter(std::make_shared<Formatter>());
   app.get_formatter()->column_width(46);
