@@ -3,6 +3,7 @@
 // cancellation, bad input, limits, reset, and many connections at once.
 #include "store/tcp_store_server.h"
 
+#include <dlfcn.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -456,6 +457,12 @@ TEST_CASE("server: a 1000-client modern BARRIER releases everyone", "[server][ne
 
 TEST_CASE("server: accept failing on the open-files limit recovers once fds are free",
           "[server][net]") {
+  // UBSan's vptr check opens a pipe whenever its type cache misses; with no fd left it
+  // reports a false "invalid vptr" from whatever the server logs. Only then skip.
+  if (::dlsym(RTLD_DEFAULT, "__ubsan_handle_dynamic_type_cache_miss") != nullptr) {
+    WARN("skipped: UBSan's vptr check needs free fds (it opens a pipe on a cache miss)");
+    return;
+  }
   Server s;
   RawClient first(s.port);
   first.handshake();
