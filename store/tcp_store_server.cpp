@@ -40,7 +40,7 @@ using boost::system::error_code;
 constexpr std::size_t kReadChunk = 64 * 1024;
 // A session stops taking new requests while this much reply data is queued.
 constexpr std::size_t kMaxQueuedReplyBytes = 4 * 1024 * 1024;
-// A connection that lets pushed data (watch notifications) pile up beyond this is closed.
+// A watcher that lets WATCH_KEY notifications pile up beyond this is closed.
 constexpr std::size_t kMaxPushBacklogBytes = 64 * 1024 * 1024;
 // Below this many pending connects the kernel may drop SYNs during a job's start-up burst.
 constexpr int kLowSomaxconn = 1024;
@@ -72,8 +72,9 @@ struct ServerState {
   void do_accept();
   void on_accept(const error_code& ec, tcp::socket socket);
   // Sends each released client its `00` and each watcher its notification.
-  void deliver(KvState::Effects& fx);
+  void deliver(KvState::Effects& effects);
   void session_closed(KvState::ClientId id);
+  std::shared_ptr<Session> find(KvState::ClientId id) const;  // null once closed
   void close_all_sessions();
   void listen_or_throw();
   bool try_listen(const tcp::endpoint& ep, error_code& ec);
@@ -111,13 +112,18 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start() { do_read(); }
 
-  // Appends bytes pushed by another client's request and starts writing them.
-  std::string& out() { return out_; }
-  void flush() {
+  // A WAIT or BARRIER of this client completed: one byte per registration, so bounded.
+  void push_release() {
+    encode_release(out_);
+    do_write();
+  }
+  // A key this (legacy) client watches changed. A watcher that lets these pile up
+  // unread is closed rather than buffered without limit.
+  void push_notification(const KvState::Notification& n) {
+    encode_notification(n, out_);
     if (out_.size() > kMaxPushBacklogBytes) {
-      close("it does not read what the store sends it (" + std::to_string(out_.size()) +
-            " bytes queued)");
-      return;
+      return close("it does not read its WATCH_KEY notifications (" + std::to_string(out_.size()) +
+                   " bytes queued)");
     }
     do_write();
   }
@@ -263,22 +269,17 @@ struct TcpStoreServer::Impl : ServerState {
 
 namespace {
 
+std::shared_ptr<Session> ServerState::find(KvState::ClientId id) const {
+  auto it = sessions.find(id);
+  return it == sessions.end() ? nullptr : it->second.lock();
+}
+
 void ServerState::deliver(KvState::Effects& effects) {
   for (KvState::ClientId id : effects.released) {
-    auto it = sessions.find(id);
-    if (it == sessions.end()) continue;
-    if (std::shared_ptr<Session> s = it->second.lock()) {
-      encode_release(s->out());
-      s->flush();
-    }
+    if (std::shared_ptr<Session> s = find(id)) s->push_release();
   }
   for (const KvState::Notification& n : effects.notifications) {
-    auto it = sessions.find(n.watcher);
-    if (it == sessions.end()) continue;
-    if (std::shared_ptr<Session> s = it->second.lock()) {
-      encode_notification(n, s->out());
-      s->flush();
-    }
+    if (std::shared_ptr<Session> s = find(n.watcher)) s->push_notification(n);
   }
 }
 
