@@ -408,6 +408,19 @@ TEST_CASE("server: legacy WATCH_KEY registration and notification", "[server][ne
   CHECK(watcher.read_bytes() == "new");
 }
 
+TEST_CASE("server: a watcher that never reads its notifications is closed, not buffered",
+          "[server][net]") {
+  Server s;
+  RawClient watcher(s.port), writer(s.port);
+  watcher.send(Op::kWatchKey, L, {"/w"});
+  CHECK(watcher.read_u8() == kWatchCallbackRegistered);
+  std::string value(8 * 1024 * 1024, 'v');  // each notification carries old and new value
+  for (int i = 0; i < 8; ++i) writer.send(Op::kSet, L, {"/w"}, {value});
+  writer.send(Op::kGetNumKeys, L);
+  CHECK(writer.read_i64() == 1);
+  CHECK(eventually([&] { return s.server.connection_count() == 1; }));
+}
+
 TEST_CASE("server: a 1000-client ADD-then-WAIT barrier releases everyone", "[server][net]") {
   std::size_t limit = testing::raise_fd_limit();
   std::size_t n = std::min<std::size_t>(1000, (limit - 64) / 2);
