@@ -577,6 +577,11 @@ def report(results, cfg, m):
         "Ratios are the headline: absolute numbers hold only for the machine below. "
         "Each cell is the median of the repetitions, with (min-max). "
         "`bench/run` regenerates this file; do not edit it by hand.\n")
+    busy = max(m["load_start"][0], m.get("load_end", (0,))[0])
+    if busy > 0.5 * (m["nproc"] or 1):
+        out(f"**Noisy run:** the machine was busy with other work while this ran (1-minute load "
+            f"average up to {busy:.1f} on {m['nproc']} CPUs), so absolute numbers are inflated "
+            "and ratios near 1x are within the noise; see the (min-max) ranges.\n")
     out("## Headline ratios\n")
     out(table(["comparison", "goal", "result", "met"], head))
     out("")
