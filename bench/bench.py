@@ -535,6 +535,10 @@ def report(results, cfg, m):
     vd = med(ok_values(field(bar.get(f"{dd_l}|{bmax}", []), "barrier_s")))
     head.append([f"{bmax:,}-client barrier: PyTorch 1.13 / ddprun-store (legacy), time",
                  "-", fmt_ratio(ratio(vp, vd)) if vp else pt_status(bar.get(f"{pt}|{bmax}")), ""])
+    cp = med(ok_values(field(bar.get(f"{pt}|{bmax}", []), "connect_s")))
+    cd = med(ok_values(field(bar.get(f"{dd_l}|{bmax}", []), "connect_s")))
+    head.append([f"{bmax:,}-client connect storm: PyTorch 1.13 / ddprun-store (legacy), time",
+                 "-", fmt_ratio(ratio(cp, cd)) if cp else pt_status(bar.get(f"{pt}|{bmax}")), ""])
     for other in (pt, rd):
         cp = med(ok_values(field(bar.get(f"{other}|{bmax}", []), "server_cpu_s")))
         cd = med(ok_values(field(bar.get(f"{dd_l if other == pt else dd_m}|{bmax}", []),
