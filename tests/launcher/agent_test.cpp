@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <csignal>
 #include <filesystem>
 
@@ -57,6 +60,14 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
   ddprun::rdzv::RendezvousInfo next_rendezvous() override {
     ++rounds;
     if (fail_at_round == rounds) throw ddprun::rdzv::RendezvousTimeoutError("test: no peers");
+    if (block_until_released) {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return released; });
+      returned = true;
+      cv.notify_all();
+      lock.unlock();  // the last touch of `this`: the test may delete it from here on
+      throw ddprun::rdzv::RendezvousClosedError("test: released");
+    }
     return real_->next_rendezvous();
   }
   int num_nodes_waiting() override { return 0; }
@@ -74,6 +85,12 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
 
   int rounds = 0;
   int fail_at_round = 0;
+  // A join that never completes (until released): a multi-node rendezvous waiting.
+  bool block_until_released = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  bool returned = false;
   fs::path new_round_after_file;
   bool asked = false;
 
@@ -161,6 +178,35 @@ TEST_CASE("agent: a rendezvous error fails the run with exit 1", "[agent]") {
   CHECK(r.outcome == RunResult::Outcome::kFailed);
   CHECK(r.exit_code == 1);
   CHECK(!fs::exists(ran));
+}
+
+TEST_CASE("agent: a signal during a blocked rendezvous ends the run at once", "[agent]") {
+  TempDir dir;
+  const fs::path ran = dir.path / "ran";
+  LaunchConfig c = sh_job(1, "touch " + ran.string(), dir);
+  auto handler = std::make_unique<Steered>(local_handler(c));
+  handler->block_until_released = true;
+  Steered* steered = handler.get();
+  ProcessSupervisor sup(options());
+  Agent agent(c, base_env(), sup, std::move(handler));
+  std::thread killer([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::kill(::getpid(), SIGTERM);  // blocked in every thread: read by the supervisor
+  });
+  const RunResult r = agent.run();
+  killer.join();
+  CHECK(r.outcome == RunResult::Outcome::kStopped);
+  CHECK(r.exit_code == 1);
+  CHECK(r.abandon);  // main must _Exit: the rendezvous thread still holds the handler
+  CHECK(!fs::exists(ran));
+  // The Agent gave the handler up; let its thread finish, then free it here.
+  {
+    std::unique_lock lock(steered->mu);
+    steered->released = true;
+    steered->cv.notify_all();
+    steered->cv.wait(lock, [&] { return steered->returned; });
+  }
+  delete steered;
 }
 
 TEST_CASE("agent: an unstartable worker fails the run", "[agent]") {
