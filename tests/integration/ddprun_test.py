@@ -241,6 +241,28 @@ def worker_environment(job):
 
 
 @test()
+def pet_environment_and_spellings(job):
+    def ranks(args, env=None):
+        shutil.rmtree(job.out)
+        os.mkdir(job.out)
+        rc, out, err = job.run([*args, *job.probe()], env=env)
+        check(rc == 0, f"{args} {env}: exit {rc}", err)
+        return sorted(job.envs())
+    check(ranks([], {"PET_NPROC_PER_NODE": "2"}) == [0, 1], "PET_NPROC_PER_NODE")
+    check(ranks(["--nproc_per_node=3"], {"PET_NPROC_PER_NODE": "2"}) == [0, 1, 2],
+          "the command line wins over PET_")
+    check(ranks(["--nproc-per-node", "1"]) == [0], "dash spelling, separate value")
+    check(ranks(["--nproc-per-node=cpu"]) == list(range(os.cpu_count())), "cpu")
+    rc, out, err = job.run(["--nproc-per-node=gpu", *job.probe()], env={"CUDA_VISIBLE_DEVICES": ""})
+    check(rc == 2 and "--nproc-per-node=gpu" in err, "gpu without visible GPUs", err)
+    check(ranks(["--max-restarts=0"], {"PET_MAX_RESTARTS": "4", "PET_RDZV_ID": "petjob"})
+          == [0], "flags")
+    e = job.envs()[0]["env"]
+    check(e["TORCHELASTIC_MAX_RESTARTS"] == "0" and e["TORCHELASTIC_RUN_ID"] == "petjob",
+          "PET_RDZV_ID used, --max-restarts wins", json.dumps(e))
+
+
+@test()
 def exit_codes(job):
     rc, out, err = job.run(["--nproc-per-node=2", *job.probe()])
     check(rc == 0, f"success gave {rc}", err)
