@@ -4,7 +4,6 @@
 // Used by bench/run (see docs/benchmarks.md); `--self-test` is a quick codec check
 // against a live server. Single-threaded: one epoll loop holds every connection.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -40,9 +39,7 @@ enum class Mode { kOps, kBarrier, kSelfTest };
 enum class OpKind { kSet, kGet, kAdd };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
-[[noreturn]] void fail_errno(const std::string& what) {
-  fail(what + ": " + std::strerror(errno));
-}
+[[noreturn]] void fail_errno(const std::string& what) { fail(what + ": " + std::strerror(errno)); }
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -55,11 +52,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 // the client must know the shape from the request it sent (see tcpstore-protocol.md A.1).
 enum class Reply : std::uint8_t { kU8, kU32, kI64, kBytes, kResp };
 
-// Parses one reply of `kind` from the front of `in`. Returns the bytes it spans, 0 if
-// incomplete; `value` gets the integer (u8/u32/i64/RESP integer) or the bulk length.
-// Throws on a reply that can never become valid (a RESP error or garbage).
-std::size_t parse_reply(std::string_view in, Reply kind, std::int64_t& value);
-
+// One RESP reply (simple string, error, integer, bulk string or array of these).
 std::size_t parse_resp(std::string_view in, std::int64_t& value) {
   if (in.empty()) return 0;
   auto eol = in.find("\r\n");
@@ -112,6 +105,9 @@ std::size_t parse_resp(std::string_view in, std::int64_t& value) {
   }
 }
 
+// Parses one reply of `kind` from the front of `in`. Returns the bytes it spans, 0 if
+// incomplete; `value` gets the integer (u8/u32/i64/RESP integer) or the bulk length.
+// Throws on a reply that can never become valid (a RESP error or garbage).
 std::size_t parse_reply(std::string_view in, Reply kind, std::int64_t& value) {
   st::Decoder d(in);
   switch (kind) {
@@ -132,7 +128,8 @@ std::size_t parse_reply(std::string_view in, Reply kind, std::int64_t& value) {
     case Reply::kBytes: {
       std::uint64_t len = 0;
       if (!d.u64(len)) return 0;
-      if (len > (1u << 30)) fail("store: reply declares a value of " + std::to_string(len) + " bytes");
+      if (len > (1u << 30))
+        fail("store: reply declares a value of " + std::to_string(len) + " bytes");
       value = static_cast<std::int64_t>(len);
       return d.remaining() >= len ? 8 + len : 0;
     }
@@ -176,8 +173,9 @@ class Requests {
     }
   }
   Reply handshake_reply() const {
-    return proto_ == Proto::kModern ? Reply::kU32 : proto_ == Proto::kLegacy ? Reply::kU8
-                                                                              : Reply::kResp;
+    return proto_ == Proto::kModern   ? Reply::kU32
+           : proto_ == Proto::kLegacy ? Reply::kU8
+                                      : Reply::kResp;
   }
 
   // An acknowledged write. TCPStore's SET has no reply, so CHECK(key) rides in the same
@@ -226,14 +224,13 @@ class Requests {
 
 struct Conn {
   int fd = -1;
-  int step = 0;              // position inside the current operation (see on_reply)
-  bool connected = false;    // TCP connect finished
-  bool ready = false;        // handshake answered
-  bool done = false;         // barrier: released
+  int step = 0;            // position inside the current operation (see on_reply)
+  bool connected = false;  // TCP connect finished
+  bool ready = false;      // handshake answered
   Reply expect = Reply::kU8;
-  std::string out;           // bytes not yet written
+  std::string out;  // bytes not yet written
   std::size_t out_off = 0;
-  std::string in;            // bytes not yet parsed
+  std::string in;  // bytes not yet parsed
   Clock::time_point started;
   std::string key;
 };
@@ -254,7 +251,8 @@ struct Options {
 
 class Loop {
  public:
-  explicit Loop(const Options& o) : opt_(o), req_(o.proto), conns_(static_cast<std::size_t>(o.conns)) {
+  explicit Loop(const Options& o)
+      : opt_(o), req_(o.proto), conns_(static_cast<std::size_t>(o.conns)) {
     ep_ = epoll_create1(EPOLL_CLOEXEC);
     if (ep_ < 0) fail_errno("epoll_create1");
     std::memset(&addr_, 0, sizeof addr_);
@@ -299,8 +297,8 @@ class Loop {
     }
     phase_ = Phase::kHandshake;
     if (!run_until([&] { return ready_ == conns_.size(); }, deadline)) {
-      status_ = "timeout: " + std::to_string(ready_) + "/" + std::to_string(conns_.size()) +
-                " connected";
+      status_ =
+          "timeout: " + std::to_string(ready_) + "/" + std::to_string(conns_.size()) + " connected";
       return std::nullopt;
     }
     return seconds_between(t0, Clock::now());
@@ -458,7 +456,6 @@ class Loop {
         } else if (c.step == 2) {
           c.step = 1;
         } else {
-          c.done = true;
           ++released_;
         }
         return;
@@ -566,7 +563,6 @@ class Loop {
   std::string value_, count_key_, done_key_, status_ = "ok";
   Clock::time_point measure_from_, stop_at_;
   std::vector<std::int64_t> latencies_ns_;
-
 };
 
 }  // namespace
@@ -663,8 +659,7 @@ int self_test(const Options& o) {
   if (!rq.is_redis()) {
     b.clear();
     st::encode_request(request(st::Op::kCheck, {k, k + "-missing"}),
-                       o.proto == Proto::kModern ? st::Dialect::kModern : st::Dialect::kLegacy,
-                       b);
+                       o.proto == Proto::kModern ? st::Dialect::kModern : st::Dialect::kLegacy, b);
     expect(c.request(b, Reply::kU8) == st::kCheckNotReady, "CHECK of a missing key is READY");
     b.clear();
     rq.wait(k, b);
@@ -770,9 +765,9 @@ int run(const Options& o) {
       "\"ops\":%zu,\"total_ops\":%zu,\"seconds\":%.3f,\"ops_per_s\":%.1f,\"p50_us\":%.1f,"
       "\"p99_us\":%.1f,\"connect_s\":%s}\n",
       proto_name(o.proto), ops[static_cast<int>(o.op)], o.conns, o.value_size, lat.size(),
-      loop.completed_ops(),
-      loop.measured_seconds(), static_cast<double>(lat.size()) / loop.measured_seconds(), p50,
-      p99, json_num(connect_s).c_str());
+      loop.completed_ops(), loop.measured_seconds(),
+      static_cast<double>(lat.size()) / loop.measured_seconds(), p50, p99,
+      json_num(connect_s).c_str());
   return 0;
 }
 
@@ -791,8 +786,9 @@ int main(int argc, char** argv) {
           std::map<std::string, Proto>{
               {"legacy", Proto::kLegacy}, {"modern", Proto::kModern}, {"redis", Proto::kRedis}},
           CLI::ignore_case));
-  app.add_option("--mode", o.mode, "ops (closed-loop throughput) or barrier (connect storm + "
-                                   "barrier storm)")
+  app.add_option("--mode", o.mode,
+                 "ops (closed-loop throughput) or barrier (connect storm + "
+                 "barrier storm)")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, Mode>{{"ops", Mode::kOps}, {"barrier", Mode::kBarrier}},
           CLI::ignore_case));
