@@ -133,9 +133,11 @@ class Formatter : public CLI::Formatter {
   }
 };
 
-bool regular_file_exists(const std::string& path) {
+// Python also runs directories and zip files that hold a __main__.py, so any existing
+// path is accepted; a missing one is what users mistype.
+bool path_exists(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -157,7 +159,7 @@ HostFacts current_host_facts() {
   host.gpu_count = visible_gpu_count(
       count_physical_gpus("/"),
       cvd == host.env.end() ? std::nullopt : std::optional<std::string>(cvd->second));
-  host.file_exists = &regular_file_exists;
+  host.file_exists = &path_exists;
   return host;
 }
 

@@ -111,7 +111,7 @@ struct HostFacts {
   std::map<std::string, std::string> env;  // the agent's environment
   int cpu_count = 1;
   int gpu_count = 0;  // visible NVIDIA GPUs (nproc.h)
-  // Whether a path names an existing regular file (script existence check).
+  // Whether a path exists (the training script check; nullptr: no check).
   bool (*file_exists)(const std::string& path) = nullptr;
 };
 
