@@ -134,17 +134,23 @@ class TcpStore::Connection {
     throw StoreTimeoutError("store " + addr_ + ": timed out " + what + " (connection closed)");
   }
 
-  Request& request() {
+  // The reusable request, cleared, for `op` (and its one key).
+  Request& request(Op op) {
+    req_.op = op;
     req_.keys.clear();
     req_.values.clear();
     req_.number = 0;
     req_.nonce = 0;
     return req_;
   }
-  std::string& encode(const Request& req) {
+  Request& request(Op op, std::string_view key) {
+    request(op).keys.emplace_back(key);
+    return req_;
+  }
+  void send(const Request& req, Deadline deadline) {
     wbuf_.clear();
     encode_request(req, Dialect::kModern, wbuf_);
-    return wbuf_;
+    send(wbuf_, deadline);
   }
 
  private:
@@ -184,13 +190,12 @@ class TcpStore::Connection {
   void handshake(Deadline deadline) {
     // VALIDATE and PING in one write, as PyTorch 2.x sends them; the PING echo proves the
     // peer is a modern-dialect store.
-    Request& req = request();
-    req.op = Op::kValidate;
+    Request& req = request(Op::kValidate);
     req.nonce = kValidationMagic;
-    std::string bytes = encode(req);
+    std::string bytes;
+    encode_request(req, Dialect::kModern, bytes);
     const auto nonce = static_cast<std::uint32_t>(::getpid());
-    req.op = Op::kPing;
-    req.nonce = nonce;
+    request(Op::kPing).nonce = nonce;
     encode_request(req, Dialect::kModern, bytes);
     try {
       send(bytes, deadline);
@@ -340,23 +345,19 @@ Deadline reply_deadline(Store::Duration timeout) {
 
 void TcpStore::set(std::string_view key, std::string_view value) {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kSet;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kSet, key);
   req.values.emplace_back(value);
-  conn_->send(conn_->encode(req), reply_deadline(timeout()));
+  conn_->send(req, reply_deadline(timeout()));
 }
 
 std::string TcpStore::compare_set(std::string_view key, std::string_view expected,
                                   std::string_view desired) {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kCompareSet;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kCompareSet, key);
   req.values.emplace_back(expected);
   req.values.emplace_back(desired);
   Deadline deadline = reply_deadline(timeout());
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   return conn_->read_bytes(deadline);
 }
 
@@ -366,11 +367,9 @@ std::string TcpStore::get(std::string_view key) {
   Duration limit = timeout();
   std::lock_guard lock(mu_);
   wait_locked(keys, limit, "get");
-  Request& req = conn_->request();
-  req.op = Op::kGet;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kGet, key);
   Deadline deadline = reply_deadline(limit);
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   return conn_->read_bytes(deadline);
 }
 
@@ -381,10 +380,9 @@ void TcpStore::do_wait(const std::vector<std::string>& keys, Duration timeout) {
 
 void TcpStore::wait_locked(const std::vector<std::string>& keys, Duration timeout,
                            const char* what) {
-  Request& req = conn_->request();
-  req.op = Op::kWait;
+  Request& req = conn_->request(Op::kWait);
   req.keys = keys;
-  conn_->send(conn_->encode(req), reply_deadline(timeout));
+  conn_->send(req, reply_deadline(timeout));
   await_release(keys, timeout, what);
 }
 
@@ -401,9 +399,8 @@ void TcpStore::await_release(const std::vector<std::string>& keys, Duration time
     }
     return;
   }
-  Request& cancel = conn_->request();
-  cancel.op = Op::kCancelWait;
-  conn_->send(conn_->encode(cancel), grace);
+  Request& cancel = conn_->request(Op::kCancelWait);
+  conn_->send(cancel, grace);
   std::uint8_t reply = conn_->read_u8(grace);
   if (reply == kStopWaiting) reply = conn_->read_u8(grace);
   if (reply != kWaitCanceled) {
@@ -415,12 +412,10 @@ void TcpStore::await_release(const std::vector<std::string>& keys, Duration time
 
 std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kAdd;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kAdd, key);
   req.number = delta;
   Deadline deadline = reply_deadline(timeout());
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   try {
     return conn_->read_i64(deadline);
   } catch (const StoreConnectionError& e) {
@@ -432,40 +427,34 @@ std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kCheck;
+  Request& req = conn_->request(Op::kCheck);
   req.keys = keys;
   Deadline deadline = reply_deadline(timeout());
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   return conn_->read_u8(deadline) == kCheckReady;
 }
 
 std::int64_t TcpStore::num_keys() {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kGetNumKeys;
+  Request& req = conn_->request(Op::kGetNumKeys);
   Deadline deadline = reply_deadline(timeout());
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   return conn_->read_i64(deadline);
 }
 
 bool TcpStore::delete_key(std::string_view key) {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kDeleteKey;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kDeleteKey, key);
   Deadline deadline = reply_deadline(timeout());
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   return conn_->read_i64(deadline) != 0;
 }
 
 void TcpStore::append(std::string_view key, std::string_view value) {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kAppend;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kAppend, key);
   req.values.emplace_back(value);
-  conn_->send(conn_->encode(req), reply_deadline(timeout()));
+  conn_->send(req, reply_deadline(timeout()));
 }
 
 // WAIT on every key, then MULTI_GET, as PyTorch's client does.
@@ -473,11 +462,10 @@ std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& key
   Duration limit = timeout();
   std::lock_guard lock(mu_);
   wait_locked(keys, limit, "multi_get");
-  Request& req = conn_->request();
-  req.op = Op::kMultiGet;
+  Request& req = conn_->request(Op::kMultiGet);
   req.keys = keys;
   Deadline deadline = reply_deadline(limit);
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   std::vector<std::string> values;
   values.reserve(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) values.push_back(conn_->read_bytes(deadline));
@@ -488,19 +476,17 @@ void TcpStore::multi_set(const std::vector<std::string>& keys,
                          const std::vector<std::string>& values) {
   check_multi_set_sizes(keys, values);
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kMultiSet;
+  Request& req = conn_->request(Op::kMultiSet);
   req.keys = keys;
   req.values = values;
-  conn_->send(conn_->encode(req), reply_deadline(timeout()));
+  conn_->send(req, reply_deadline(timeout()));
 }
 
 std::vector<std::string> TcpStore::list_keys() {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kListKeys;
+  Request& req = conn_->request(Op::kListKeys);
   Deadline deadline = reply_deadline(timeout());
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   std::int64_t n = conn_->read_i64(deadline);
   if (n < 0) conn_->fail_protocol("LIST_KEYS: negative count " + std::to_string(n));
   std::vector<std::string> keys;
@@ -510,19 +496,15 @@ std::vector<std::string> TcpStore::list_keys() {
 
 void TcpStore::queue_push(std::string_view key, std::string_view value) {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kQueuePush;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kQueuePush, key);
   req.values.emplace_back(value);
-  conn_->send(conn_->encode(req), reply_deadline(timeout()));
+  conn_->send(req, reply_deadline(timeout()));
 }
 
 std::optional<std::string> TcpStore::pop_locked(std::string_view key, Duration limit) {
-  Request& req = conn_->request();
-  req.op = Op::kQueuePop;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kQueuePop, key);
   Deadline deadline = reply_deadline(limit);
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   if (conn_->read_i64(deadline) <= 0) return std::nullopt;
   return conn_->read_bytes(deadline);
 }
@@ -553,22 +535,18 @@ std::optional<std::string> TcpStore::queue_try_pop(std::string_view key) {
 
 std::int64_t TcpStore::queue_len(std::string_view key) {
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kQueueLen;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kQueueLen, key);
   Deadline deadline = reply_deadline(timeout());
-  conn_->send(conn_->encode(req), deadline);
+  conn_->send(req, deadline);
   return conn_->read_i64(deadline);
 }
 
 void TcpStore::barrier(std::string_view key, std::int64_t world_size) {
   Duration limit = timeout();
   std::lock_guard lock(mu_);
-  Request& req = conn_->request();
-  req.op = Op::kBarrier;
-  req.keys.emplace_back(key);
+  Request& req = conn_->request(Op::kBarrier, key);
   req.number = world_size;
-  conn_->send(conn_->encode(req), reply_deadline(limit));
+  conn_->send(req, reply_deadline(limit));
   try {
     await_release({std::string(key)}, limit, "barrier");
   } catch (const StoreConnectionError& e) {
