@@ -31,6 +31,7 @@ using Deadline = std::optional<Clock::time_point>;  // nullopt = forever
 // Replies to non-waiting requests get at least this long, however short the store's
 // timeout, so a short wait timeout does not turn a busy server into a broken connection.
 constexpr Store::Duration kMinReplyWait{5000};
+constexpr std::size_t kReadChunk = 64 * 1024;
 // Largest reply string this client accepts (a sane bound far above the server's limits).
 constexpr std::uint64_t kMaxReplyBytes = 1ull << 32;
 
@@ -103,7 +104,7 @@ class TcpStore::Connection {
   // Blocks until a reply byte is buffered or readable; false when `deadline` passes.
   bool wait_readable(Deadline deadline) {
     check_open();
-    return rpos_ < rbuf_.size() || poll_fd(POLLIN, deadline);
+    return rpos_ < rlen_ || poll_fd(POLLIN, deadline);
   }
 
   std::uint8_t read_u8(Deadline deadline) { return read_int(deadline, &Decoder::u8); }
@@ -239,24 +240,22 @@ class TcpStore::Connection {
     return v;
   }
 
-  // The next `n` reply bytes; valid until the next read.
+  // The next `n` reply bytes; valid until the next read. rbuf_ keeps its size (at least
+  // kReadChunk) and holds rlen_ valid bytes, so small replies cost no allocation.
   std::string_view take(std::size_t n, Deadline deadline) {
     check_open();
-    if (rpos_ == rbuf_.size()) {
-      rbuf_.clear();
+    if (rlen_ - rpos_ < n) {
+      std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rlen_ - rpos_);
+      rlen_ -= rpos_;
       rpos_ = 0;
+      if (rbuf_.size() < std::max(n, kReadChunk)) rbuf_.resize(std::max(n, kReadChunk));
     }
-    while (rbuf_.size() - rpos_ < n) {
-      if (rpos_ > 0) {
-        rbuf_.erase(0, rpos_);
-        rpos_ = 0;
+    while (rlen_ - rpos_ < n) {
+      ssize_t got = ::recv(fd_, rbuf_.data() + rlen_, rbuf_.size() - rlen_, 0);
+      if (got > 0) {
+        rlen_ += static_cast<std::size_t>(got);
+        continue;
       }
-      std::size_t have = rbuf_.size();
-      std::size_t chunk = std::max<std::size_t>(n - have, 64 * 1024);
-      rbuf_.resize(have + chunk);
-      ssize_t got = ::recv(fd_, rbuf_.data() + have, chunk, 0);
-      rbuf_.resize(have + static_cast<std::size_t>(std::max<ssize_t>(got, 0)));
-      if (got > 0) continue;
       if (got == 0) fail("the store closed the connection");
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -278,8 +277,9 @@ class TcpStore::Connection {
   int fd_ = -1;
   std::string addr_;
   std::string broken_;  // why the connection was given up
-  std::string rbuf_;
+  std::string rbuf_;    // reply bytes [rpos_, rlen_) not yet taken
   std::size_t rpos_ = 0;
+  std::size_t rlen_ = 0;
   std::string wbuf_;
   Request req_;
 };
