@@ -12,6 +12,7 @@ deadlines. Every agent runs in its own session and is killed (with its workers) 
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -276,7 +277,8 @@ class Netns:
     pair; node i has 10.213.0.<i+1>/24 on interface mn0."""
 
     def __init__(self, nodes):
-        self.tag = f"ddp{os.getpid() % 100000}"
+        self.remove_stale()
+        self.tag = f"ddp{os.getpid()}"
         self.hub = self.tag + "h"
         self.nodes = [f"{self.tag}n{i}" for i in range(nodes)]
         self.created = []
@@ -298,6 +300,17 @@ class Netns:
         except Exception:
             self.close()
             raise
+
+    @staticmethod
+    def remove_stale():
+        """Deletes namespaces this test left behind when it was killed (ddp<pid>h/n<i>,
+        pid gone)."""
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            name = line.split()[0] if line.split() else ""
+            m = re.fullmatch(r"ddp(\d+)(h|n\d+)", name)
+            if m and not os.path.exists(f"/proc/{m.group(1)}"):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
     @staticmethod
     def addr(i):
