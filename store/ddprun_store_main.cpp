@@ -145,6 +145,9 @@ int run_client(const std::string& command, const ClientArgs& args) {
     }
   } else if (command == "set") {
     store->set(args.key, args.value);
+    // SET has no reply; a round trip shows whether the store took it (a store refusing
+    // it, e.g. over --max-value-bytes, closes the connection instead).
+    store->check({args.key});
   } else if (command == "add") {
     std::cout << store->add(args.key, args.delta) << "\n";
   } else if (command == "num-keys") {

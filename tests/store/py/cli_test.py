@@ -53,7 +53,13 @@ def main(binary):
         rc, out, err = cli(binary, "keys", addr, "--connect-timeout", "0.3")
         expect(rc == 1 and f"127.0.0.1:{store.port}" in err and "refused" in err,
                f"connection failure: {err}")
-    with StoreProcess(binary) as store:
+    with StoreProcess(binary, "--max-key-bytes", "8", "--max-value-bytes", "16") as store:
+        addr = f"--addr=127.0.0.1:{store.port}"
+        expect(cli(binary, "set", addr, "k" * 8, "v" * 16)[0] == 0, "set within the limits")
+        for key, value in (("k" * 9, "v"), ("k", "v" * 17)):
+            rc, out, err = cli(binary, "set", addr, key, value)
+            expect(rc == 1 and "closed" in err, f"set over the limits: {rc} {err!r}")
+        expect(cli(binary, "num-keys", addr)[1] == "1\n", "nothing stored over the limits")
         expect(store.stop(signal.SIGTERM) == 0, "exit status on SIGTERM")
     print("cli_test: ok")
 
