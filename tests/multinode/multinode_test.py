@@ -255,17 +255,29 @@ def waiting_feedback_then_timeout(c):
     check("s left" in text and "timed out" in text, "time left, then the timeout", text)
 
 
+def _signal_during_rendezvous(c, sig, host):
+    """A node waiting for its peer (as the store host, or still connecting to an endpoint
+    nobody serves) gets `sig`: it must end promptly with a failure code."""
+    port = free_port()
+    a = c.start("node0", c10d_args(0 if host else 1, port, 2, "sig"))
+    if host:
+        poll(lambda: _listening(port), 30, "the rendezvous store listening", c.logs)
+    poll(lambda: "waiting for" in a.text(), 30, "the waiting line", c.logs)
+    t0 = time.monotonic()
+    os.kill(a.proc.pid, sig)
+    rc = a.wait(10)
+    check(rc != 0, f"signal {sig} ends the agent with a failure code", a.text())
+    check(time.monotonic() - t0 < 5, "promptly", a.text())
+
+
 @test
 def sigint_during_rendezvous(c):
-    port = free_port()
-    a = c.start("node0", c10d_args(0, port, 2, "sigint"))
-    poll(lambda: _listening(port), 30, "the rendezvous store listening", c.logs)
-    time.sleep(0.5)
-    t0 = time.monotonic()
-    os.kill(a.proc.pid, signal.SIGINT)
-    rc = a.wait(10)
-    check(rc != 0, "SIGINT ends the agent with a failure code", a.text())
-    check(time.monotonic() - t0 < 5, "promptly", a.text())
+    _signal_during_rendezvous(c, signal.SIGINT, host=True)
+
+
+@test
+def sigterm_while_connecting(c):
+    _signal_during_rendezvous(c, signal.SIGTERM, host=False)
 
 
 # --- network namespaces: real separate network stacks joined by veth pairs ---------------
