@@ -96,7 +96,8 @@ Agent::Agent(LaunchConfig config, EnvMap agent_env, ProcessSupervisor& superviso
       agent_env_(std::move(agent_env)),
       supervisor_(supervisor),
       handler_(std::move(handler)),
-      grace_(static_cast<std::int64_t>(config_.shutdown_timeout_s * 1000)),
+      // Capped so that absurd values cannot overflow the conversion (1e7 s is 115 days).
+      grace_(static_cast<std::int64_t>(std::min(config_.shutdown_timeout_s, 1e7) * 1000)),
       remaining_restarts_(config_.max_restarts) {}
 
 Agent::~Agent() = default;
@@ -109,7 +110,9 @@ void Agent::make_run_log_dir() {
   } else {
     fs::create_directories(base);
   }
-  run_log_dir_ = make_temp_dir((fs::path(base) / (handler_->run_id() + "_")).string());
+  std::string run_id = handler_->run_id();
+  std::replace(run_id.begin(), run_id.end(), '/', '_');  // a user's --rdzv-id may hold '/'
+  run_log_dir_ = make_temp_dir((fs::path(base) / (run_id + "_")).string());
   spdlog::info("log directory set to: {}", run_log_dir_);
 }
 
@@ -226,8 +229,7 @@ std::vector<WorkerExit> Agent::stop_workers(int signo) {
   return supervisor_.stop(signo, grace_);
 }
 
-Agent::Step Agent::monitor(const rdzv::RendezvousInfo& info, RunResult& result) {
-  (void)info;
+Agent::Step Agent::monitor(RunResult& result) {
   auto next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
   while (true) {
     const auto now = std::chrono::steady_clock::now();
@@ -382,7 +384,7 @@ RunResult Agent::run() {
       }
       spdlog::info("started {} workers (attempt {}, restart count {})", config_.nproc_per_node,
                    restart_count_, restart_count_);
-      if (monitor(*info, result) == Step::kDone) break;
+      if (monitor(result) == Step::kDone) break;
     }
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -76,7 +76,7 @@ class Agent {
 
   std::optional<rdzv::RendezvousInfo> rendezvous(RunResult& result);
   std::vector<WorkerSpec> prepare_attempt(const rdzv::RendezvousInfo& info);
-  Step monitor(const rdzv::RendezvousInfo& info, RunResult& result);
+  Step monitor(RunResult& result);
   std::vector<WorkerExit> stop_workers(int signo);
   Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
   void report(const RunResult& result);
