@@ -250,7 +250,11 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
     std::string routed = routed_local_address(ep);
     c.advertise_addr = !routed.empty() ? routed : c.hostname;
   }
-  if (is_loopback_host(c.advertise_addr) && !is_loopback_host(ep.host)) {
+  if (is_loopback_host(ep.host) && p.local_addr.empty()) {
+    spdlog::warn("c10d rendezvous: the endpoint {} is a loopback address: only agents on this "
+                 "machine can join; use an address the other nodes can reach",
+                 ep.to_string());
+  } else if (is_loopback_host(c.advertise_addr) && !is_loopback_host(ep.host)) {
     spdlog::warn("c10d rendezvous: this node would advertise the loopback address {}; set "
                  "--local-addr to an address the other nodes can reach",
                  c.advertise_addr);
