@@ -2,6 +2,7 @@
 #include "launcher/failure_report.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <csignal>
 #include <ctime>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -130,17 +132,43 @@ std::string failure_hint(const Failure& failure) {
 }
 
 std::string host_fqdn() {
+  // Python's socket.getfqdn(): resolve the host name to an address, reverse-resolve that
+  // (gethostbyaddr), and take the first of the canonical name and its aliases that holds
+  // a '.', else the canonical name; the plain host name if a lookup fails.
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
-  hints.ai_flags = AI_CANONNAME;
   addrinfo* res = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &res) != 0 || res == nullptr) return name;
   std::string out = name;
-  if (::getaddrinfo(name, nullptr, &hints, &res) == 0 && res) {
-    if (res->ai_canonname && *res->ai_canonname) out = res->ai_canonname;
-    ::freeaddrinfo(res);
+  hostent he{};
+  hostent* result = nullptr;
+  char buf[8192];
+  int err = 0;
+  const void* addr = nullptr;
+  socklen_t len = 0;
+  if (res->ai_family == AF_INET) {
+    addr = &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    len = sizeof(in_addr);
+  } else if (res->ai_family == AF_INET6) {
+    addr = &reinterpret_cast<sockaddr_in6*>(res->ai_addr)->sin6_addr;
+    len = sizeof(in6_addr);
   }
+  if (addr && ::gethostbyaddr_r(addr, len, res->ai_family, &he, buf, sizeof buf, &result,
+                                &err) == 0 &&
+      result && result->h_name) {
+    out = result->h_name;
+    std::vector<std::string> names = {result->h_name};
+    for (char** a = result->h_aliases; a && *a; ++a) names.emplace_back(*a);
+    for (const auto& n : names) {
+      if (n.find('.') != std::string::npos) {
+        out = n;
+        break;
+      }
+    }
+  }
+  ::freeaddrinfo(res);
   return out;
 }
 

@@ -45,7 +45,7 @@ std::string format_failure_report(const std::string& entrypoint,
 // killer), or "" when there is none.
 std::string failure_hint(const Failure& failure);
 
-// socket.getfqdn() of this host: the canonical name of gethostname(), else the name.
+// socket.getfqdn() of this host, computed the way Python does (so reports match torchrun).
 std::string host_fqdn();
 
 }  // namespace ddprun::launcher
