@@ -4,6 +4,7 @@ the real PyTorch (1.13 on Debian 12).
 
     ddprun_test.py <path to ddprun> <test name>     (ctest runs one test per process)
     ddprun_test.py <path to ddprun> --list
+    ddprun_test.py <path to ddprun> --registered <names...>   (checks the ctest list)
 
 Workers run under PYTHON_EXEC=$DDPRUN_TEST_PYTHON. Tests that need torch exit 77 (ctest's
 SKIP_RETURN_CODE) when that interpreter has no torch. Every wait is a poll with a
@@ -263,6 +264,18 @@ def pet_environment_and_spellings(job):
 
 
 @test()
+def module_and_legacy_arguments(job):
+    with open(os.path.join(job.dir, "ddprun_it_mod.py"), "w") as f:
+        f.write("import os, sys\nprint('mod', os.environ['LOCAL_RANK'], sys.argv[1:])\n")
+    rc, out, err = job.run(["--nproc-per-node=2", "-m", "ddprun_it_mod", "x${local_rank}"])
+    check(rc == 0, f"-m: exit {rc}", err)
+    check(sorted(out.splitlines()) == ["mod 0 ['x0']", "mod 1 ['x1']"], "-m output", out)
+    rc, out, err = job.run(["--legacy-launch", "--nproc-per-node=2", "-m", "ddprun_it_mod", "y"])
+    check(sorted(out.splitlines()) == ["mod 0 ['--local_rank=0', 'y']",
+                                       "mod 1 ['--local_rank=1', 'y']"], "--legacy-launch", out)
+
+
+@test()
 def exit_codes(job):
     rc, out, err = job.run(["--nproc-per-node=2", *job.probe()])
     check(rc == 0, f"success gave {rc}", err)
@@ -444,6 +457,12 @@ def second_sigint_cuts_the_grace(job):
 
 
 def main():
+    if len(sys.argv) >= 3 and sys.argv[2] == "--registered":
+        # CMakeLists.txt lists the tests by name: none may be forgotten there.
+        missing = sorted(set(TESTS) - set(sys.argv[3:]))
+        unknown = sorted(set(sys.argv[3:]) - set(TESTS))
+        print(f"not registered with ctest: {missing}; unknown: {unknown}")
+        return 1 if missing or unknown else 0
     if len(sys.argv) != 3:
         print(__doc__)
         return 2
