@@ -140,6 +140,48 @@ bool path_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// argparse (torchrun's parser) accepts any unambiguous prefix of a long option
+// ("--nproc 4", "--max_rest=2"). Expands those among the launcher's own arguments (up to
+// the training script) to the full name; ambiguous or unknown prefixes are left for CLI11
+// to reject. Throws UsageError for an ambiguous prefix.
+std::vector<std::string> expand_abbreviations(const std::vector<std::string>& args) {
+  std::vector<std::string> out = args;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::string& arg = out[i];
+    if (arg == "--" || arg.empty() || arg[0] != '-') break;  // the training script
+    const auto eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const OptionDef* exact = nullptr;
+    std::vector<std::pair<const OptionDef*, std::string>> matches;
+    for (const auto& def : kOptions) {
+      std::string names = def.names;
+      for (std::size_t start = 0; start < names.size();) {
+        const auto comma = names.find(',', start);
+        const std::string n = names.substr(start, comma - start);
+        if (n == name) exact = &def;
+        if (n.size() > 2 && n.rfind("--", 0) == 0 && name.size() > 2 && n.rfind(name, 0) == 0 &&
+            (matches.empty() || matches.back().first != &def)) {
+          matches.emplace_back(&def, n);
+        }
+        start = comma == std::string::npos ? names.size() : comma + 1;
+      }
+    }
+    if (!exact && name.rfind("--", 0) == 0 && name.size() > 2 && matches.size() > 1) {
+      std::string all;
+      for (const auto& m : matches) all += (all.empty() ? "" : ", ") + m.second;
+      throw UsageError(fmt::format("ambiguous option: {} could match {}", name, all));
+    }
+    if (!exact && matches.size() == 1) {
+      exact = matches.front().first;
+      arg = matches.front().second + (eq == std::string::npos ? "" : arg.substr(eq));
+    }
+    // A value option given without '=' takes the next argument as its value.
+    if (exact && !exact->is_flag && eq == std::string::npos && name.rfind("--", 0) == 0) ++i;
+    if (exact && !exact->is_flag && name.size() == 2 && arg.size() == 2) ++i;  // -r 3, -t 3
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string usage_hint() {
@@ -200,8 +242,16 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
     bound.emplace_back(&def, opt);
   }
 
-  // CLI11 parses a reversed copy; keep `args` untouched.
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  std::vector<std::string> expanded;
+  try {
+    expanded = expand_abbreviations(args);
+  } catch (const UsageError& e) {
+    out.kind = CliOutcome::Kind::kError;
+    out.text = e.what();
+    return out;
+  }
+  // CLI11 parses a reversed copy.
+  std::vector<std::string> reversed(expanded.rbegin(), expanded.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {

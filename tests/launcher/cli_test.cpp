@@ -256,3 +256,19 @@ TEST_CASE("--help and --version print and exit 0", "[cli]") {
   REQUIRE(version.kind == CliOutcome::Kind::kPrint);
   CHECK(version.text.rfind("ddprun ", 0) == 0);
 }
+
+TEST_CASE("unambiguous prefixes of long options, as argparse allows", "[cli]") {
+  CHECK(ok({"--nproc", "2", "train.py"}).nproc_per_node == 2);
+  CHECK(ok({"--nproc_per=3", "train.py"}).nproc_per_node == 3);
+  CHECK(ok({"--max-rest=2", "train.py"}).max_restarts == 2);
+  CHECK(ok({"--standal", "train.py"}).standalone);
+  CHECK(ok({"--nnodes", "1", "--nproc", "2", "train.py", "--nproc", "9"}).script_args ==
+        std::vector<std::string>{"--nproc", "9"});
+  CHECK(ok({"-t", "3", "--nproc", "2", "train.py"}).nproc_per_node == 2);
+  // An option's value is never taken for an option name.
+  CHECK(ok({"--role", "--nproc", "train.py"}).role == "--nproc");
+  const CliOutcome amb = parse({"--rdzv", "x", "train.py"});
+  CHECK(amb.kind == CliOutcome::Kind::kError);
+  CHECK(amb.text.find("ambiguous option: --rdzv") != std::string::npos);
+  CHECK(parse({"--m", "train.py"}).kind == CliOutcome::Kind::kError);  // --master-*, --max-*...
+}
