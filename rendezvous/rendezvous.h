@@ -92,6 +92,16 @@ class RendezvousHandler {
   // stops its workers and calls next_rendezvous() without spending a restart.
   virtual bool needs_new_round() { return num_nodes_waiting() > 0; }
 
+  // Like needs_new_round(), but asks the rendezvous store now (a round trip or two,
+  // bounded by the store's read timeout) instead of answering from the background watch.
+  // For the agent when a worker FAILED in a multi-node job: a peer that stops its workers
+  // for a new round makes this node's workers fail at once (collective errors), before
+  // the watch has noticed. If this returns true, the failure is a consequence of the
+  // membership change: restart into a new round without spending a restart (so every
+  // node keeps the same TORCHELASTIC_RESTART_COUNT, which PyTorch 1.13 workers put into
+  // their store keys).
+  virtual bool needs_new_round_now() { return needs_new_round(); }
+
   virtual bool is_closed() = 0;
   // Marks the rendezvous closed (the job has ended): late joiners get
   // RendezvousClosedError.

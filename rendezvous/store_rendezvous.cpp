@@ -304,6 +304,7 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
 
     in_round_ = true;
     exited_ = false;
+    announced_ = false;
     round_ = r;
     slot_ = slot;
     nodes_ = n;
@@ -518,11 +519,39 @@ void StoreRendezvous::stop_heartbeats() {
   if (hb_thread_.joinable()) hb_thread_.join();
 }
 
-void StoreRendezvous::heartbeat_loop(int r, int slot, int n) {
+std::string StoreRendezvous::watch_round(store::Store& s, int r, int n) {
   const Ms threshold = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  auto values = s.multi_get(slot_keys(r, "hb", n));
+  int waiting = static_cast<int>(s.add(rk(r + 1, "joined"), 0));
+  std::string reason;
+  std::lock_guard lock(mu_);
+  auto members = liveness_.observe(r, values, Clock::now(), threshold);
+  for (int i = 0; i < n && reason.empty(); ++i) {
+    if (i == slot_) continue;
+    const auto& d = members_[static_cast<std::size_t>(i)];
+    if (members[i] == Member::kLeft) {
+      reason = "node " + d.label() + " left round " + std::to_string(r);
+    } else if (members[i] == Member::kDead) {
+      reason = "node " + d.label() + " missed its heartbeats for " +
+               std::to_string(threshold.count() / 1000.0).substr(0, 5) + " s";
+    }
+  }
+  // A waiting node only forces a new round when the round has room for it.
+  int admissible = (n < config_.max_nodes || !reason.empty()) ? waiting : 0;
+  waiting_.store(admissible);
+  if (reason.empty() && admissible > 0) {
+    reason = std::to_string(waiting) + " node(s) waiting to join";
+  }
+  if (!reason.empty()) {
+    if (reason_.empty()) reason_ = reason;
+    needs_new_round_.store(true);
+  }
+  return reason;
+}
+
+void StoreRendezvous::heartbeat_loop(int r, int slot, int n) {
   const Ms tick = std::min<Ms>(config_.keep_alive_interval, Ms(1000));
   auto next_beat = Clock::now();
-  const auto hb_keys = slot_keys(r, "hb", n);
   bool reported = false;
   for (;;) {
     try {
@@ -531,32 +560,7 @@ void StoreRendezvous::heartbeat_loop(int r, int slot, int n) {
         hb_store_->add(rk(r, "hb", slot), 1);
         next_beat = now + config_.keep_alive_interval;
       }
-      auto values = hb_store_->multi_get(hb_keys);
-      int waiting = static_cast<int>(hb_store_->add(rk(r + 1, "joined"), 0));
-      std::string reason;
-      {
-        std::lock_guard lock(mu_);
-        auto members = liveness_.observe(r, values, Clock::now(), threshold);
-        for (int s = 0; s < n && reason.empty(); ++s) {
-          const auto& d = members_[static_cast<std::size_t>(s)];
-          if (members[s] == Member::kLeft) {
-            reason = "node " + d.label() + " left round " + std::to_string(r);
-          } else if (members[s] == Member::kDead) {
-            reason = "node " + d.label() + " missed its heartbeats for " +
-                     std::to_string(threshold.count() / 1000.0).substr(0, 5) + " s";
-          }
-        }
-        // A waiting node only forces a new round when the round has room for it.
-        int admissible = (n < config_.max_nodes || !reason.empty()) ? waiting : 0;
-        waiting_.store(admissible);
-        if (reason.empty() && admissible > 0) {
-          reason = std::to_string(waiting) + " node(s) waiting to join";
-        }
-        if (!reason.empty()) {
-          reason_ = reason;
-          needs_new_round_.store(true);
-        }
-      }
+      std::string reason = watch_round(*hb_store_, r, n);
       if (!reason.empty() && !reported) {
         reported = true;
         spdlog::warn("{}: round {}: {}; a new round is needed", where(), r, reason);
@@ -575,7 +579,33 @@ void StoreRendezvous::heartbeat_loop(int r, int slot, int n) {
 
 int StoreRendezvous::num_nodes_waiting() { return waiting_.load(); }
 
-bool StoreRendezvous::needs_new_round() { return needs_new_round_.load(); }
+bool StoreRendezvous::needs_new_round() {
+  if (!needs_new_round_.load()) return false;
+  if (in_round_ && !exited_ && !announced_) {
+    announced_ = true;
+    // The heartbeat thread ADDs to our key; stop it before the key stops being a number.
+    stop_heartbeats();
+    try {
+      store_->set(rk(round_, "hb", slot_), "left");
+    } catch (const std::exception& e) {
+      spdlog::debug("{}: could not announce leaving round {}: {}", where(), round_, e.what());
+    }
+  }
+  return true;
+}
+
+bool StoreRendezvous::needs_new_round_now() {
+  if (needs_new_round_.load()) return needs_new_round();
+  if (!in_round_ || exited_) return false;
+  try {
+    watch_round(*store_, round_, nodes_);
+  } catch (const std::exception& e) {
+    std::lock_guard lock(mu_);
+    reason_ = std::string("lost the rendezvous store: ") + e.what();
+    needs_new_round_.store(true);
+  }
+  return needs_new_round();
+}
 
 std::string StoreRendezvous::new_round_reason() {
   std::lock_guard lock(mu_);

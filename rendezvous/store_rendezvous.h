@@ -77,7 +77,11 @@ class StoreRendezvous final : public RendezvousHandler {
   // RendezvousInterruptedError (interrupt()).
   RendezvousInfo next_rendezvous() override;
   int num_nodes_waiting() override;
+  // True once the round must be left. The first true also tells the peers at once
+  // (this node's heartbeat becomes "left"), because the agent now stops its workers and
+  // theirs will fail: their needs_new_round_now() then explains those failures.
   bool needs_new_round() override;
+  bool needs_new_round_now() override;
   bool is_closed() override;
   void set_closed() override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;
@@ -122,6 +126,9 @@ class StoreRendezvous final : public RendezvousHandler {
   void start_heartbeats();
   void stop_heartbeats();
   void heartbeat_loop(int r, int slot, int n);
+  // One look at round r (n nodes) through `s`: updates liveness, waiting_ and
+  // needs_new_round_; returns the reason for a new round, "" if none.
+  std::string watch_round(store::Store& s, int r, int n);
   bool sleep_slice(Ms d);  // false when interrupted
 
   Config config_;
@@ -150,6 +157,7 @@ class StoreRendezvous final : public RendezvousHandler {
   std::atomic<bool> needs_new_round_{false};
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> closed_{false};
+  bool announced_ = false;  // "left" already published for the current round
   bool shut_down_ = false;
 };
 

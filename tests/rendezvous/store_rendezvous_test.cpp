@@ -503,3 +503,49 @@ TEST_CASE("c10d over IPv6 loopback: [::1]:port endpoint and ::1 addresses", "[c1
     WARN("IPv6 loopback unavailable: " << e.what());
   }
 }
+
+TEST_CASE("needs_new_round announces leaving - needs_new_round_now sees a peer at once",
+          "[c10d][elastic]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 3; ++i) {
+    ps.push_back(node_params("c10d", i, port, 2, 3));
+    ps.back().conf["keep_alive_interval"] = "30";  // the background watch ticks once a second
+  }
+  Handlers hs;
+  hs.push_back(make_rendezvous_handler(ps[0]));
+  hs.push_back(make_rendezvous_handler(ps[1]));
+  auto infos = rendezvous_all(hs);
+  REQUIRE(infos[0].group_world_size == 2);
+  auto raw = connect("127.0.0.1", port);
+  auto hb_values = [&] {
+    return raw->multi_get({"ddprun/rdzv/test_job/r0/hb/0", "ddprun/rdzv/test_job/r0/hb/1"});
+  };
+  CHECK_FALSE(hs[1]->needs_new_round_now());  // nothing changed yet
+
+  // Node 0 restarts (as after a failure of its own workers): it leaves round 0.
+  auto f0 = std::async(std::launch::async, [&] { return hs[0]->next_rendezvous(); });
+  REQUIRE(test::eventually([&] {
+    auto v = hb_values();
+    return v[0] == "left" || v[1] == "left";
+  }));
+  CHECK(hs[1]->needs_new_round_now());  // asked the store: no waiting for the watch
+  CHECK_THAT(dynamic_cast<StoreRendezvous&>(*hs[1]).new_round_reason(),
+             Catch::Contains("left round 0"));
+  auto i1 = hs[1]->next_rendezvous();
+  auto i0 = f0.get();
+  CHECK(i0.round == 1);
+  CHECK(i1.round == 1);
+
+  // A third node arrives: the first agent to see it announces "left" at once.
+  auto late = make_rendezvous_handler(ps[2]);
+  auto fl = std::async(std::launch::async, [&] { return late->next_rendezvous(); });
+  REQUIRE(test::eventually([&] { return hs[0]->needs_new_round(); }, 10s));
+  auto v = raw->multi_get({"ddprun/rdzv/test_job/r1/hb/0", "ddprun/rdzv/test_job/r1/hb/1"});
+  CHECK((v[0] == "left" || v[1] == "left"));
+  CHECK(hs[1]->needs_new_round_now());
+  auto again = rendezvous_all(hs);
+  auto il = fl.get();
+  CHECK(il.group_world_size == 3);
+  CHECK(again[0].round == 2);
+}
