@@ -1,6 +1,7 @@
-// main.cpp: ddprun's entry point, tini-shaped: parse (single-threaded), block the handled
-// signals and start the orphan guard before any thread exists, then run the Agent and
-// map its result to torchrun's exit codes (0 success, 1 failure, 2 bad usage).
+// main.cpp: ddprun's entry point, tini-shaped: parse and check the rendezvous parameters
+// (single-threaded), block the handled signals and start the orphan guard before any
+// thread exists, then run the Agent and map its result to torchrun's exit codes
+// (0 success, 1 failure, 2 bad usage).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -25,15 +26,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: error: %s\n%s\n", cli.text.c_str(), usage_hint().c_str());
     return 2;
   }
+  setup_agent_logging(host.env);
+  std::unique_ptr<ddprun::rdzv::RendezvousHandler> handler;
+  try {  // only checks the parameters: nothing is bound or connected yet
+    handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config));
+  } catch (const ddprun::rdzv::RendezvousError& e) {
+    std::fprintf(stderr, "ddprun: error: %s\n%s\n", e.what(), usage_hint().c_str());
+    return 2;
+  }
   try {
     // Before any thread starts: every later thread inherits the mask (signals.h).
     prepare_agent_signals(cli.config.signals_to_handle);
     SupervisorOptions options;
     options.handled_signals = cli.config.signals_to_handle;
     options.orphan_guard_fd = start_orphan_guard();
-    setup_agent_logging(host.env);
-
-    auto handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config));
     ProcessSupervisor supervisor(options);
     Agent agent(cli.config, host.env, supervisor, std::move(handler));
     const RunResult result = agent.run();

@@ -322,6 +322,8 @@ def bad_command_lines(job):
         ([os.path.join(job.dir, "nope.py")], "nope.py"),
         (["--no-python", "-m", marker_script], "--no-python"),
         (["--nproc-per-node"], "--nproc-per-node"),
+        (["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=[::1", marker_script],
+         "--rdzv-endpoint"),
     ]
     for args, needle in cases:
         rc, out, err = job.run(args, timeout=30)
