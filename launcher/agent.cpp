@@ -229,6 +229,15 @@ std::vector<WorkerExit> Agent::stop_workers(int signo) {
   return supervisor_.stop(signo, grace_);
 }
 
+bool Agent::membership_changed() {
+  try {
+    return handler_->needs_new_round();
+  } catch (const std::exception& e) {
+    spdlog::warn("membership check failed: {}", e.what());
+    return false;
+  }
+}
+
 Agent::Step Agent::monitor(RunResult& result) {
   auto next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
   while (true) {
@@ -239,13 +248,7 @@ Agent::Step Agent::monitor(RunResult& result) {
     switch (ev.kind) {
       case Kind::kTimeout: {
         next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
-        bool new_round = false;
-        try {
-          new_round = handler_->needs_new_round();
-        } catch (const std::exception& e) {
-          spdlog::warn("membership check failed: {}", e.what());
-        }
-        if (new_round) {
+        if (membership_changed()) {
           spdlog::warn("membership changed; restarting the workers in a new rendezvous round "
                        "(no restart spent)");
           stop_workers(SIGTERM);
@@ -254,6 +257,15 @@ Agent::Step Agent::monitor(RunResult& result) {
         break;
       }
       case Kind::kWorkerExited:
+        if (ev.exit.failed() && membership_changed()) {
+          // Peers that already left for the new round break this round's collectives, so
+          // a failure now is most likely that, not a fault: no restart is spent on it.
+          spdlog::warn("local rank {} failed while the rendezvous needs a new round; "
+                       "restarting the workers in a new round (no restart spent)",
+                       ev.exit.local_rank);
+          stop_workers(SIGTERM);
+          return Step::kRendezvous;
+        }
         if (ev.exit.failed()) return on_failure({ev.exit}, result);
         spdlog::debug("local rank {} (pid {}) exited 0", ev.exit.local_rank, ev.exit.pid);
         break;

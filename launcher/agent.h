@@ -21,6 +21,7 @@
 //               |                                        | restart_count += 1           |
 //   HEALTHY     | a worker failed, no restart left       | collect, stop(TERM), report  | FAILED
 //   HEALTHY     | needs_new_round() (polled every 1 s)   | stop(TERM), same restart_cnt | RENDEZVOUS
+//   HEALTHY     | a worker failed and needs_new_round()  | stop(TERM), same restart_cnt | RENDEZVOUS
 //   HEALTHY     | SIGUSR1/SIGUSR2 (if handled)           | forward to the workers       | HEALTHY
 //   HEALTHY     | other handled signal (TERM/INT/HUP/..) | stop(that signal, grace)     | STOPPED
 //
@@ -77,6 +78,7 @@ class Agent {
   std::optional<rdzv::RendezvousInfo> rendezvous(RunResult& result);
   std::vector<WorkerSpec> prepare_attempt(const rdzv::RendezvousInfo& info);
   Step monitor(RunResult& result);
+  bool membership_changed();  // handler's needs_new_round(), errors logged as "no"
   std::vector<WorkerExit> stop_workers(int signo);
   Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
   void report(const RunResult& result);

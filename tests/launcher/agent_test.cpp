@@ -166,6 +166,25 @@ TEST_CASE("agent: a membership change restarts without spending a restart", "[ag
   CHECK(slurp(counts) == "0\n0\n");
 }
 
+TEST_CASE("agent: a failure during a membership change spends no restart", "[agent]") {
+  TempDir dir;
+  const fs::path started = dir.path / "started";
+  // First round: the worker fails as if a peer had left for the new round. Second: exit 0.
+  LaunchConfig c = sh_job(1,
+                          "if [ -e " + started.string() + " ]; then exit 0; fi; touch " +
+                              started.string() + "; exit 1",
+                          dir);
+  auto handler = std::make_unique<Steered>(local_handler(c));
+  handler->new_round_after_file = started;
+  Steered* steered = handler.get();
+  ProcessSupervisor sup(options());
+  Agent agent(c, base_env(), sup, std::move(handler));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kSucceeded);
+  CHECK(r.restart_count == 0);
+  CHECK(steered->rounds == 2);
+}
+
 TEST_CASE("agent: a rendezvous error fails the run with exit 1", "[agent]") {
   TempDir dir;
   const fs::path ran = dir.path / "ran";
