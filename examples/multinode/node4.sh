@@ -8,7 +8,7 @@
 # Workers get RANK = node rank because every node gives --node_rank (ddprun honours it
 # under c10d; torchrun ignores it there). See docs/multinode.md.
 set -euo pipefail
-export MASTER_ADDR=${MASTER_ADDR:?set MASTER_ADDR to node 1\'s address}
+export MASTER_ADDR=${MASTER_ADDR:?set MASTER_ADDR to the address of node 1}
 export MASTER_PORT=${MASTER_PORT:-29400}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ddprun \

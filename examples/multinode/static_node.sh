@@ -7,7 +7,7 @@
 # follow node ranks with each node's own --nproc_per_node.
 set -euo pipefail
 : "${NODE_RANK:?set NODE_RANK (0 on the machine at MASTER_ADDR)}"
-: "${MASTER_ADDR:?set MASTER_ADDR to node rank 0's address}"
+: "${MASTER_ADDR:?set MASTER_ADDR to the address of node rank 0}"
 HERE=$(cd "$(dirname "$0")" && pwd)
 ddprun \
   --nnodes="${NNODES:-4}" \
