@@ -243,6 +243,21 @@ def endpoint_host_killed(c):
 
 
 @test
+def failed_node_ends_the_job(c):
+    """A worker fails for good on one node (no restarts): every agent exits non-zero,
+    promptly, and the job's rendezvous is closed (no silent hang on the other node)."""
+    port = free_port()
+    wargs = ["--fail-rank", "1", "--until-world", "99"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "fails", ["--node-rank=%d" % i]), wargs)
+              for i in range(2)]
+    t0 = time.monotonic()
+    for a in agents:
+        check(a.wait(90) != 0, f"{a.name} must fail", c.logs())
+    check(time.monotonic() - t0 < 60, "well before any timeout", c.logs())
+    check("exitcode" in agents[1].text(), "the failing node reports its worker", c.logs())
+
+
+@test
 def waiting_feedback_then_timeout(c):
     port = free_port()
     conf = "keep_alive_interval=0.5,join_timeout=4"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A gloo worker for the multi-node tests.
 
-    mn_worker.py OUT_DIR [--until-world N] [--steps K] [--step-sleep S]
+    mn_worker.py OUT_DIR [--until-world N] [--steps K] [--step-sleep S] [--fail-rank R]
 
 Joins the process group (env://), checks an all_reduce of the ranks, records its
 environment in OUT_DIR/<restart>_<rank>.json, then runs K steps (all_reduce + sleep).
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--until-world", type=int, default=0)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--step-sleep", type=float, default=0.05)
+    ap.add_argument("--fail-rank", type=int, default=-1, help="this rank exits 3 after init")
     a = ap.parse_args()
     # A hung worker prints where it hangs (and exits) instead of stalling a test silently.
     faulthandler.dump_traceback_later(60, exit=True)
@@ -43,7 +44,7 @@ def main():
     name = f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}_{rank}_{os.getpid()}.json"
     with open(os.path.join(a.out, name), "w") as f:
         json.dump(rec, f)
-    if not ok:
+    if not ok or rank == a.fail_rank:
         sys.exit(3)
     deadline = time.monotonic() + 90
     steps = 0
