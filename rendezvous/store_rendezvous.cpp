@@ -459,6 +459,7 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
   }
   std::string joined;
   std::set<int> ranks;
+  bool all_ranked = static_cast<std::int64_t>(present.size()) == count;
   std::vector<NodeDesc> descs;
   auto values = store_->multi_get(present);
   for (const auto& v : values) {
@@ -471,7 +472,8 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
     d.node_rank = j.value("node_rank", -1);
     d.node_rank_defaulted = j.value("node_rank_defaulted", false);
     joined += (joined.empty() ? "" : ", ") + d.label();
-    if (config_.static_ranks && d.node_rank >= 0 && !ranks.insert(d.node_rank).second) {
+    if (d.node_rank < 0) all_ranked = false;
+    if (d.node_rank >= 0 && !ranks.insert(d.node_rank).second && config_.static_ranks) {
       throw RendezvousStateError(where() + ": node rank " + std::to_string(d.node_rank) +
                                  " is claimed twice (again by " + d.label() +
                                  (d.node_rank_defaulted ? ", which gave no --node-rank" : "") +
@@ -488,6 +490,13 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
     missing = missing.empty() ? "" : "; missing node ranks: " + missing;
   } else if (count < config_.min_nodes) {
     missing = "; waiting for " + std::to_string(config_.min_nodes - count) + " more";
+    if (all_ranked && count > 0) {  // every node so far gave --node-rank: name the others
+      std::string absent;
+      for (int k = 0; k < config_.max_nodes; ++k) {
+        if (!ranks.count(k)) absent += (absent.empty() ? "" : ", ") + std::to_string(k);
+      }
+      missing += " (node ranks not seen yet: " + absent + ")";
+    }
   } else if (!retired) {
     missing = "; round " + std::to_string(r - 1) +
               " is still running (full, or its nodes have not left it yet)";
