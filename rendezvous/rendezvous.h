@@ -21,6 +21,10 @@ namespace ddprun::rdzv {
 // Everything the agent needs to start one attempt's workers.
 struct RendezvousInfo {
   int round = 0;               // rendezvous round (changes on membership changes)
+                               // Identical on every node of a round (and = the restart
+                               // count of a one-node job): the safe value for workers'
+                               // TORCHELASTIC_RESTART_COUNT, which PyTorch 1.13 workers
+                               // put into their store keys, so nodes must agree on it.
   int group_rank = 0;          // this node's rank, 0..group_world_size-1 (GROUP_RANK)
   int group_world_size = 1;    // number of nodes (GROUP_WORLD_SIZE)
   int rank_base = 0;           // global rank of this node's local rank 0
@@ -97,9 +101,7 @@ class RendezvousHandler {
   // For the agent when a worker FAILED in a multi-node job: a peer that stops its workers
   // for a new round makes this node's workers fail at once (collective errors), before
   // the watch has noticed. If this returns true, the failure is a consequence of the
-  // membership change: restart into a new round without spending a restart (so every
-  // node keeps the same TORCHELASTIC_RESTART_COUNT, which PyTorch 1.13 workers put into
-  // their store keys).
+  // membership change: restart into a new round without spending a restart.
   virtual bool needs_new_round_now() { return needs_new_round(); }
 
   virtual bool is_closed() = 0;
