@@ -117,7 +117,7 @@ void Agent::make_run_log_dir() {
 }
 
 std::string Agent::attempt_dir() const {
-  return (fs::path(run_log_dir_) / fmt::format("attempt_{}", restart_count_)).string();
+  return (fs::path(run_log_dir_) / fmt::format("attempt_{}", attempt_)).string();
 }
 
 std::string Agent::error_file_path(int local_rank) const {
@@ -179,10 +179,16 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
 }
 
 std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info) {
+  // TORCHELASTIC_RESTART_COUNT must be equal on every node of a round: PyTorch 1.13
+  // workers prefix their store keys with it (/worker/attempt_<n>/), so nodes that
+  // disagree wait for each other's keys forever. A node that spent a restart on a real
+  // failure and a peer that only followed it into the new round would disagree, so
+  // multi-node jobs use the shared round number. One node: the restarts spent (torchrun).
+  attempt_ = config_.max_nodes > 1 ? info.round : restart_count_;
   // With --log-dir /dev/null the run dir is a private temp dir that holds only error.json.
   const fs::path logs = attempt_dir();
   fs::remove_all(logs);
-  const AttemptFacts facts{info, handler_->run_id(), restart_count_};
+  const AttemptFacts facts{info, handler_->run_id(), attempt_};
   const auto prefix_template = agent_env_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
 
   std::vector<WorkerSpec> specs;
@@ -229,9 +235,9 @@ std::vector<WorkerExit> Agent::stop_workers(int signo) {
   return supervisor_.stop(signo, grace_);
 }
 
-bool Agent::membership_changed() {
+bool Agent::membership_changed(bool fresh) {
   try {
-    return handler_->needs_new_round();
+    return fresh ? handler_->needs_new_round_now() : handler_->needs_new_round();
   } catch (const std::exception& e) {
     spdlog::warn("membership check failed: {}", e.what());
     return false;
@@ -257,7 +263,7 @@ Agent::Step Agent::monitor(RunResult& result) {
         break;
       }
       case Kind::kWorkerExited:
-        if (ev.exit.failed() && membership_changed()) {
+        if (ev.exit.failed() && membership_changed(/*fresh=*/true)) {
           // Peers that already left for the new round break this round's collectives, so
           // a failure now is most likely that, not a fault: no restart is spent on it.
           spdlog::warn("local rank {} failed while the rendezvous needs a new round; "
@@ -394,8 +400,8 @@ RunResult Agent::run() {
         finish(result, RunResult::Outcome::kFailed);
         break;
       }
-      spdlog::info("started {} workers (attempt {}, restart count {})", config_.nproc_per_node,
-                   restart_count_, restart_count_);
+      spdlog::info("started {} workers (attempt {}, restarts spent {})", config_.nproc_per_node,
+                   attempt_, restart_count_);
       if (monitor(result) == Step::kDone) break;
     }
   } catch (const std::exception& e) {

@@ -21,11 +21,13 @@
 //               |                                        | restart_count += 1           |
 //   HEALTHY     | a worker failed, no restart left       | collect, stop(TERM), report  | FAILED
 //   HEALTHY     | needs_new_round() (polled every 1 s)   | stop(TERM), same restart_cnt | RENDEZVOUS
-//   HEALTHY     | a worker failed and needs_new_round()  | stop(TERM), same restart_cnt | RENDEZVOUS
+//   HEALTHY     | a worker failed, needs_new_round_now() | stop(TERM), same restart_cnt | RENDEZVOUS
 //   HEALTHY     | SIGUSR1/SIGUSR2 (if handled)           | forward to the workers       | HEALTHY
 //   HEALTHY     | other handled signal (TERM/INT/HUP/..) | stop(that signal, grace)     | STOPPED
 //
 //   Exit codes: SUCCEEDED 0; FAILED and STOPPED 1 (as torchrun).
+//   TORCHELASTIC_RESTART_COUNT: restarts spent (one node, as torchrun); the rendezvous
+//   round with several nodes, so that it is equal on every node of a round.
 #pragma once
 
 #include <chrono>
@@ -78,7 +80,9 @@ class Agent {
   std::optional<rdzv::RendezvousInfo> rendezvous(RunResult& result);
   std::vector<WorkerSpec> prepare_attempt(const rdzv::RendezvousInfo& info);
   Step monitor(RunResult& result);
-  bool membership_changed();  // handler's needs_new_round(), errors logged as "no"
+  // The handler's needs_new_round() (or, `fresh`, needs_new_round_now(): a store round
+  // trip, for a worker failure that a peer's leaving may have caused); errors log as "no".
+  bool membership_changed(bool fresh = false);
   std::vector<WorkerExit> stop_workers(int signo);
   Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
   void report(const RunResult& result);
@@ -95,7 +99,8 @@ class Agent {
   std::chrono::milliseconds grace_;
   std::string run_log_dir_;
   bool files_disabled_ = false;  // --log-dir /dev/null: run dir in TMPDIR, error.json only
-  int restart_count_ = 0;
+  int restart_count_ = 0;  // restarts spent on failures
+  int attempt_ = 0;         // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt
   int remaining_restarts_ = 0;
   int pending_signal_ = 0;  // a terminating signal seen while collecting failures
 };
