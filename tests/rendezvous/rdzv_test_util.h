@@ -54,7 +54,7 @@ inline RendezvousParams node_params(const std::string& backend, int i, std::uint
   p.local_world_size = nproc;
   p.conf = {{"join_timeout", "20"},      {"timeout", "20"},
             {"last_call_timeout", "0.3"}, {"keep_alive_interval", "0.1"},
-            {"keep_alive_max_attempt", "3"}, {"read_timeout", "10"}};
+            {"keep_alive_max_attempt", "10"}, {"read_timeout", "10"}};
   return p;
 }
 

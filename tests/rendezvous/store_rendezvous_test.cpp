@@ -229,7 +229,10 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
           "[c10d][elastic]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
-  for (int i = 0; i < 4; ++i) ps.push_back(node_params("c10d", i, port, 2, 4));
+  for (int i = 0; i < 4; ++i) {
+    ps.push_back(node_params("c10d", i, port, 2, 4));
+    ps.back().conf["keep_alive_max_attempt"] = "30";  // no false death in the sleep below
+  }
   Handlers first;
   for (int i = 0; i < 3; ++i) first.push_back(make_rendezvous_handler(ps[i]));
   auto infos = rendezvous_all(first);
@@ -249,6 +252,7 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
   for (auto& h : first) CHECK_FALSE(h->needs_new_round());
   // At MAX, a fifth node waits without forcing a restart.
   auto p5 = node_params("c10d", 4, port, 2, 4);
+  p5.conf["keep_alive_max_attempt"] = "30";
   auto fifth = make_rendezvous_handler(p5);
   auto fifth_f = std::async(std::launch::async, [&] {
     try {
