@@ -97,6 +97,7 @@ class TcpStore::Connection {
         if (!poll_fd(POLLOUT, deadline)) fail_timeout("sending a request");
         continue;
       }
+      if (errno == EPIPE || errno == ECONNRESET) fail(closed_message(errno));
       fail("send failed: " + os_error(errno));
     }
   }
@@ -262,11 +263,19 @@ class TcpStore::Connection {
         if (!poll_fd(POLLIN, deadline)) fail_timeout("waiting for a reply");
         continue;
       }
+      if (errno == ECONNRESET) fail(closed_message(errno));
       fail("recv failed: " + os_error(errno));
     }
     std::string_view out(rbuf_.data() + rpos_, n);
     rpos_ += n;
     return out;
+  }
+
+  // A server that rejects a request closes at once, while the rest of what we sent is
+  // still unread on its side; its kernel then resets instead of closing cleanly. Both
+  // mean the same to the user: the store closed the connection (its log says why).
+  static std::string closed_message(int err) {
+    return "the store closed the connection (" + os_error(err) + ")";
   }
 
   void close_fd() {
