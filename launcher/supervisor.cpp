@@ -638,8 +638,13 @@ void ProcessSupervisor::Impl::do_start(std::vector<WorkerSpec>& specs) {
       // Only our read ends are non-blocking (separate open file descriptions).
       ::fcntl(w->out.fd.get(), F_SETFL, O_NONBLOCK);
       ::fcntl(w->err.fd.get(), F_SETFL, O_NONBLOCK);
-      w->out.route = std::make_unique<StreamRoute>(spec.out, spec.line_prefix, &console_out);
-      w->err.route = std::make_unique<StreamRoute>(spec.err, spec.line_prefix, &console_err);
+      // Only tee'd streams carry the prefix on the console, as torchrun's (-t 1 prefixes
+      // stdout lines and leaves stderr lines bare).
+      auto prefix_for = [&](const StreamSpec& s) {
+        return s.mode == StreamMode::kTee ? spec.line_prefix : std::string();
+      };
+      w->out.route = std::make_unique<StreamRoute>(spec.out, prefix_for(spec.out), &console_out);
+      w->err.route = std::make_unique<StreamRoute>(spec.err, prefix_for(spec.err), &console_err);
 
       SpawnOptions so;
       so.argv = std::move(spec.argv);

@@ -40,8 +40,8 @@ struct WorkerSpec {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH of `env` if it has no '/'
   std::vector<std::string> env;   // the complete environment, "NAME=value"
   std::string cwd;                // empty: inherit
-  std::string line_prefix;        // console prefix for kTee lines (and for kConsole lines
-                                  // when non-empty), e.g. "[default0]:"
+  std::string line_prefix;        // console prefix for the lines of kTee streams only,
+                                  // e.g. "[default0]:"
   StreamSpec out;
   StreamSpec err;
 };

@@ -246,6 +246,7 @@ TEST_CASE("supervisor: forward_signal delivers without stopping", "[supervisor]"
 TEST_CASE("supervisor: concurrent workers' console lines never interleave mid-line",
           "[supervisor]") {
   Harness h;
+  TempDir dir;
   const int kLines = 2000;
   std::vector<WorkerSpec> workers;
   for (int r = 0; r < 4; ++r) {
@@ -254,7 +255,12 @@ TEST_CASE("supervisor: concurrent workers' console lines never interleave mid-li
                          std::to_string(kLines) + " ]; do echo \"R" + std::to_string(r) +
                          " L$i $pad\"; i=$((i+1)); done; echo \"err R" +
                          std::to_string(r) + "\" >&2";
-    workers.push_back(sh(r, script, "[default" + std::to_string(r) + "]:"));
+    WorkerSpec w = sh(r, script, "[default" + std::to_string(r) + "]:");
+    // Tee'd (-t 3), so console lines carry the prefix that tells the workers apart.
+    w.out.mode = w.err.mode = StreamMode::kTee;
+    w.out.file = dir.path + "/" + std::to_string(r) + "/stdout.log";
+    w.err.file = dir.path + "/" + std::to_string(r) + "/stderr.log";
+    workers.push_back(std::move(w));
   }
   h.sup->start(workers);
   int exited = 0;
@@ -377,6 +383,21 @@ TEST_CASE("supervisor: redirect and tee write files - the prefix only on the con
   CHECK(slurp(hidden.out.file) == "secret\n");
 }
 
+TEST_CASE("supervisor: only tee'd streams are prefixed (-t 1 leaves stderr bare)",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  WorkerSpec w = sh(0, "echo out; echo err >&2", "[default0]:");
+  w.out.mode = StreamMode::kTee;
+  w.out.file = dir.path + "/stdout.log";
+  h.sup->start({w});
+  REQUIRE(h.next().kind == Kind::kWorkerExited);
+  REQUIRE(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  CHECK(h.out->finish() == "[default0]:out\n");
+  CHECK(h.err->finish() == "err\n");
+}
+
 TEST_CASE("supervisor: start failures are SpawnErrors and stop the started workers",
           "[supervisor]") {
   Harness h;
@@ -493,17 +514,17 @@ TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[sup
     o.console_stdout_fd = console.get();
     o.console_stderr_fd = console.get();
     ProcessSupervisor sup(o);
-    sup.start({sh(0, "echo one; echo two >&2", "[w0]:")});
+    sup.start({sh(0, "echo one; echo two >&2")});
     REQUIRE(sup.next_event(10s).kind == Kind::kWorkerExited);
   }
   if (kind == "file") {
     std::string text = slurp(dir.path + "/console");
-    CHECK(text.find("[w0]:one\n") != std::string::npos);
-    CHECK(text.find("[w0]:two\n") != std::string::npos);
+    CHECK(text.find("one\n") != std::string::npos);
+    CHECK(text.find("two\n") != std::string::npos);
   } else {
     // The terminal's line discipline turns "\n" into "\r\n".
-    CHECK(eventually([&] { return seen("[w0]:two\r\n"); }, 2s));
-    CHECK(seen("[w0]:one\r\n"));
+    CHECK(eventually([&] { return seen("two\r\n"); }, 2s));
+    CHECK(seen("one\r\n"));
     console.reset();  // the master then reads EIO and the reader ends
     reader.join();
   }
