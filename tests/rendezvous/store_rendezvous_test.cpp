@@ -40,6 +40,15 @@ std::vector<RendezvousInfo> rendezvous_all(Handlers& hs) {
   return out;
 }
 
+// Two c10d nodes (min = max = 2) with the endpoint on `port`, past their first round.
+Handlers two_c10d_nodes_formed(std::uint16_t port) {
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
+  Handlers hs = make_all(ps);
+  rendezvous_all(hs);
+  return hs;
+}
+
 // Every node agrees on the layout; returns the group ranks in node order.
 std::vector<int> check_consistent(const std::vector<RendezvousInfo>& infos,
                                   const std::vector<int>& nprocs) {
@@ -339,10 +348,7 @@ TEST_CASE("c10d: a node that shuts down is noticed at once - too few nodes time 
 TEST_CASE("closed rendezvous rejects joiners - exit barrier waits for every node",
           "[c10d]") {
   auto port = test::free_port();
-  std::vector<RendezvousParams> ps;
-  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
-  Handlers hs = make_all(ps);
-  rendezvous_all(hs);
+  Handlers hs = two_c10d_nodes_formed(port);
   auto barrier0 = std::async(std::launch::async, [&] { return hs[0]->exit_barrier(10s); });
   CHECK(barrier0.wait_for(300ms) == std::future_status::timeout);  // node 1 still runs
   CHECK(hs[1]->exit_barrier(10s));
@@ -359,10 +365,7 @@ TEST_CASE("closed rendezvous rejects joiners - exit barrier waits for every node
 
 TEST_CASE("exit barrier returns false soon when a peer left instead", "[c10d]") {
   auto port = test::free_port();
-  std::vector<RendezvousParams> ps;
-  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
-  Handlers hs = make_all(ps);
-  rendezvous_all(hs);
+  Handlers hs = two_c10d_nodes_formed(port);
   hs[1]->shutdown();
   auto t0 = std::chrono::steady_clock::now();
   CHECK_FALSE(hs[0]->exit_barrier(20s));
@@ -372,10 +375,7 @@ TEST_CASE("exit barrier returns false soon when a peer left instead", "[c10d]") 
 TEST_CASE("losing the store host: the others get a connection error naming the endpoint",
           "[c10d]") {
   auto port = test::free_port();
-  std::vector<RendezvousParams> ps;
-  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
-  Handlers hs = make_all(ps);
-  rendezvous_all(hs);
+  Handlers hs = two_c10d_nodes_formed(port);
   hs[0]->shutdown();  // node 0 hosted the rendezvous store
   REQUIRE(test::eventually([&] { return hs[1]->needs_new_round(); }, 10s));
   try {
@@ -470,10 +470,7 @@ TEST_CASE("scale: 256 c10d agents rendezvous on loopback", "[.][scale256]") { sc
 TEST_CASE("the store host stays in the exit barrier past its timeout while peers run",
           "[c10d]") {
   auto port = test::free_port();
-  std::vector<RendezvousParams> ps;
-  for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 2));
-  Handlers hs = make_all(ps);
-  rendezvous_all(hs);
+  Handlers hs = two_c10d_nodes_formed(port);
   auto host = std::async(std::launch::async, [&] { return hs[0]->exit_barrier(100ms); });
   CHECK(host.wait_for(600ms) == std::future_status::timeout);
   CHECK_FALSE(hs[1]->needs_new_round());  // node 1 still sees the store
