@@ -1,4 +1,5 @@
-// agent.cpp: the Agent's state machine (see the table in agent.h).
+// agent.cpp: the Agent's state machine (see the table in agent.h). About 400 lines: the
+// transitions stay in one file so that the table maps onto it.
 #include "launcher/agent.h"
 
 #include <stdlib.h>
@@ -16,7 +17,8 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/error_file.h"
-#include "launcher/signals.h"
+#include "launcher/process/signals.h"
+#include "launcher/process/spawn.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -90,7 +92,7 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
   return p;
 }
 
-Agent::Agent(LaunchConfig config, EnvMap agent_env, ProcessSupervisor& supervisor,
+Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
              std::unique_ptr<rdzv::RendezvousHandler> handler)
     : config_(std::move(config)),
       agent_env_(std::move(agent_env)),

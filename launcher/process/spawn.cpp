@@ -1,7 +1,7 @@
 // spawn.cpp: see spawn.h. Everything between fork() and execve() below is restricted to
 // async-signal-safe system calls: the agent has other threads (store, main) that may hold
 // malloc or stdio locks at the moment of fork, and those locks stay held in the child.
-#include "launcher/spawn.h"
+#include "launcher/process/spawn.h"
 
 #include <fcntl.h>
 #include <linux/close_range.h>
@@ -17,7 +17,7 @@
 #include <csignal>
 #include <cstring>
 
-#include "launcher/unique_fd.h"
+#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 namespace {

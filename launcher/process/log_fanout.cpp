@@ -1,5 +1,5 @@
 // log_fanout.cpp: see log_fanout.h.
-#include "launcher/log_fanout.h"
+#include "launcher/process/log_fanout.h"
 
 #include <fcntl.h>
 #include <limits.h>

@@ -1,5 +1,5 @@
 // signals.cpp: see signals.h.
-#include "launcher/signals.h"
+#include "launcher/process/signals.h"
 
 #include <pthread.h>
 #include <sys/signalfd.h>
