@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/sys_error.h"
 #include "store/protocol.h"
 #include "store/wire.h"
 
@@ -39,7 +40,6 @@ enum class Mode { kOps, kBarrier, kSelfTest };
 enum class OpKind { kSet, kGet, kAdd };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
-[[noreturn]] void fail_errno(const std::string& what) { fail(what + ": " + std::strerror(errno)); }
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -254,7 +254,7 @@ class Loop {
   explicit Loop(const Options& o)
       : opt_(o), req_(o.proto), conns_(static_cast<std::size_t>(o.conns)) {
     ep_ = epoll_create1(EPOLL_CLOEXEC);
-    if (ep_ < 0) fail_errno("epoll_create1");
+    if (ep_ < 0) ddprun::throw_errno("epoll_create1");
     std::memset(&addr_, 0, sizeof addr_);
     addr_.sin_family = AF_INET;
     addr_.sin_port = htons(static_cast<std::uint16_t>(o.port));
@@ -281,18 +281,18 @@ class Loop {
     for (std::size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = conns_[i];
       c.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (c.fd < 0) fail_errno("socket (connection " + std::to_string(i) + ")");
+      if (c.fd < 0) ddprun::throw_errno("socket (connection " + std::to_string(i) + ")");
       int one = 1;
       setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       if (connect(c.fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) == 0) {
         c.connected = true;
       } else if (errno != EINPROGRESS) {
-        fail_errno("connect to " + opt_.host + ":" + std::to_string(opt_.port));
+        ddprun::throw_errno("connect to " + opt_.host + ":" + std::to_string(opt_.port));
       }
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLOUT;
       ev.data.u64 = i;
-      if (epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev) != 0) fail_errno("epoll_ctl");
+      if (epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev) != 0) ddprun::throw_errno("epoll_ctl");
       if (c.connected) start_handshake(i);
     }
     phase_ = Phase::kHandshake;
@@ -470,7 +470,7 @@ class Loop {
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // EPOLLOUT resumes
         if (errno == EINTR) continue;
-        fail_errno("send on connection " + std::to_string(i));
+        ddprun::throw_errno("send on connection " + std::to_string(i));
       }
       c.out_off += static_cast<std::size_t>(n);
     }
@@ -491,7 +491,7 @@ class Loop {
       if (n == 0) fail("server closed connection " + std::to_string(i));
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == EINTR) continue;
-      fail_errno("recv on connection " + std::to_string(i));
+      ddprun::throw_errno("recv on connection " + std::to_string(i));
     }
     std::size_t off = 0;
     for (;;) {
@@ -515,7 +515,7 @@ class Loop {
                          static_cast<int>(std::min<std::int64_t>(ms + 1, 100)));
       if (n < 0) {
         if (errno == EINTR) continue;
-        fail_errno("epoll_wait");
+        ddprun::throw_errno("epoll_wait");
       }
       for (int k = 0; k < n; ++k) {
         std::size_t i = events[static_cast<std::size_t>(k)].data.u64;
@@ -527,7 +527,7 @@ class Loop {
           getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
           if (err != 0) {
             errno = err;
-            fail_errno("connect to " + opt_.host + ":" + std::to_string(opt_.port));
+            ddprun::throw_errno("connect to " + opt_.host + ":" + std::to_string(opt_.port));
           }
           c.connected = true;
           start_handshake(i);
@@ -576,7 +576,7 @@ class BlockingConn {
  public:
   explicit BlockingConn(const Options& o) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) fail_errno("socket");
+    if (fd_ < 0) ddprun::throw_errno("socket");
     timeval tv{5, 0};  // a silent server fails the self-test instead of hanging it
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     sockaddr_in a{};
@@ -586,7 +586,7 @@ class BlockingConn {
       fail("--addr: '" + o.host + "' is not an IPv4 address");
     }
     if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      fail_errno("connect to " + o.host + ":" + std::to_string(o.port));
+      ddprun::throw_errno("connect to " + o.host + ":" + std::to_string(o.port));
     }
   }
   ~BlockingConn() { close(fd_); }
@@ -598,7 +598,7 @@ class BlockingConn {
     while (off < bytes.size()) {
       ssize_t n = send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail_errno("send");
+      if (n < 0) ddprun::throw_errno("send");
       off += static_cast<std::size_t>(n);
     }
   }
@@ -616,7 +616,7 @@ class BlockingConn {
       if (n == 0) fail("server closed the connection");
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) fail("no reply within 5 s");
-      if (n < 0) fail_errno("recv");
+      if (n < 0) ddprun::throw_errno("recv");
       in_.append(buf, static_cast<std::size_t>(n));
     }
   }

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/sys_error.h"
 #include "launcher/error_file.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
@@ -35,7 +36,7 @@ constexpr auto kExitBarrierTimeout = std::chrono::seconds(300);
 std::string make_temp_dir(const std::string& pattern) {
   std::string buf = pattern + "XXXXXX";
   if (::mkdtemp(buf.data()) == nullptr) {
-    throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    throw_errno("mkdtemp " + pattern);
   }
   return buf;
 }

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "base/sys_error.h"
 #include "store/backoff.h"
 #include "store/protocol.h"
 #include "store/wire.h"
@@ -45,8 +46,6 @@ int poll_ms(const Deadline& deadline) {
   auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<long long>(left, 0, INT_MAX));
 }
-
-std::string os_error(int err) { return std::system_category().message(err); }
 
 // One failed connection attempt that is worth retrying (refused, timed out, reset,
 // name resolution); carries the reason for the final error message.
@@ -77,7 +76,7 @@ class TcpStore::Connection {
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
       int err = connect_addr(ai, deadline);
       if (err == 0) break;
-      last = err == ETIMEDOUT ? "connect timed out" : os_error(err);
+      last = err == ETIMEDOUT ? "connect timed out" : errno_text(err);
     }
     ::freeaddrinfo(found);
     if (fd_ < 0) throw AttemptFailed(last);
@@ -98,7 +97,7 @@ class TcpStore::Connection {
         continue;
       }
       if (errno == EPIPE || errno == ECONNRESET) fail(closed_message(errno));
-      fail("send failed: " + os_error(errno));
+      fail("send failed: " + errno_text(errno));
     }
   }
 
@@ -230,7 +229,7 @@ class TcpStore::Connection {
       int n = ::poll(&p, 1, poll_ms(deadline));
       if (n > 0) return true;
       if (n == 0) return false;
-      if (errno != EINTR) fail("poll failed: " + os_error(errno));
+      if (errno != EINTR) fail("poll failed: " + errno_text(errno));
     }
   }
 
@@ -264,7 +263,7 @@ class TcpStore::Connection {
         continue;
       }
       if (errno == ECONNRESET) fail(closed_message(errno));
-      fail("recv failed: " + os_error(errno));
+      fail("recv failed: " + errno_text(errno));
     }
     std::string_view out(rbuf_.data() + rpos_, n);
     rpos_ += n;
@@ -275,7 +274,7 @@ class TcpStore::Connection {
   // still unread on its side; its kernel then resets instead of closing cleanly. Both
   // mean the same to the user: the store closed the connection (its log says why).
   static std::string closed_message(int err) {
-    return "the store closed the connection (" + os_error(err) + ")";
+    return "the store closed the connection (" + errno_text(err) + ")";
   }
 
   void close_fd() {

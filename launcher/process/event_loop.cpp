@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 
 namespace ddprun::launcher {
 namespace {
@@ -99,7 +98,7 @@ void EventLoop::run() {
     const int n = ::epoll_wait(epoll_.get(), ready, 32, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
-      spdlog::critical("supervisor: epoll_wait: {}", std::strerror(errno));
+      spdlog::critical("supervisor: epoll_wait: {}", errno_text(errno));
       std::abort();  // a supervisor that cannot wait can neither reap nor stop workers
     }
     for (int i = 0; i < n; ++i) {

@@ -96,7 +96,7 @@ bool move_fd(int from, int to) {
 
 std::string describe(const SpawnOptions& options, const ChildError& e) {
   const std::string& prog = options.argv[0];
-  std::string reason = std::strerror(e.err);
+  std::string reason = errno_text(e.err);
   switch (static_cast<Step>(e.step)) {
     case Step::kChdir:
       return "cannot execute '" + prog + "': cannot change directory to '" + options.cwd +
@@ -173,7 +173,7 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
 
   pid_t pid = ::fork();
   if (pid < 0) throw SpawnError("cannot execute '" + options.argv[0] + "': fork failed: " +
-                                std::strerror(errno));
+                                errno_text(errno));
   if (pid == 0) {
     // --- child: async-signal-safe calls only from here to execve ---
     if (::setsid() < 0) child_fail(report_fd, Step::kSetsid);

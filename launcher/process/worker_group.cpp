@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <csignal>
-#include <cstring>
 
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
@@ -109,7 +108,7 @@ void WorkerGroup::reap(Worker& w) {
   if (r == 0) return;
   if (r < 0) {
     // ECHILD: someone else reaped it (should not happen: nothing else waits for workers).
-    spdlog::warn("waitpid({}): {}", w.pid, std::strerror(errno));
+    spdlog::warn("waitpid({}): {}", w.pid, errno_text(errno));
     status = 0xff00;  // reported as exit code 255
   }
   record_exit(w, decode_status(status));
@@ -146,7 +145,7 @@ void WorkerGroup::signal_groups(int signo) {
       if (errno == ESRCH) {
         w->group_gone = w->reaped;  // before reaping, the leader's zombie keeps the id
       } else {
-        spdlog::warn("killpg({}, {}): {}", w->pid, signal_name(signo), std::strerror(errno));
+        spdlog::warn("killpg({}, {}): {}", w->pid, signal_name(signo), errno_text(errno));
       }
     }
   }
@@ -215,7 +214,7 @@ void WorkerGroup::guard(int op, pid_t pgid) {
     spdlog::warn(
         "orphan guard unreachable ({}); workers' grandchildren may outlive a killed "
         "agent",
-        std::strerror(errno));
+        errno_text(errno));
   }
 }
 

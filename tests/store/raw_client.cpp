@@ -11,10 +11,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
+#include "base/sys_error.h"
 #include "store/wire.h"
 
 namespace ddprun::store::testing {
@@ -53,7 +53,7 @@ std::size_t raise_fd_limit() {
 
 RawClient::RawClient(std::uint16_t port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  if (fd_ < 0) throw_errno("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
@@ -62,7 +62,7 @@ RawClient::RawClient(std::uint16_t port) {
     int err = errno;
     ::close(fd_);
     fd_ = -1;
-    throw std::runtime_error(std::string("connect: ") + std::strerror(err));
+    throw_errno("connect", err);
   }
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -78,7 +78,7 @@ void RawClient::send(std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw std::runtime_error(std::string("send: ") + std::strerror(errno));
+    if (n <= 0) throw_errno("send");
     bytes.remove_prefix(static_cast<std::size_t>(n));
   }
 }
