@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/sys_error.h"
+#include "store/host_port.h"
 #include "store/protocol.h"
 #include "store/wire.h"
 
@@ -287,7 +288,7 @@ class Loop {
       if (connect(c.fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) == 0) {
         c.connected = true;
       } else if (errno != EINPROGRESS) {
-        ddprun::throw_errno("connect to " + opt_.host + ":" + std::to_string(opt_.port));
+        ddprun::throw_errno("connect to " + st::format_host_port(opt_.host, opt_.port));
       }
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLOUT;
@@ -527,7 +528,7 @@ class Loop {
           getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
           if (err != 0) {
             errno = err;
-            ddprun::throw_errno("connect to " + opt_.host + ":" + std::to_string(opt_.port));
+            ddprun::throw_errno("connect to " + st::format_host_port(opt_.host, opt_.port));
           }
           c.connected = true;
           start_handshake(i);
@@ -586,7 +587,7 @@ class BlockingConn {
       fail("--addr: '" + o.host + "' is not an IPv4 address");
     }
     if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ddprun::throw_errno("connect to " + o.host + ":" + std::to_string(o.port));
+      ddprun::throw_errno("connect to " + st::format_host_port(o.host, o.port));
     }
   }
   ~BlockingConn() { close(fd_); }
@@ -697,7 +698,8 @@ int self_test(const Options& o) {
       expect(c.request(b, Reply::kU32) == 0xfeedf00d, "second PING echo differs");
     }
   }
-  std::printf("self-test ok: %d checks against %s:%d\n", checks, o.host.c_str(), o.port);
+  std::printf("self-test ok: %d checks against %s\n", checks,
+              st::format_host_port(o.host, o.port).c_str());
   return 0;
 }
 
@@ -810,17 +812,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (self) o.mode = Mode::kSelfTest;
 
-  auto colon = addr.rfind(':');
   try {
-    if (colon == std::string::npos) fail("--addr: expected IPv4:PORT, got '" + addr + "'");
-    o.host = addr.substr(0, colon);
-    std::string port = addr.substr(colon + 1);
-    if (port.empty() || port.size() > 5 ||
-        port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
-        std::stoi(port) > 65535) {
-      fail("--addr: port '" + port + "' is not in 1..65535");
+    std::string_view port;
+    if (!st::split_host_port(addr, o.host, port).empty() || port.empty()) {
+      fail("--addr: expected IPv4:PORT, got '" + addr + "'");
     }
-    o.port = std::stoi(port);
+    const auto number = st::parse_port(port);
+    if (!number || *number == 0) fail("--addr: port '" + std::string(port) + "' is not in 1..65535");
+    o.port = *number;
     if (o.prefix.empty()) {
       o.prefix = "/bench/" + std::to_string(getpid()) + "-" +
                  std::to_string(Clock::now().time_since_epoch().count());

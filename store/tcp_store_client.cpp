@@ -20,6 +20,7 @@
 
 #include "base/sys_error.h"
 #include "store/backoff.h"
+#include "store/host_port.h"
 #include "store/protocol.h"
 #include "store/wire.h"
 
@@ -340,8 +341,7 @@ TcpStore::TcpStore(TcpStoreOptions options) : Store(options.timeout), options_(s
 TcpStore::~TcpStore() = default;
 
 std::string TcpStore::address() const {
-  bool v6 = options_.host.find(':') != std::string::npos;
-  return (v6 ? "[" + options_.host + "]" : options_.host) + ":" + std::to_string(options_.port);
+  return format_host_port(options_.host, options_.port);
 }
 
 namespace {
