@@ -29,7 +29,7 @@
 #include "base/sys_error.h"
 #include "store/host_port.h"
 #include "store/protocol.h"
-#include "store/wire.h"
+#include "store/reply.h"
 
 namespace {
 
@@ -110,34 +110,26 @@ std::size_t parse_resp(std::string_view in, std::int64_t& value) {
 // incomplete; `value` gets the integer (u8/u32/i64/RESP integer) or the bulk length.
 // Throws on a reply that can never become valid (a RESP error or garbage).
 std::size_t parse_reply(std::string_view in, Reply kind, std::int64_t& value) {
-  st::Decoder d(in);
+  st::ReplyValue shape = st::ReplyValue::kU8;
   switch (kind) {
-    case Reply::kU8: {
-      std::uint8_t v = 0;
-      if (!d.u8(v)) return 0;
-      value = v;
-      return 1;
-    }
-    case Reply::kU32: {
-      std::uint32_t v = 0;
-      if (!d.u32(v)) return 0;
-      value = v;
-      return 4;
-    }
-    case Reply::kI64:
-      return d.i64(value) ? 8 : 0;
-    case Reply::kBytes: {
-      std::uint64_t len = 0;
-      if (!d.u64(len)) return 0;
-      if (len > (1u << 30))
-        fail("store: reply declares a value of " + std::to_string(len) + " bytes");
-      value = static_cast<std::int64_t>(len);
-      return d.remaining() >= len ? 8 + len : 0;
-    }
     case Reply::kResp:
       return parse_resp(in, value);
+    case Reply::kU8:
+      shape = st::ReplyValue::kU8;
+      break;
+    case Reply::kU32:
+      shape = st::ReplyValue::kU32;
+      break;
+    case Reply::kI64:
+      shape = st::ReplyValue::kI64;
+      break;
+    case Reply::kBytes:
+      shape = st::ReplyValue::kBytes;
+      break;
   }
-  return 0;
+  const st::ReplyDecode r = st::decode_reply_value(in, shape, value, nullptr);
+  if (r.status == st::ParseStatus::kBad) fail("store: " + r.error);
+  return r.status == st::ParseStatus::kOk ? r.consumed : 0;
 }
 
 // A Request with only the fields `op` uses (see store/protocol.h).
@@ -818,7 +810,9 @@ int main(int argc, char** argv) {
       fail("--addr: expected IPv4:PORT, got '" + addr + "'");
     }
     const auto number = st::parse_port(port);
-    if (!number || *number == 0) fail("--addr: port '" + std::string(port) + "' is not in 1..65535");
+    if (!number || *number == 0) {
+      fail("--addr: port '" + std::string(port) + "' is not in 1..65535");
+    }
     o.port = *number;
     if (o.prefix.empty()) {
       o.prefix = "/bench/" + std::to_string(getpid()) + "-" +

@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "base/sys_error.h"
-#include "store/wire.h"
+#include "store/reply.h"
 
 namespace ddprun::store::testing {
 
@@ -111,36 +111,34 @@ std::optional<std::string> RawClient::read_exact(std::size_t n, std::chrono::mil
   return out;
 }
 
-namespace {
-std::string need(std::optional<std::string> got, const char* what) {
-  if (!got) throw std::runtime_error(std::string("no reply (EOF or timeout) reading ") + what);
-  return std::move(*got);
+std::int64_t RawClient::read_value(ReplyValue kind, std::chrono::milliseconds timeout,
+                                   std::string* bytes) {
+  std::string buf;
+  while (true) {
+    std::int64_t number = 0;
+    const ReplyDecode r = decode_reply_value(buf, kind, number, bytes);
+    if (r.status == ParseStatus::kOk) return number;
+    if (r.status == ParseStatus::kBad) throw std::runtime_error(r.error);
+    auto more = read_exact(r.needed - buf.size(), timeout);
+    if (!more) throw std::runtime_error("no reply (EOF or timeout) reading a reply value");
+    buf += *more;
+  }
 }
-}  // namespace
 
 std::uint8_t RawClient::read_u8(std::chrono::milliseconds timeout) {
-  std::uint8_t v = 0;
-  Decoder(need(read_exact(1, timeout), "u8")).u8(v);
-  return v;
+  return static_cast<std::uint8_t>(read_value(ReplyValue::kU8, timeout, nullptr));
 }
 
 std::uint32_t RawClient::read_u32() {
-  std::uint32_t v = 0;
-  Decoder(need(read_exact(4), "u32")).u32(v);
-  return v;
+  return static_cast<std::uint32_t>(read_value(ReplyValue::kU32, 20s, nullptr));
 }
 
-std::int64_t RawClient::read_i64() {
-  std::int64_t v = 0;
-  Decoder(need(read_exact(8), "i64")).i64(v);
-  return v;
-}
+std::int64_t RawClient::read_i64() { return read_value(ReplyValue::kI64, 20s, nullptr); }
 
 std::string RawClient::read_bytes() {
-  std::uint64_t len = 0;
-  Decoder(need(read_exact(8), "length")).u64(len);
-  if (len > (1u << 30)) throw std::runtime_error("absurd reply length");
-  return need(read_exact(static_cast<std::size_t>(len)), "bytes");
+  std::string value;
+  read_value(ReplyValue::kBytes, 20s, &value);
+  return value;
 }
 
 namespace {
