@@ -215,7 +215,7 @@ class Session : public std::enable_shared_from_this<Session> {
       pos += parsed.consumed;
       KvState::Effects& fx = server_.fx;
       fx.clear();
-      HandleResult result = handle_request(server_.kv, id_, *dialect_, req_, out_, fx);
+      HandleResult result = handle_request(server_.kv, id_, req_, out_, fx);
       server_.deliver(fx);
       if (result.kind == HandleResult::Kind::kClose) {
         close(result.error);

@@ -141,7 +141,8 @@ void ProcessSupervisor::Impl::on_signalfd() {
     SupervisorEvent ev;
     ev.kind = SupervisorEvent::Kind::kSignal;
     ev.signo = signo;
-    if (stopping && options.signal_cuts_grace) cut = true;
+    // A second Ctrl-C during stop()'s grace period means "now" (still reported).
+    if (stopping) cut = true;
     push_event(ev);
   }
 }

@@ -29,12 +29,9 @@ struct SupervisorOptions {
   std::vector<int> handled_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   // Write end of the orphan guard's pipe (start_orphan_guard), or -1 for none.
   int orphan_guard_fd = -1;
-  // Additions (process layer): where console lines go (tests pass pipes); not owned.
+  // Where console lines go (tests pass pipes); not owned.
   int console_stdout_fd = 1;
   int console_stderr_fd = 2;
-  // A handled signal that arrives while stop() waits out its grace period ends the grace
-  // at once (a second Ctrl-C means "now"); it is still reported by next_event().
-  bool signal_cuts_grace = true;
   // Exit detection through pidfds (Linux >= 5.3). When false, or when the kernel lacks
   // pidfd_open, SIGCHLD joins the signalfd and each worker is reaped with
   // waitpid(pid, WNOHANG) (never waitpid(-1): the orphan guard is also our child).
@@ -72,8 +69,9 @@ class ProcessSupervisor final : public Supervisor {
   // Sends `signo` to every live worker's process group, waits up to `grace` for them
   // to exit, then SIGKILLs the groups and reaps. Returns the exits observed meanwhile.
   // Output already written by the workers is flushed to its sinks before it returns.
-  // A handled signal that arrives during the grace period is reported by the next
-  // next_event(); `cut_short()` ends the grace at once (e.g. on a second SIGINT).
+  // A handled signal that arrives during the grace period ends it at once (a second
+  // Ctrl-C means "now") and is still reported by the next next_event(); `cut_short()`
+  // ends it too, from any thread.
   // Precisely: every process group of the attempt gets `signo` and, at the end, SIGKILL,
   // also when its leader already exited (grandchildren); ESRCH is tolerated. The returned
   // exits are all exits of the attempt not yet taken by next_event(), in observed order
