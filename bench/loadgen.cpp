@@ -3,6 +3,8 @@
 // TCPStore server and redis-server are driven by the same client code.
 // Used by bench/run (see docs/benchmarks.md); `--self-test` is a quick codec check
 // against a live server. Single-threaded: one epoll loop holds every connection.
+// About 800 lines on purpose: a standalone tool kept in one file (RESP parsing, request
+// mix, event loop, self-test, CLI), sharing only store_core's codec with ddprun.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>

@@ -1,6 +1,8 @@
 // tcp_store_client.cpp: TcpStore over a plain non-blocking POSIX socket. poll() gives
 // every read and write its deadline, which is how timed waits and the CANCEL_WAIT
-// protocol are done without a second thread.
+// protocol are done without a second thread. About 570 lines: the connection (connect,
+// handshake, buffered reads) and every Store operation's exchange, kept with the
+// CANCEL_WAIT protocol they share.
 #include "store/tcp_store_client.h"
 
 #include <fcntl.h>
