@@ -3,6 +3,8 @@
 // TCPStore server and redis-server are driven by the same client code.
 // Used by bench/run (see docs/benchmarks.md); `--self-test` is a quick codec check
 // against a live server. Single-threaded: one epoll loop holds every connection.
+// About 800 lines on purpose: a standalone tool kept in one file (RESP parsing, request
+// mix, event loop, self-test, CLI), sharing only store_core's codec with ddprun.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,8 +28,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/sys_error.h"
+#include "store/host_port.h"
 #include "store/protocol.h"
-#include "store/wire.h"
+#include "store/reply.h"
 
 namespace {
 
@@ -39,7 +43,6 @@ enum class Mode { kOps, kBarrier, kSelfTest };
 enum class OpKind { kSet, kGet, kAdd };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
-[[noreturn]] void fail_errno(const std::string& what) { fail(what + ": " + std::strerror(errno)); }
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -109,34 +112,26 @@ std::size_t parse_resp(std::string_view in, std::int64_t& value) {
 // incomplete; `value` gets the integer (u8/u32/i64/RESP integer) or the bulk length.
 // Throws on a reply that can never become valid (a RESP error or garbage).
 std::size_t parse_reply(std::string_view in, Reply kind, std::int64_t& value) {
-  st::Decoder d(in);
+  st::ReplyValue shape = st::ReplyValue::kU8;
   switch (kind) {
-    case Reply::kU8: {
-      std::uint8_t v = 0;
-      if (!d.u8(v)) return 0;
-      value = v;
-      return 1;
-    }
-    case Reply::kU32: {
-      std::uint32_t v = 0;
-      if (!d.u32(v)) return 0;
-      value = v;
-      return 4;
-    }
-    case Reply::kI64:
-      return d.i64(value) ? 8 : 0;
-    case Reply::kBytes: {
-      std::uint64_t len = 0;
-      if (!d.u64(len)) return 0;
-      if (len > (1u << 30))
-        fail("store: reply declares a value of " + std::to_string(len) + " bytes");
-      value = static_cast<std::int64_t>(len);
-      return d.remaining() >= len ? 8 + len : 0;
-    }
     case Reply::kResp:
       return parse_resp(in, value);
+    case Reply::kU8:
+      shape = st::ReplyValue::kU8;
+      break;
+    case Reply::kU32:
+      shape = st::ReplyValue::kU32;
+      break;
+    case Reply::kI64:
+      shape = st::ReplyValue::kI64;
+      break;
+    case Reply::kBytes:
+      shape = st::ReplyValue::kBytes;
+      break;
   }
-  return 0;
+  const st::ReplyDecode r = st::decode_reply_value(in, shape, value, nullptr);
+  if (r.status == st::ParseStatus::kBad) fail("store: " + r.error);
+  return r.status == st::ParseStatus::kOk ? r.consumed : 0;
 }
 
 // A Request with only the fields `op` uses (see store/protocol.h).
@@ -254,7 +249,7 @@ class Loop {
   explicit Loop(const Options& o)
       : opt_(o), req_(o.proto), conns_(static_cast<std::size_t>(o.conns)) {
     ep_ = epoll_create1(EPOLL_CLOEXEC);
-    if (ep_ < 0) fail_errno("epoll_create1");
+    if (ep_ < 0) ddprun::throw_errno("epoll_create1");
     std::memset(&addr_, 0, sizeof addr_);
     addr_.sin_family = AF_INET;
     addr_.sin_port = htons(static_cast<std::uint16_t>(o.port));
@@ -281,18 +276,18 @@ class Loop {
     for (std::size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = conns_[i];
       c.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (c.fd < 0) fail_errno("socket (connection " + std::to_string(i) + ")");
+      if (c.fd < 0) ddprun::throw_errno("socket (connection " + std::to_string(i) + ")");
       int one = 1;
       setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       if (connect(c.fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) == 0) {
         c.connected = true;
       } else if (errno != EINPROGRESS) {
-        fail_errno("connect to " + opt_.host + ":" + std::to_string(opt_.port));
+        ddprun::throw_errno("connect to " + st::format_host_port(opt_.host, opt_.port));
       }
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLOUT;
       ev.data.u64 = i;
-      if (epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev) != 0) fail_errno("epoll_ctl");
+      if (epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev) != 0) ddprun::throw_errno("epoll_ctl");
       if (c.connected) start_handshake(i);
     }
     phase_ = Phase::kHandshake;
@@ -470,7 +465,7 @@ class Loop {
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // EPOLLOUT resumes
         if (errno == EINTR) continue;
-        fail_errno("send on connection " + std::to_string(i));
+        ddprun::throw_errno("send on connection " + std::to_string(i));
       }
       c.out_off += static_cast<std::size_t>(n);
     }
@@ -491,7 +486,7 @@ class Loop {
       if (n == 0) fail("server closed connection " + std::to_string(i));
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == EINTR) continue;
-      fail_errno("recv on connection " + std::to_string(i));
+      ddprun::throw_errno("recv on connection " + std::to_string(i));
     }
     std::size_t off = 0;
     for (;;) {
@@ -515,7 +510,7 @@ class Loop {
                          static_cast<int>(std::min<std::int64_t>(ms + 1, 100)));
       if (n < 0) {
         if (errno == EINTR) continue;
-        fail_errno("epoll_wait");
+        ddprun::throw_errno("epoll_wait");
       }
       for (int k = 0; k < n; ++k) {
         std::size_t i = events[static_cast<std::size_t>(k)].data.u64;
@@ -527,7 +522,7 @@ class Loop {
           getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
           if (err != 0) {
             errno = err;
-            fail_errno("connect to " + opt_.host + ":" + std::to_string(opt_.port));
+            ddprun::throw_errno("connect to " + st::format_host_port(opt_.host, opt_.port));
           }
           c.connected = true;
           start_handshake(i);
@@ -576,7 +571,7 @@ class BlockingConn {
  public:
   explicit BlockingConn(const Options& o) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) fail_errno("socket");
+    if (fd_ < 0) ddprun::throw_errno("socket");
     timeval tv{5, 0};  // a silent server fails the self-test instead of hanging it
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     sockaddr_in a{};
@@ -586,7 +581,7 @@ class BlockingConn {
       fail("--addr: '" + o.host + "' is not an IPv4 address");
     }
     if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      fail_errno("connect to " + o.host + ":" + std::to_string(o.port));
+      ddprun::throw_errno("connect to " + st::format_host_port(o.host, o.port));
     }
   }
   ~BlockingConn() { close(fd_); }
@@ -598,7 +593,7 @@ class BlockingConn {
     while (off < bytes.size()) {
       ssize_t n = send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail_errno("send");
+      if (n < 0) ddprun::throw_errno("send");
       off += static_cast<std::size_t>(n);
     }
   }
@@ -616,7 +611,7 @@ class BlockingConn {
       if (n == 0) fail("server closed the connection");
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) fail("no reply within 5 s");
-      if (n < 0) fail_errno("recv");
+      if (n < 0) ddprun::throw_errno("recv");
       in_.append(buf, static_cast<std::size_t>(n));
     }
   }
@@ -697,7 +692,8 @@ int self_test(const Options& o) {
       expect(c.request(b, Reply::kU32) == 0xfeedf00d, "second PING echo differs");
     }
   }
-  std::printf("self-test ok: %d checks against %s:%d\n", checks, o.host.c_str(), o.port);
+  std::printf("self-test ok: %d checks against %s\n", checks,
+              st::format_host_port(o.host, o.port).c_str());
   return 0;
 }
 
@@ -810,17 +806,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (self) o.mode = Mode::kSelfTest;
 
-  auto colon = addr.rfind(':');
   try {
-    if (colon == std::string::npos) fail("--addr: expected IPv4:PORT, got '" + addr + "'");
-    o.host = addr.substr(0, colon);
-    std::string port = addr.substr(colon + 1);
-    if (port.empty() || port.size() > 5 ||
-        port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
-        std::stoi(port) > 65535) {
-      fail("--addr: port '" + port + "' is not in 1..65535");
+    std::string_view port;
+    if (!st::split_host_port(addr, o.host, port).empty() || port.empty()) {
+      fail("--addr: expected IPv4:PORT, got '" + addr + "'");
     }
-    o.port = std::stoi(port);
+    const auto number = st::parse_port(port);
+    if (!number || *number == 0) {
+      fail("--addr: port '" + std::string(port) + "' is not in 1..65535");
+    }
+    o.port = *number;
     if (o.prefix.empty()) {
       o.prefix = "/bench/" + std::to_string(getpid()) + "-" +
                  std::to_string(Clock::now().time_since_epoch().count());

@@ -1,4 +1,5 @@
-// agent.cpp: the Agent's state machine (see the table in agent.h).
+// agent.cpp: the Agent's state machine (see the table in agent.h). About 400 lines: the
+// transitions stay in one file so that the table maps onto it.
 #include "launcher/agent.h"
 
 #include <stdlib.h>
@@ -15,8 +16,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/sys_error.h"
 #include "launcher/error_file.h"
-#include "launcher/signals.h"
+#include "launcher/process/signals.h"
+#include "launcher/process/spawn.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -33,7 +36,7 @@ constexpr auto kExitBarrierTimeout = std::chrono::seconds(300);
 std::string make_temp_dir(const std::string& pattern) {
   std::string buf = pattern + "XXXXXX";
   if (::mkdtemp(buf.data()) == nullptr) {
-    throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    throw_errno("mkdtemp " + pattern);
   }
   return buf;
 }
@@ -90,7 +93,7 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
   return p;
 }
 
-Agent::Agent(LaunchConfig config, EnvMap agent_env, ProcessSupervisor& supervisor,
+Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
              std::unique_ptr<rdzv::RendezvousHandler> handler)
     : config_(std::move(config)),
       agent_env_(std::move(agent_env)),

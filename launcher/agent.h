@@ -38,7 +38,7 @@
 
 #include "launcher/config.h"
 #include "launcher/failure_report.h"
-#include "launcher/supervisor.h"
+#include "launcher/process/supervisor_interface.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/rendezvous.h"
 
@@ -61,7 +61,8 @@ struct RunResult {
 class Agent {
  public:
   // `agent_env` is the environment the workers inherit (the agent's own, normally).
-  Agent(LaunchConfig config, EnvMap agent_env, ProcessSupervisor& supervisor,
+  // `supervisor` (ProcessSupervisor in ddprun) must outlive the Agent.
+  Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
         std::unique_ptr<rdzv::RendezvousHandler> handler);
   ~Agent();
   Agent(const Agent&) = delete;
@@ -94,7 +95,7 @@ class Agent {
 
   LaunchConfig config_;
   EnvMap agent_env_;
-  ProcessSupervisor& supervisor_;
+  Supervisor& supervisor_;
   std::unique_ptr<rdzv::RendezvousHandler> handler_;
   std::chrono::milliseconds grace_;
   std::string run_log_dir_;

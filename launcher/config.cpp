@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/signals.h"
+#include "launcher/process/signals.h"
 
 namespace ddprun::launcher {
 namespace {

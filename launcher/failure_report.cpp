@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "launcher/error_file.h"
-#include "launcher/signals.h"
+#include "launcher/process/signals.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -12,8 +12,9 @@
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/logging.h"
-#include "launcher/signals.h"
-#include "launcher/supervisor.h"
+#include "launcher/process/orphan_guard.h"
+#include "launcher/process/signals.h"
+#include "launcher/process/supervisor.h"
 #include "rendezvous/registry.h"
 
 using namespace ddprun::launcher;

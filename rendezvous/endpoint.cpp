@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 
 #include "rendezvous/rendezvous.h"
+#include "store/host_port.h"
 
 namespace ddprun::rdzv {
 namespace {
@@ -58,10 +58,7 @@ std::vector<std::string> resolve(const std::string& host) {
 
 }  // namespace
 
-std::string Endpoint::to_string() const {
-  std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  return port < 0 ? h : h + ":" + std::to_string(port);
-}
+std::string Endpoint::to_string() const { return store::format_host_port(host, port); }
 
 Endpoint parse_endpoint(std::string_view text, int default_port, std::string_view what) {
   auto fail = [&](std::string_view why) -> Endpoint {
@@ -70,36 +67,14 @@ Endpoint parse_endpoint(std::string_view text, int default_port, std::string_vie
   };
   Endpoint ep;
   std::string_view port_text;
-  if (!text.empty() && text.front() == '[') {
-    auto close = text.find(']');
-    if (close == std::string_view::npos) return fail("missing ']'");
-    ep.host = std::string(text.substr(1, close - 1));
-    auto rest = text.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') return fail("unexpected text after ']'");
-      port_text = rest.substr(1);
-      if (port_text.empty()) return fail("empty port");
-    }
-  } else if (std::count(text.begin(), text.end(), ':') > 1) {
-    ep.host = std::string(text);  // a bare IPv6 literal: no port possible
-  } else {
-    auto colon = text.find(':');
-    ep.host = std::string(text.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port_text = text.substr(colon + 1);
-      if (port_text.empty()) return fail("empty port");
-    }
+  if (const std::string why = store::split_host_port(text, ep.host, port_text); !why.empty()) {
+    return fail(why);
   }
-  if (ep.host.empty()) return fail("empty host");
   ep.port = default_port;
   if (!port_text.empty()) {
-    int port = -1;
-    auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-    if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port < 0 ||
-        port > 65535) {
-      return fail("port '" + std::string(port_text) + "' is not a number in 0..65535");
-    }
-    ep.port = port;
+    const auto port = store::parse_port(port_text);
+    if (!port) return fail("port '" + std::string(port_text) + "' is not a number in 0..65535");
+    ep.port = *port;
   }
   return ep;
 }

@@ -7,13 +7,13 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
-#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "store/host_port.h"
 #include "store/store.h"
 #include "store/tcp_store_client.h"
 #include "store/tcp_store_server.h"
@@ -54,22 +54,16 @@ Store::Duration seconds_arg(double s) {
 
 // "host:port" or "[v6]:port".
 std::pair<std::string, std::uint16_t> parse_addr(const std::string& addr) {
-  std::size_t colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
+  std::string host;
+  std::string_view port_text;
+  if (!ddprun::store::split_host_port(addr, host, port_text).empty() || port_text.empty()) {
     throw UsageError("--addr '" + addr + "' is not HOST:PORT");
   }
-  std::string host = addr.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  std::string port_text = addr.substr(colon + 1);
-  unsigned port = 0;
-  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 ||
-      port > 65535) {
+  const auto port = ddprun::store::parse_port(port_text);
+  if (!port || *port == 0) {
     throw UsageError("--addr '" + addr + "': port must be a number in 1..65535");
   }
-  return {host, static_cast<std::uint16_t>(port)};
+  return {host, static_cast<std::uint16_t>(*port)};
 }
 
 // Lets a store serve as many connections as the hard limit allows (one fd each).
@@ -103,9 +97,9 @@ int serve(ServeArgs& args) {
     std::cerr << "ddprun-store: " << e.what() << "\n";
     return kExitFailure;
   }
-  std::string shown = args.host.empty() ? "*" : args.host;
-  if (shown.find(':') != std::string::npos) shown = "[" + shown + "]";
-  std::printf("ddprun-store listening on %s:%u\n", shown.c_str(), static_cast<unsigned>(port));
+  const std::string shown =
+      ddprun::store::format_host_port(args.host.empty() ? "*" : args.host, port);
+  std::printf("ddprun-store listening on %s\n", shown.c_str());
   std::fflush(stdout);
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {

@@ -42,9 +42,8 @@ HandleResult close_with(const Request& req, std::string why) {
 
 }  // namespace
 
-HandleResult handle_request(KvState& kv, KvState::ClientId who, Dialect dialect, Request& req,
-                            std::string& reply, KvState::Effects& fx) {
-  (void)dialect;  // both dialects share reply shapes; only the command numbers differ
+HandleResult handle_request(KvState& kv, KvState::ClientId who, Request& req, std::string& reply,
+                            KvState::Effects& fx) {
   if (!has_fields(req)) return close_with(req, "request is missing fields");
   Encoder e(reply);
   HandleResult res;

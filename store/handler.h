@@ -28,11 +28,12 @@ struct HandleResult {
 // reply would exceed it is answered with kClose instead of exhausting memory.
 inline constexpr std::size_t kMaxReplyBytes = std::size_t{256} << 20;
 
-// Applies `req` from client `who` speaking `dialect`. Appends this client's reply bytes to
-// `reply`; adds released waiters and watch notifications (for this or other clients)
-// to `fx`. `req` may be moved from.
-HandleResult handle_request(KvState& kv, KvState::ClientId who, Dialect dialect,
-                            Request& req, std::string& reply, KvState::Effects& fx);
+// Applies `req` from client `who`. Appends this client's reply bytes to `reply` (both
+// dialects share reply shapes; only the command numbers differ, and parse_request has
+// mapped those to Op); adds released waiters and watch notifications (for this or other
+// clients) to `fx`. `req` may be moved from.
+HandleResult handle_request(KvState& kv, KvState::ClientId who, Request& req,
+                            std::string& reply, KvState::Effects& fx);
 
 // Appends the bytes that complete one released WAIT/BARRIER (STOP_WAITING, `00`).
 void encode_release(std::string& out);

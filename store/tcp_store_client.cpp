@@ -1,6 +1,8 @@
 // tcp_store_client.cpp: TcpStore over a plain non-blocking POSIX socket. poll() gives
 // every read and write its deadline, which is how timed waits and the CANCEL_WAIT
-// protocol are done without a second thread.
+// protocol are done without a second thread. About 570 lines: the connection (connect,
+// handshake, buffered reads) and every Store operation's exchange, kept with the
+// CANCEL_WAIT protocol they share.
 #include "store/tcp_store_client.h"
 
 #include <fcntl.h>
@@ -18,9 +20,11 @@
 #include <cstring>
 #include <system_error>
 
+#include "base/sys_error.h"
 #include "store/backoff.h"
+#include "store/host_port.h"
 #include "store/protocol.h"
-#include "store/wire.h"
+#include "store/reply.h"
 
 namespace ddprun::store {
 namespace {
@@ -32,8 +36,6 @@ using Deadline = std::optional<Clock::time_point>;  // nullopt = forever
 // timeout, so a short wait timeout does not turn a busy server into a broken connection.
 constexpr Store::Duration kMinReplyWait{5000};
 constexpr std::size_t kReadChunk = 64 * 1024;
-// Largest reply string this client accepts (a sane bound far above the server's limits).
-constexpr std::uint64_t kMaxReplyBytes = 1ull << 32;
 
 Deadline deadline_after(Store::Duration d) {
   if (d == Store::kNoTimeout) return std::nullopt;
@@ -45,8 +47,6 @@ int poll_ms(const Deadline& deadline) {
   auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<long long>(left, 0, INT_MAX));
 }
-
-std::string os_error(int err) { return std::system_category().message(err); }
 
 // One failed connection attempt that is worth retrying (refused, timed out, reset,
 // name resolution); carries the reason for the final error message.
@@ -77,7 +77,7 @@ class TcpStore::Connection {
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
       int err = connect_addr(ai, deadline);
       if (err == 0) break;
-      last = err == ETIMEDOUT ? "connect timed out" : os_error(err);
+      last = err == ETIMEDOUT ? "connect timed out" : errno_text(err);
     }
     ::freeaddrinfo(found);
     if (fd_ < 0) throw AttemptFailed(last);
@@ -98,7 +98,7 @@ class TcpStore::Connection {
         continue;
       }
       if (errno == EPIPE || errno == ECONNRESET) fail(closed_message(errno));
-      fail("send failed: " + os_error(errno));
+      fail("send failed: " + errno_text(errno));
     }
   }
 
@@ -108,15 +108,19 @@ class TcpStore::Connection {
     return rpos_ < rlen_ || poll_fd(POLLIN, deadline);
   }
 
-  std::uint8_t read_u8(Deadline deadline) { return read_int(deadline, &Decoder::u8); }
-  std::uint32_t read_u32(Deadline deadline) { return read_int(deadline, &Decoder::u32); }
-  std::int64_t read_i64(Deadline deadline) { return read_int(deadline, &Decoder::i64); }
+  std::uint8_t read_u8(Deadline deadline) {
+    return static_cast<std::uint8_t>(read_value(ReplyValue::kU8, deadline, nullptr));
+  }
+  std::uint32_t read_u32(Deadline deadline) {
+    return static_cast<std::uint32_t>(read_value(ReplyValue::kU32, deadline, nullptr));
+  }
+  std::int64_t read_i64(Deadline deadline) {
+    return read_value(ReplyValue::kI64, deadline, nullptr);
+  }
   std::string read_bytes(Deadline deadline) {
-    std::uint64_t len = read_int(deadline, &Decoder::u64);
-    if (len > kMaxReplyBytes) {
-      fail("the store sent a " + std::to_string(len) + "-byte string (not a TCPStore?)");
-    }
-    return std::string(take(static_cast<std::size_t>(len), deadline));
+    std::string value;
+    read_value(ReplyValue::kBytes, deadline, &value);
+    return value;
   }
 
   // Closes the connection for good and throws StoreConnectionError with `reason`.
@@ -230,20 +234,28 @@ class TcpStore::Connection {
       int n = ::poll(&p, 1, poll_ms(deadline));
       if (n > 0) return true;
       if (n == 0) return false;
-      if (errno != EINTR) fail("poll failed: " + os_error(errno));
+      if (errno != EINTR) fail("poll failed: " + errno_text(errno));
     }
   }
 
-  template <class T>
-  T read_int(Deadline deadline, bool (Decoder::*read)(T&)) {
-    T v{};
-    (Decoder(take(sizeof(T), deadline)).*read)(v);
-    return v;
+  // The next reply value (store_core's decoder), reading until it is complete.
+  std::int64_t read_value(ReplyValue kind, Deadline deadline, std::string* bytes) {
+    while (true) {
+      std::int64_t number = 0;
+      const ReplyDecode r = decode_reply_value(
+          std::string_view(rbuf_.data() + rpos_, rlen_ - rpos_), kind, number, bytes);
+      if (r.status == ParseStatus::kOk) {
+        rpos_ += r.consumed;
+        return number;
+      }
+      if (r.status == ParseStatus::kBad) fail(r.error);
+      fill(r.needed, deadline);
+    }
   }
 
-  // The next `n` reply bytes; valid until the next read. rbuf_ keeps its size (at least
+  // Receives until `n` reply bytes are buffered. rbuf_ keeps its size (at least
   // kReadChunk) and holds rlen_ valid bytes, so small replies cost no allocation.
-  std::string_view take(std::size_t n, Deadline deadline) {
+  void fill(std::size_t n, Deadline deadline) {
     check_open();
     if (rlen_ - rpos_ < n) {
       std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rlen_ - rpos_);
@@ -264,18 +276,15 @@ class TcpStore::Connection {
         continue;
       }
       if (errno == ECONNRESET) fail(closed_message(errno));
-      fail("recv failed: " + os_error(errno));
+      fail("recv failed: " + errno_text(errno));
     }
-    std::string_view out(rbuf_.data() + rpos_, n);
-    rpos_ += n;
-    return out;
   }
 
   // A server that rejects a request closes at once, while the rest of what we sent is
   // still unread on its side; its kernel then resets instead of closing cleanly. Both
   // mean the same to the user: the store closed the connection (its log says why).
   static std::string closed_message(int err) {
-    return "the store closed the connection (" + os_error(err) + ")";
+    return "the store closed the connection (" + errno_text(err) + ")";
   }
 
   void close_fd() {
@@ -340,10 +349,7 @@ TcpStore::TcpStore(TcpStoreOptions options) : Store(options.timeout), options_(s
 
 TcpStore::~TcpStore() = default;
 
-std::string TcpStore::address() const {
-  bool v6 = options_.host.find(':') != std::string::npos;
-  return (v6 ? "[" + options_.host + "]" : options_.host) + ":" + std::to_string(options_.port);
-}
+std::string TcpStore::address() const { return format_host_port(options_.host, options_.port); }
 
 namespace {
 Deadline reply_deadline(Store::Duration timeout) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "store/handler.h"
+#include "store/host_port.h"
 #include "store/kv_state.h"
 
 namespace ddprun::store {
@@ -51,9 +52,7 @@ std::string format_endpoint(const tcp::endpoint& ep) {
   if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
     addr = asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6());
   }
-  std::string host = addr.to_string();
-  if (addr.is_v6()) host = "[" + host + "]";
-  return host + ":" + std::to_string(ep.port());
+  return format_host_port(addr.to_string(), ep.port());
 }
 
 int read_somaxconn() {
@@ -216,7 +215,7 @@ class Session : public std::enable_shared_from_this<Session> {
       pos += parsed.consumed;
       KvState::Effects& fx = server_.fx;
       fx.clear();
-      HandleResult result = handle_request(server_.kv, id_, *dialect_, req_, out_, fx);
+      HandleResult result = handle_request(server_.kv, id_, req_, out_, fx);
       server_.deliver(fx);
       if (result.kind == HandleResult::Kind::kClose) {
         close(result.error);

@@ -143,7 +143,7 @@ void run_stream(const std::uint8_t* data, std::size_t size) {
     const Op op = req.op;
     const bool silent = replies_nothing(req);  // before handle_request moves from `req`
     std::string reply;
-    const auto h = handle_request(kv, who, dialect, req, reply, fx);
+    const auto h = handle_request(kv, who, req, reply, fx);
     switch (h.kind) {
       case HandleResult::Kind::kDone:
         FUZZ_CHECK(reply.empty() == silent);

@@ -1,22 +1,27 @@
-// The Agent with real parts: the real ProcessSupervisor running `sh` workers and the real
-// single-node rendezvous from the registry. Two transitions a one-node rendezvous never
-// takes (a membership change, a rendezvous error) are driven by a thin handler that
-// delegates to the real one.
+// The Agent's state machine with the real single-node rendezvous from the registry and,
+// for worker supervision, the in-process ThreadSupervisor (thread_supervisor.h): workers
+// are C++ programs on threads, steered directly, so no test waits on shells or sleeps.
+// One test runs the Agent on the real ProcessSupervisor with `sh` workers (main's
+// wiring); the real process supervision is tested in tests/launcher/process. Two
+// transitions a one-node rendezvous never takes (a membership change, a rendezvous
+// error) are driven by a thin handler that delegates to the real one.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <csignal>
 #include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "launcher/agent.h"
-#include "launcher/signals.h"
+#include "launcher/process/signals.h"
+#include "launcher/process/supervisor.h"
 #include "rendezvous/registry.h"
 #include "tests/launcher/temp_dir.h"
+#include "tests/launcher/thread_supervisor.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
@@ -25,6 +30,7 @@ namespace {
 
 using test::slurp;
 using test::TempDir;
+using test::ThreadSupervisor;
 
 // `sh -c <script>` workers; the script sees torchrun's environment.
 LaunchConfig sh_job(int nproc, const std::string& script, const TempDir& dir) {
@@ -33,6 +39,17 @@ LaunchConfig sh_job(int nproc, const std::string& script, const TempDir& dir) {
   c.entry = EntryKind::kExecutable;
   c.training_script = "sh";
   c.script_args = {"-c", script};
+  c.log_dir = (dir.path / "logs").string();
+  c.shutdown_timeout_s = 5;
+  return c;
+}
+
+// In-process workers: ThreadSupervisor's program "program" runs as every local rank.
+LaunchConfig program_job(int nproc, const TempDir& dir) {
+  LaunchConfig c;
+  c.nproc_per_node = nproc;
+  c.entry = EntryKind::kExecutable;
+  c.training_script = "program";
   c.log_dir = (dir.path / "logs").string();
   c.shutdown_timeout_s = 5;
   return c;
@@ -72,7 +89,7 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
   }
   int num_nodes_waiting() override { return 0; }
   bool needs_new_round() override {
-    if (new_round_after_file.empty() || !fs::exists(new_round_after_file) || asked) return false;
+    if (!want_new_round || asked) return false;
     asked = true;
     return true;
   }
@@ -91,7 +108,7 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
   std::condition_variable cv;
   bool released = false;
   bool returned = false;
-  fs::path new_round_after_file;
+  std::atomic<bool> want_new_round{false};  // set by a worker; asked for once
   bool asked = false;
 
  private:
@@ -100,7 +117,8 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
 
 }  // namespace
 
-TEST_CASE("agent: success, with torchrun's environment in the workers", "[agent]") {
+TEST_CASE("agent: success on the real supervisor, torchrun's environment in `sh` workers",
+          "[agent]") {
   TempDir dir;
   const std::string out = (dir.path / "env").string();
   LaunchConfig c = sh_job(2, "echo $RANK/$WORLD_SIZE/$MASTER_PORT >> " + out, dir);
@@ -117,28 +135,29 @@ TEST_CASE("agent: success, with torchrun's environment in the workers", "[agent]
 
 TEST_CASE("agent: failures restart within the budget, then report", "[agent]") {
   TempDir dir;
-  const std::string counts = (dir.path / "counts").string();
-  // Rank 1 fails on every attempt; rank 0 would run long and is stopped.
-  LaunchConfig c = sh_job(
-      2,
-      "echo $TORCHELASTIC_RESTART_COUNT >> " + counts +
-          "; if [ $RANK = 1 ]; then exit 4; fi; exec sleep 30",
-      dir);
+  LaunchConfig c = program_job(2, dir);
   c.max_restarts = 2;
-  ProcessSupervisor sup(options());
+  // Rank 1 fails on every attempt; rank 0 would run on and is stopped.
+  std::mutex mu;
+  std::multiset<std::string> counts;
+  ThreadSupervisor sup;
+  sup.install("program", [&](ThreadSupervisor::Worker& w) {
+    {
+      std::lock_guard lock(mu);
+      counts.insert(w.env("TORCHELASTIC_RESTART_COUNT"));
+    }
+    if (w.env("RANK") == "1") return 4;
+    return -w.wait_for_stop();
+  });
   Agent agent(c, base_env(), sup, local_handler(c));
-  const auto t0 = std::chrono::steady_clock::now();
   const RunResult r = agent.run();
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
   CHECK(r.outcome == RunResult::Outcome::kFailed);
   CHECK(r.exit_code == 1);
   CHECK(r.restart_count == 2);
   REQUIRE(r.failures.size() == 1);  // rank 0 was stopped by the agent: not a failure
   CHECK(r.failures[0].global_rank == 1);
   CHECK(r.failures[0].exitcode == 4);
-  const std::string seen = slurp(counts);
-  for (const char* n : {"0\n", "1\n", "2\n"}) CHECK(seen.find(n) != std::string::npos);
-  CHECK(seen.find("3\n") == std::string::npos);
+  CHECK(counts == std::multiset<std::string>{"0", "0", "1", "1", "2", "2"});
   for (const char* a : {"attempt_0", "attempt_1", "attempt_2"}) {
     CHECK(fs::is_directory(fs::path(agent.run_log_dir()) / a / "1"));
   }
@@ -146,74 +165,70 @@ TEST_CASE("agent: failures restart within the budget, then report", "[agent]") {
 
 namespace {
 
-// One worker whose first round ends with `first_round_end` after creating a marker file
-// that makes the handler ask for a new round; in the second round it exits 0. The run
+// One worker whose first round asks the handler for a new round and then is stopped by
+// the agent or, `first_round_fails`, exits 1; in the second round it exits 0. The run
 // must succeed in two rounds without spending a restart (--max-restarts 0).
-void check_new_round_spends_no_restart(const std::string& first_round_end) {
+void check_new_round_spends_no_restart(bool first_round_fails) {
   TempDir dir;
-  const fs::path started = dir.path / "started";
-  const std::string counts = (dir.path / "counts").string();
-  LaunchConfig c = sh_job(1,
-                          "echo $TORCHELASTIC_RESTART_COUNT >> " + counts + "; if [ -e " +
-                              started.string() + " ]; then exit 0; fi; touch " +
-                              started.string() + "; " + first_round_end,
-                          dir);
+  LaunchConfig c = program_job(1, dir);
   auto handler = std::make_unique<Steered>(local_handler(c));
-  handler->new_round_after_file = started;
   Steered* steered = handler.get();
-  ProcessSupervisor sup(options());
+  std::vector<std::string> counts;  // one worker at a time: no lock needed
+  ThreadSupervisor sup;
+  sup.install("program", [&](ThreadSupervisor::Worker& w) {
+    counts.push_back(w.env("TORCHELASTIC_RESTART_COUNT"));
+    if (counts.size() > 1) return 0;
+    steered->want_new_round = true;
+    return first_round_fails ? 1 : -w.wait_for_stop();
+  });
   Agent agent(c, base_env(), sup, std::move(handler));
   const RunResult r = agent.run();
   CHECK(r.outcome == RunResult::Outcome::kSucceeded);
   CHECK(r.restart_count == 0);
   CHECK(steered->rounds == 2);
-  CHECK(slurp(counts) == "0\n0\n");
+  CHECK(counts == std::vector<std::string>{"0", "0"});
 }
 
 }  // namespace
 
 TEST_CASE("agent: a membership change restarts without spending a restart", "[agent]") {
-  check_new_round_spends_no_restart("exec sleep 30");  // stopped by the agent
+  check_new_round_spends_no_restart(false);  // stopped by the agent
 }
 
 TEST_CASE("agent: a failure during a membership change spends no restart", "[agent]") {
   // As if a peer had already left for the new round and broke a collective.
-  check_new_round_spends_no_restart("exit 1");
+  check_new_round_spends_no_restart(true);
 }
 
 TEST_CASE("agent: a rendezvous error fails the run with exit 1", "[agent]") {
   TempDir dir;
-  const fs::path ran = dir.path / "ran";
-  LaunchConfig c = sh_job(1, "touch " + ran.string(), dir);
+  LaunchConfig c = program_job(1, dir);
   auto handler = std::make_unique<Steered>(local_handler(c));
   handler->fail_at_round = 1;
-  ProcessSupervisor sup(options());
+  ThreadSupervisor sup;
+  sup.install("program", [](ThreadSupervisor::Worker&) { return 0; });
   Agent agent(c, base_env(), sup, std::move(handler));
   const RunResult r = agent.run();
   CHECK(r.outcome == RunResult::Outcome::kFailed);
   CHECK(r.exit_code == 1);
-  CHECK(!fs::exists(ran));
+  CHECK(sup.starts() == 0);
 }
 
 TEST_CASE("agent: a signal during a blocked rendezvous ends the run at once", "[agent]") {
   TempDir dir;
-  const fs::path ran = dir.path / "ran";
-  LaunchConfig c = sh_job(1, "touch " + ran.string(), dir);
+  LaunchConfig c = program_job(1, dir);
   auto handler = std::make_unique<Steered>(local_handler(c));
   handler->block_until_released = true;
   Steered* steered = handler.get();
-  ProcessSupervisor sup(options());
+  ThreadSupervisor sup;
+  sup.install("program", [](ThreadSupervisor::Worker&) { return 0; });
   Agent agent(c, base_env(), sup, std::move(handler));
-  std::thread killer([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    ::kill(::getpid(), SIGTERM);  // blocked in every thread: read by the supervisor
-  });
+  sup.raise(SIGTERM);  // arrives while the rendezvous blocks (it never completes)
   const RunResult r = agent.run();
-  killer.join();
   CHECK(r.outcome == RunResult::Outcome::kStopped);
   CHECK(r.exit_code == 1);
   CHECK(r.abandon);  // main must _Exit: the rendezvous thread still holds the handler
-  CHECK(!fs::exists(ran));
+  CHECK(sup.starts() == 0);
   // The Agent gave the handler up; let its thread finish, then free it here.
   {
     std::unique_lock lock(steered->mu);
@@ -224,16 +239,37 @@ TEST_CASE("agent: a signal during a blocked rendezvous ends the run at once", "[
   delete steered;
 }
 
+TEST_CASE("agent: SIGUSR1 is forwarded, SIGTERM stops the workers", "[agent]") {
+  TempDir dir;
+  LaunchConfig c = program_job(2, dir);
+  ThreadSupervisor sup;
+  std::atomic<int> running{0};
+  sup.install("program", [&](ThreadSupervisor::Worker& w) {
+    if (++running == 2) {
+      sup.raise(SIGUSR1);
+      sup.raise(SIGTERM);
+    }
+    return -w.wait_for_stop();
+  });
+  Agent agent(c, base_env(), sup, local_handler(c));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kStopped);
+  CHECK(r.exit_code == 1);
+  CHECK(r.failures.empty());
+  CHECK(sup.forwarded() == std::vector<int>{SIGUSR1});
+}
+
 TEST_CASE("agent: an unstartable worker fails the run", "[agent]") {
   TempDir dir;
-  LaunchConfig c = sh_job(2, "", dir);
+  LaunchConfig c = program_job(2, dir);
   c.training_script = "no-such-program-for-ddprun-agent-test";
-  c.script_args.clear();
-  ProcessSupervisor sup(options());
+  ThreadSupervisor sup;
+  sup.install("program", [](ThreadSupervisor::Worker&) { return 0; });
   Agent agent(c, base_env(), sup, local_handler(c));
   const RunResult r = agent.run();
   CHECK(r.outcome == RunResult::Outcome::kFailed);
   CHECK(r.exit_code == 1);
+  CHECK(sup.starts() == 1);
 }
 
 TEST_CASE("agent: rendezvous parameters from the command line", "[agent]") {

@@ -11,11 +11,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
-#include "store/wire.h"
+#include "base/sys_error.h"
+#include "store/reply.h"
 
 namespace ddprun::store::testing {
 
@@ -53,7 +53,7 @@ std::size_t raise_fd_limit() {
 
 RawClient::RawClient(std::uint16_t port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  if (fd_ < 0) throw_errno("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
@@ -62,7 +62,7 @@ RawClient::RawClient(std::uint16_t port) {
     int err = errno;
     ::close(fd_);
     fd_ = -1;
-    throw std::runtime_error(std::string("connect: ") + std::strerror(err));
+    throw_errno("connect", err);
   }
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -78,7 +78,7 @@ void RawClient::send(std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw std::runtime_error(std::string("send: ") + std::strerror(errno));
+    if (n <= 0) throw_errno("send");
     bytes.remove_prefix(static_cast<std::size_t>(n));
   }
 }
@@ -111,36 +111,34 @@ std::optional<std::string> RawClient::read_exact(std::size_t n, std::chrono::mil
   return out;
 }
 
-namespace {
-std::string need(std::optional<std::string> got, const char* what) {
-  if (!got) throw std::runtime_error(std::string("no reply (EOF or timeout) reading ") + what);
-  return std::move(*got);
+std::int64_t RawClient::read_value(ReplyValue kind, std::chrono::milliseconds timeout,
+                                   std::string* bytes) {
+  std::string buf;
+  while (true) {
+    std::int64_t number = 0;
+    const ReplyDecode r = decode_reply_value(buf, kind, number, bytes);
+    if (r.status == ParseStatus::kOk) return number;
+    if (r.status == ParseStatus::kBad) throw std::runtime_error(r.error);
+    auto more = read_exact(r.needed - buf.size(), timeout);
+    if (!more) throw std::runtime_error("no reply (EOF or timeout) reading a reply value");
+    buf += *more;
+  }
 }
-}  // namespace
 
 std::uint8_t RawClient::read_u8(std::chrono::milliseconds timeout) {
-  std::uint8_t v = 0;
-  Decoder(need(read_exact(1, timeout), "u8")).u8(v);
-  return v;
+  return static_cast<std::uint8_t>(read_value(ReplyValue::kU8, timeout, nullptr));
 }
 
 std::uint32_t RawClient::read_u32() {
-  std::uint32_t v = 0;
-  Decoder(need(read_exact(4), "u32")).u32(v);
-  return v;
+  return static_cast<std::uint32_t>(read_value(ReplyValue::kU32, 20s, nullptr));
 }
 
-std::int64_t RawClient::read_i64() {
-  std::int64_t v = 0;
-  Decoder(need(read_exact(8), "i64")).i64(v);
-  return v;
-}
+std::int64_t RawClient::read_i64() { return read_value(ReplyValue::kI64, 20s, nullptr); }
 
 std::string RawClient::read_bytes() {
-  std::uint64_t len = 0;
-  Decoder(need(read_exact(8), "length")).u64(len);
-  if (len > (1u << 30)) throw std::runtime_error("absurd reply length");
-  return need(read_exact(static_cast<std::size_t>(len)), "bytes");
+  std::string value;
+  read_value(ReplyValue::kBytes, 20s, &value);
+  return value;
 }
 
 namespace {

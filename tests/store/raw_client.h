@@ -1,7 +1,8 @@
 // raw_client.h: a byte-level TCPStore client on a blocking loopback socket, for server
 // tests that must control exactly which bytes go out and check every byte that comes
 // back (split requests, pipelining, CANCEL_WAIT races, garbage). Request bytes come from
-// store_core's encode_request. Thread-safety: one instance per thread.
+// store_core's encode_request; replies are read with its decode_reply_value.
+// Thread-safety: one instance per thread.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "store/protocol.h"
+#include "store/reply.h"
 
 namespace ddprun::store::testing {
 
@@ -58,7 +60,10 @@ class RawClient {
 
   // Exactly `n` bytes, or nullopt on EOF, error or timeout.
   std::optional<std::string> read_exact(std::size_t n, std::chrono::milliseconds timeout = 20s);
-  // Typed reads; throw std::runtime_error on EOF or timeout (fails the test).
+  // One reply value (store_core's decoder); throws std::runtime_error on EOF, timeout
+  // or a value the decoder rejects (fails the test). kBytes' content goes to `bytes`.
+  std::int64_t read_value(ReplyValue kind, std::chrono::milliseconds timeout, std::string* bytes);
+  // Typed reads of the same; throw std::runtime_error on EOF or timeout.
   std::uint8_t read_u8(std::chrono::milliseconds timeout = 20s);
   std::uint32_t read_u32();
   std::int64_t read_i64();

@@ -29,7 +29,7 @@ struct Conn {
     REQUIRE(p.status == ParseStatus::kOk);
     REQUIRE(p.consumed == bytes.size());
     std::string reply;
-    last = handle_request(kv, who, dialect, req, reply, fx);
+    last = handle_request(kv, who, req, reply, fx);
     return hex(reply);
   }
 };
@@ -187,14 +187,14 @@ TEST_CASE("a hand-built request missing its fields closes instead of crashing", 
   for (Op op : {Op::kSet, Op::kCompareSet, Op::kGet, Op::kAdd, Op::kQueuePush, Op::kBarrier}) {
     Request r;
     r.op = op;
-    const auto res = handle_request(kv, 1, Dialect::kModern, r, reply, fx);
+    const auto res = handle_request(kv, 1, r, reply, fx);
     CHECK(res.kind == HandleResult::Kind::kClose);
   }
   Request ms;
   ms.op = Op::kMultiSet;
   ms.keys = {"a", "b"};
   ms.values = {"1"};
-  CHECK(handle_request(kv, 1, Dialect::kModern, ms, reply, fx).kind == HandleResult::Kind::kClose);
+  CHECK(handle_request(kv, 1, ms, reply, fx).kind == HandleResult::Kind::kClose);
   CHECK(reply.empty());
 }
 
@@ -207,12 +207,12 @@ TEST_CASE("a MULTI_GET whose reply would pass kMaxReplyBytes closes instead", "[
   const std::size_t copies = kMaxReplyBytes / (8 << 20) + 1;
   r.keys.assign(copies, "/big");
   std::string reply;
-  auto res = handle_request(kv, 1, Dialect::kModern, r, reply, fx);
+  auto res = handle_request(kv, 1, r, reply, fx);
   CHECK(res.kind == HandleResult::Kind::kClose);
   CHECK(res.error.rfind("MULTI_GET: reply of ", 0) == 0);
   CHECK(reply.empty());
   r.keys.assign(copies - 2, "/big");
-  res = handle_request(kv, 1, Dialect::kModern, r, reply, fx);
+  res = handle_request(kv, 1, r, reply, fx);
   CHECK(res.kind == HandleResult::Kind::kDone);
   CHECK(reply.size() == (copies - 2) * (8 + (8u << 20)));
 }

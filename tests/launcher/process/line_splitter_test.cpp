@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/line_splitter.h"
+#include "launcher/process/line_splitter.h"
 
 using ddprun::launcher::Line;
 using ddprun::launcher::LineSplitter;

@@ -4,7 +4,8 @@
 
 #include <sys/wait.h>
 
-#include "launcher/supervisor.h"
+#include "launcher/process/orphan_guard.h"
+#include "launcher/process/supervisor.h"
 #include "tests/launcher/process/process_test_util.h"
 
 using namespace ddprun::launcher;

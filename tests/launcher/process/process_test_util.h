@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "launcher/signals.h"
-#include "launcher/unique_fd.h"
+#include "launcher/process/signals.h"
+#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher::test {
 

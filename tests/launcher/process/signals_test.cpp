@@ -4,7 +4,7 @@
 #include <csignal>
 #include <stdexcept>
 
-#include "launcher/signals.h"
+#include "launcher/process/signals.h"
 
 using namespace ddprun::launcher;
 

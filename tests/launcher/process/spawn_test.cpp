@@ -9,7 +9,7 @@
 #include <set>
 #include <thread>
 
-#include "launcher/spawn.h"
+#include "launcher/process/spawn.h"
 #include "tests/launcher/process/process_test_util.h"
 
 using namespace ddprun::launcher;

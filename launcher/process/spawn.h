@@ -2,19 +2,27 @@
 // envp, the program path and every fd are prepared before fork(); the child then makes
 // only async-signal-safe calls before execve. Exec errors come back through a close-on-
 // exec pipe and are thrown as SpawnError in the parent.
-// Used by ProcessSupervisor, on its own thread (see spawn_process). Thread-safety: the
-// functions share no state; spawn_process must run on a thread that outlives the child.
+// Used by WorkerGroup (worker_group.h), on the supervisor's thread (see spawn_process).
+// Thread-safety: the functions share no state; spawn_process must run on a thread that
+// outlives the child.
 #pragma once
 
 #include <sys/types.h>
 
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "launcher/supervisor.h"
-
 namespace ddprun::launcher {
+
+// A worker that cannot be started (exec failure, fork failure, a log file that cannot be
+// created). The message names the program or file and the reason. Thrown by
+// spawn_process and resolve_program, and by Supervisor::start (supervisor_interface.h).
+class SpawnError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct SpawnOptions {
   std::vector<std::string> argv;  // argv[0] without '/' is looked up in PATH of `env`

@@ -1,7 +1,7 @@
 // spawn.cpp: see spawn.h. Everything between fork() and execve() below is restricted to
 // async-signal-safe system calls: the agent has other threads (store, main) that may hold
 // malloc or stdio locks at the moment of fork, and those locks stay held in the child.
-#include "launcher/spawn.h"
+#include "launcher/process/spawn.h"
 
 #include <fcntl.h>
 #include <linux/close_range.h>
@@ -17,7 +17,7 @@
 #include <csignal>
 #include <cstring>
 
-#include "launcher/unique_fd.h"
+#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -96,7 +96,7 @@ bool move_fd(int from, int to) {
 
 std::string describe(const SpawnOptions& options, const ChildError& e) {
   const std::string& prog = options.argv[0];
-  std::string reason = std::strerror(e.err);
+  std::string reason = errno_text(e.err);
   switch (static_cast<Step>(e.step)) {
     case Step::kChdir:
       return "cannot execute '" + prog + "': cannot change directory to '" + options.cwd +
@@ -173,7 +173,7 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
 
   pid_t pid = ::fork();
   if (pid < 0) throw SpawnError("cannot execute '" + options.argv[0] + "': fork failed: " +
-                                std::strerror(errno));
+                                errno_text(errno));
   if (pid == 0) {
     // --- child: async-signal-safe calls only from here to execve ---
     if (::setsid() < 0) child_fail(report_fd, Step::kSetsid);

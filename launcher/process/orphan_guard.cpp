@@ -1,4 +1,4 @@
-// orphan_guard.cpp: start_orphan_guard (declared in supervisor.h) and the guard process.
+// orphan_guard.cpp: start_orphan_guard and the guard process (see orphan_guard.h).
 //
 // Why a separate process: PR_SET_PDEATHSIG only reaches a worker's *leader*, and only
 // when the agent's supervisor thread dies; grandchildren (DataLoader workers, `sh -c
@@ -17,9 +17,8 @@
 #include <csignal>
 #include <vector>
 
-#include "launcher/orphan_guard.h"
-#include "launcher/supervisor.h"
-#include "launcher/unique_fd.h"
+#include "launcher/process/orphan_guard.h"
+#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 namespace {

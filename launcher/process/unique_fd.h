@@ -1,22 +1,16 @@
-// unique_fd.h: UniqueFd, a move-only owner of one file descriptor, and throw_errno, the
-// launcher's one helper that turns a failed syscall into a std::system_error.
+// unique_fd.h: UniqueFd, a move-only owner of one file descriptor (and, for its users,
+// the errno helper base/sys_error.h).
 // Used by the process layer (spawn, supervisor, log fan-out, orphan guard).
 // Thread-safety: a UniqueFd is a plain value; one owner at a time.
 #pragma once
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <string>
-#include <system_error>
 #include <utility>
 
-namespace ddprun::launcher {
+#include "base/sys_error.h"
 
-// Throws std::system_error(errno) whose what() reads "<what>: <strerror>".
-[[noreturn]] inline void throw_errno(const std::string& what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
+namespace ddprun::launcher {
 
 class UniqueFd {
  public:

@@ -1,5 +1,5 @@
 // line_splitter.cpp: see line_splitter.h.
-#include "launcher/line_splitter.h"
+#include "launcher/process/line_splitter.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // log_fanout.cpp: see log_fanout.h.
-#include "launcher/log_fanout.h"
+#include "launcher/process/log_fanout.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
@@ -73,7 +72,7 @@ void ConsoleWriter::write_line(std::string_view prefix, const Line& line) {
                     {const_cast<char*>(line.end.data()), line.end.size()}};
     if (!write_all(fd_, iov, 3)) {
       broken_ = true;
-      spdlog::warn("worker output to fd {} dropped: write failed: {}", fd_, std::strerror(errno));
+      spdlog::warn("worker output to fd {} dropped: write failed: {}", fd_, errno_text(errno));
     }
     written_ = enqueued_;
     return;
@@ -106,7 +105,7 @@ void ConsoleWriter::on_writable() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return;
-      spdlog::warn("worker output to fd {} dropped: write failed: {}", fd_, std::strerror(errno));
+      spdlog::warn("worker output to fd {} dropped: write failed: {}", fd_, errno_text(errno));
       broken_ = true;
       drop_backlog(nullptr);
       return;
@@ -177,7 +176,7 @@ void StreamRoute::emit(const Line& line) {
                     {const_cast<char*>(line.end.data()), line.end.size()}};
     if (!write_all(file_.get(), iov, 2)) {
       file_broken_ = true;
-      spdlog::warn("cannot write log file '{}': {}", file_name_, std::strerror(errno));
+      spdlog::warn("cannot write log file '{}': {}", file_name_, errno_text(errno));
     }
   }
 }

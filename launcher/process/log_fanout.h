@@ -2,7 +2,8 @@
 // thread) has a StreamRoute: LineSplitter -> whole lines -> the per-rank file and/or a
 // ConsoleWriter (the agent's stdout or stderr), one write() per line (or per batch of
 // whole lines), so lines of different workers never interleave mid-line.
-// Used by ProcessSupervisor. Thread-safety: none; everything runs on the supervisor thread.
+// Used by OutputRouter (output_router.h); StreamSpec also by WorkerSpec and the Agent.
+// Thread-safety: none; everything runs on the supervisor thread.
 #pragma once
 
 #include <chrono>
@@ -10,11 +11,23 @@
 #include <string>
 #include <string_view>
 
-#include "launcher/line_splitter.h"
-#include "launcher/supervisor.h"
-#include "launcher/unique_fd.h"
+#include "launcher/process/line_splitter.h"
+#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
+
+// Where one of a worker's output streams goes (torchrun's -r/--redirects and -t/--tee).
+enum class StreamMode {
+  kConsole,   // to the agent's own stdout/stderr, whole lines, unprefixed (torchrun default)
+  kRedirect,  // to `file` only
+  kTee,       // to `file`, and to the console with the line prefix
+};
+
+struct StreamSpec {
+  StreamMode mode = StreamMode::kConsole;
+  std::string file;             // kRedirect/kTee: created (truncated) before spawning
+  bool show_on_console = true;  // false for local ranks filtered out by --local-ranks-filter
+};
 
 // The agent's stdout or stderr as seen by worker lines.
 // If the fd is a pipe or a terminal, the writer reopens it through /proc/self/fd as a

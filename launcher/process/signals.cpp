@@ -1,5 +1,5 @@
 // signals.cpp: see signals.h.
-#include "launcher/signals.h"
+#include "launcher/process/signals.h"
 
 #include <pthread.h>
 #include <sys/signalfd.h>
@@ -55,7 +55,7 @@ std::string_view trim(std::string_view s) {
 void block_signals(const std::vector<int>& signals) {
   sigset_t set = make_set(signals);
   int rc = pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  if (rc != 0) throw std::system_error(rc, std::generic_category(), "pthread_sigmask");
+  if (rc != 0) throw_errno("pthread_sigmask", rc);
 }
 
 void prepare_agent_signals(const std::vector<int>& handled) {

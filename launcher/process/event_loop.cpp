@@ -1,0 +1,133 @@
+// event_loop.cpp: EventLoop (see event_loop.h).
+#include "launcher/process/event_loop.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr EventLoop::Id kWakeId = 0;
+
+}  // namespace
+
+EventLoop::EventLoop() {
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_) throw_errno("epoll_create1");
+  wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_) throw_errno("eventfd");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeId;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
+    throw_errno("epoll_ctl");
+  }
+}
+
+EventLoop::~EventLoop() { shutdown(); }
+
+void EventLoop::shutdown() {
+  quit();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EventLoop::start(Hooks hooks) {
+  hooks_ = std::move(hooks);
+  thread_ = std::thread([this] { run(); });
+}
+
+EventLoop::Id EventLoop::add(int fd, std::uint32_t events, Handler handler) {
+  const Id id = next_id_++;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = id;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) throw_errno("epoll_ctl");
+  registrations_.emplace(id, Registration{fd, std::move(handler)});
+  return id;
+}
+
+void EventLoop::modify(Id id, std::uint32_t events) {
+  auto it = registrations_.find(id);
+  if (it == registrations_.end()) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = id;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, it->second.fd, &ev);
+}
+
+void EventLoop::remove(Id id) {
+  auto it = registrations_.find(id);
+  if (it == registrations_.end()) return;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->second.fd, nullptr);
+  registrations_.erase(it);
+}
+
+void EventLoop::post(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  wake();
+}
+
+void EventLoop::quit() {
+  {
+    std::lock_guard lock(mu_);
+    quit_ = true;
+  }
+  wake();
+}
+
+void EventLoop::wake() {
+  std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+}
+
+void EventLoop::run() {
+  if (hooks_.on_start) hooks_.on_start();
+  epoll_event ready[32];
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (quit_) return;
+    }
+    const int timeout = hooks_.timeout_ms ? hooks_.timeout_ms() : -1;
+    const int n = ::epoll_wait(epoll_.get(), ready, 32, timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      spdlog::critical("supervisor: epoll_wait: {}", errno_text(errno));
+      std::abort();  // a supervisor that cannot wait can neither reap nor stop workers
+    }
+    for (int i = 0; i < n; ++i) {
+      if (ready[i].data.u64 == kWakeId) {
+        run_tasks();
+        continue;
+      }
+      auto it = registrations_.find(ready[i].data.u64);
+      if (it == registrations_.end()) continue;  // removed earlier in this batch
+      Handler handler = it->second.handler;      // a copy: the handler may remove itself
+      handler(ready[i].events);
+    }
+    if (hooks_.after_wakeup) hooks_.after_wakeup();
+  }
+}
+
+void EventLoop::run_tasks() {
+  std::uint64_t count;
+  [[maybe_unused]] ssize_t n = ::read(wake_fd_.get(), &count, sizeof count);
+  while (true) {
+    std::function<void()> task;
+    {
+      std::lock_guard lock(mu_);
+      if (tasks_.empty()) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,92 @@
+// event_loop.h: EventLoop, the process library's one epoll loop on its own thread: file
+// descriptors registered with a handler each, tasks posted from other threads (an
+// eventfd wakes the loop), and hooks for the owner's per-wakeup work and timeout.
+// Used by ProcessSupervisor, whose WorkerGroup and OutputRouter register their fds here.
+// Thread-safety: post(), call() and shutdown() may be called from any other thread;
+// add(), modify() and remove() only on the loop thread (from handlers, hooks or tasks)
+// or before start().
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "launcher/process/unique_fd.h"
+
+namespace ddprun::launcher {
+
+class EventLoop {
+ public:
+  using Handler = std::function<void(std::uint32_t events)>;
+  // A registration. Ids are never reused, so an event already fetched for an fd that a
+  // handler of the same batch removed (and maybe closed and reopened) is dropped.
+  using Id = std::uint64_t;
+
+  struct Hooks {
+    std::function<void()> on_start;      // first thing on the loop thread (signal mask)
+    std::function<int()> timeout_ms;     // before each wait: -1 for none
+    std::function<void()> after_wakeup;  // after each batch of events
+  };
+
+  // Creates the epoll instance and the wake eventfd. Throws std::system_error.
+  EventLoop();
+  // shutdown().
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Starts the loop thread. Call once.
+  void start(Hooks hooks);
+
+  // Loop thread only. add() throws std::system_error; remove() of an unknown id is a
+  // no-op. The fd must stay open while registered.
+  Id add(int fd, std::uint32_t events, Handler handler);
+  void modify(Id id, std::uint32_t events);
+  void remove(Id id);
+
+  // Runs `task` on the loop thread, soon.
+  void post(std::function<void()> task);
+  // Runs `f` on the loop thread and waits for its result (exceptions are rethrown here).
+  // REQUIRES: not called on the loop thread, and the loop is running.
+  template <typename F>
+  auto call(F&& f) -> decltype(f()) {
+    std::packaged_task<decltype(f())()> task(std::forward<F>(f));
+    auto result = task.get_future();
+    post([&task] { task(); });
+    return result.get();
+  }
+  // Quits (after the current batch; tasks still queued are dropped) and joins the
+  // thread. Idempotent. Any thread but the loop's.
+  void shutdown();
+
+ private:
+  struct Registration {
+    int fd;
+    Handler handler;
+  };
+
+  void run();
+  void run_tasks();
+  void quit();
+  void wake();
+
+  UniqueFd epoll_;
+  UniqueFd wake_fd_;
+  Hooks hooks_;
+  // Loop-thread state.
+  std::unordered_map<Id, Registration> registrations_;
+  Id next_id_ = 1;  // 0 is the wake eventfd
+  // Shared state, under mu_.
+  std::mutex mu_;
+  std::deque<std::function<void()>> tasks_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::launcher

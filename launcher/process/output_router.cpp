@@ -1,0 +1,187 @@
+// output_router.cpp: OutputRouter (see output_router.h).
+#include "launcher/process/output_router.h"
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace ddprun::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Per readable event, at most this much is read from one pipe, so one chatty worker
+// cannot starve the others or the exit handling (epoll is level-triggered).
+constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr int kReadsPerWakeup = 4;
+// An exit event waits for the console output queued before it at most this long: a
+// console that stopped reading must not keep a failure from the agent (never a hang).
+constexpr std::chrono::milliseconds kHoldLimit{1000};
+
+// A pipe whose read end (returned in `read_end`) is non-blocking; both ends close-on-exec
+// (the child gets its end through dup2, which clears the flag there).
+UniqueFd make_pipe(UniqueFd* read_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+  read_end->reset(fds[0]);
+  // Only our read end is non-blocking (a separate open file description).
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  return UniqueFd(fds[1]);
+}
+
+}  // namespace
+
+OutputRouter::OutputRouter(EventLoop& loop, int console_stdout_fd, int console_stderr_fd,
+                           Deliver deliver)
+    : loop_(loop), out_(console_stdout_fd), err_(console_stderr_fd), deliver_(std::move(deliver)) {}
+
+OutputRouter::~OutputRouter() = default;
+
+OutputRouter::ChildEnds OutputRouter::add(const WorkerSpec& spec) {
+  // Only tee'd streams carry the prefix on the console, as torchrun's (-t 1 prefixes
+  // stdout lines and leaves stderr lines bare).
+  auto make = [&](const StreamSpec& s, Console& console, UniqueFd* child_end) {
+    auto pipe = std::make_unique<Pipe>();
+    *child_end = make_pipe(&pipe->fd);
+    const std::string prefix = s.mode == StreamMode::kTee ? spec.line_prefix : std::string();
+    pipe->route = std::make_unique<StreamRoute>(s, prefix, &console.writer);
+    pipe->console = &console.writer;
+    return pipe;
+  };
+  ChildEnds ends;
+  auto out = make(spec.out, out_, &ends.out);
+  auto err = make(spec.err, err_, &ends.err);
+  pipes_.push_back(std::move(out));
+  pipes_.push_back(std::move(err));
+  watch(*pipes_[pipes_.size() - 2]);
+  watch(*pipes_.back());
+  return ends;
+}
+
+void OutputRouter::watch(Pipe& pipe) {
+  pipe.id = loop_.add(pipe.fd.get(), EPOLLIN, [this, &pipe](std::uint32_t events) {
+    if (pipe.fd && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) read(pipe, false);
+  });
+}
+
+void OutputRouter::drain(std::size_t index) {
+  read(*pipes_.at(2 * index), true);
+  read(*pipes_.at(2 * index + 1), true);
+}
+
+void OutputRouter::close_all() {
+  for (auto& pipe : pipes_) {
+    // Every writer in the group is dead; take what is left, but never wait for writers
+    // outside the group (a grandchild that called setsid itself).
+    read(*pipe, true);
+    if (pipe->fd) {
+      pipe->route->on_eof();
+      close(*pipe);
+    }
+  }
+  pipes_.clear();
+}
+
+void OutputRouter::read(Pipe& pipe, bool drain) {
+  if (!pipe.fd) return;
+  if (!drain && pipe.paused) return;
+  // A drain takes what is in the pipe now (all of an exited worker's output) plus one
+  // byte to see EOF, and no more: a grandchild that keeps writing must not keep the
+  // supervisor in this loop.
+  std::size_t budget = kReadsPerWakeup * kReadChunk;
+  if (drain) {
+    int avail = 0;
+    budget = ::ioctl(pipe.fd.get(), FIONREAD, &avail) == 0 ? std::size_t(avail) + 1 : budget;
+  }
+  char buf[kReadChunk];
+  while (budget > 0) {
+    ssize_t n = ::read(pipe.fd.get(), buf, std::min(sizeof buf, budget));
+    if (n > 0) {
+      budget -= static_cast<std::size_t>(n);
+      pipe.route->on_data(std::string_view(buf, static_cast<std::size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    // EOF (or a read error, treated alike): flush the last partial line.
+    pipe.route->on_eof();
+    close(pipe);
+    return;
+  }
+}
+
+void OutputRouter::close(Pipe& pipe) {
+  if (!pipe.fd) return;
+  loop_.remove(pipe.id);
+  pipe.id = 0;
+  pipe.fd.reset();
+}
+
+void OutputRouter::hold(const SupervisorEvent& event) {
+  held_.push_back(
+      Held{event, out_.writer.enqueued(), err_.writer.enqueued(), Clock::now() + kHoldLimit});
+}
+
+void OutputRouter::release_ready() {
+  const auto now = Clock::now();
+  while (!held_.empty() && ((out_.writer.written() >= held_.front().out_mark &&
+                             err_.writer.written() >= held_.front().err_mark) ||
+                            now >= held_.front().deadline)) {
+    const SupervisorEvent event = held_.front().event;
+    held_.pop_front();
+    deliver_(event);
+  }
+}
+
+std::vector<SupervisorEvent> OutputRouter::take_held() {
+  std::vector<SupervisorEvent> taken;
+  for (const Held& h : held_) taken.push_back(h.event);
+  held_.clear();
+  return taken;
+}
+
+int OutputRouter::timeout_ms() const {
+  if (held_.empty()) return -1;
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(held_.front().deadline - Clock::now());
+  return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
+}
+
+void OutputRouter::sync_console(Console& console) {
+  const int fd = console.writer.poll_fd();
+  if (fd >= 0 && console.writer.backlog() > 0 && console.id == 0) {
+    console.id =
+        loop_.add(fd, EPOLLOUT, [&console](std::uint32_t) { console.writer.on_writable(); });
+  } else if (console.id != 0 && console.writer.backlog() == 0) {
+    loop_.remove(console.id);
+    console.id = 0;
+  }
+}
+
+void OutputRouter::sync() {
+  sync_console(out_);
+  sync_console(err_);
+  // Back-pressure: stop reading console-bound pipes while their console is over its mark.
+  for (auto& pipe : pipes_) {
+    if (!pipe->fd || !pipe->route->uses_console()) continue;
+    const bool pause = pipe->console->over_high_water();
+    if (pause == pipe->paused) continue;
+    pipe->paused = pause;
+    // Removed rather than set to no events: epoll reports EPOLLHUP regardless of the
+    // mask, which would spin the loop on a paused pipe whose writer has gone.
+    if (pause) {
+      loop_.remove(pipe->id);
+      pipe->id = 0;
+    } else {
+      watch(*pipe);
+    }
+  }
+}
+
+void OutputRouter::flush_consoles(std::chrono::milliseconds limit) {
+  out_.writer.flush(limit);
+  err_.writer.flush(limit);
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,102 @@
+// output_router.h: OutputRouter, the supervisor's output side: each worker's stdout and
+// stderr pipe (read with a per-wakeup budget, drained when the worker exits), routed
+// line by line to the console writers and log files (log_fanout.h); back-pressure (a
+// console over its high-water mark pauses the pipes bound for it); and held events (a
+// worker's exit waits until the output queued before it has reached the console).
+// Used by ProcessSupervisor. Thread-safety: none; everything runs on the supervisor's
+// EventLoop thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "launcher/process/event_loop.h"
+#include "launcher/process/log_fanout.h"
+#include "launcher/process/supervisor_interface.h"
+#include "launcher/process/unique_fd.h"
+
+namespace ddprun::launcher {
+
+class OutputRouter {
+ public:
+  // Receives each held event once it may be delivered.
+  using Deliver = std::function<void(const SupervisorEvent&)>;
+
+  // The console fds are not owned and must outlive the router.
+  OutputRouter(EventLoop& loop, int console_stdout_fd, int console_stderr_fd, Deliver deliver);
+  ~OutputRouter();
+  OutputRouter(const OutputRouter&) = delete;
+  OutputRouter& operator=(const OutputRouter&) = delete;
+
+  // The write ends a worker's stdout and stderr become (close-on-exec; spawn dup2s them).
+  struct ChildEnds {
+    UniqueFd out;
+    UniqueFd err;
+  };
+  // Creates the next worker's two pipes and routes (log files created, truncated) and
+  // starts reading them. Workers are numbered in the order of add() from 0, as in
+  // WorkerGroup. Throws std::system_error naming a log file that cannot be created.
+  ChildEnds add(const WorkerSpec& spec);
+  // Reads what worker `index`'s pipes hold now (its exit was seen): not waiting for EOF,
+  // since grandchildren may hold the pipes open, and ignoring back-pressure.
+  void drain(std::size_t index);
+  // End of an attempt, every writer in the groups dead: drains every pipe, flushes the
+  // last partial lines and forgets the pipes.
+  void close_all();
+
+  // Queues `event` behind the console output queued so far (for at most kHoldLimit: a
+  // console that stopped reading must not keep a failure from the agent).
+  void hold(const SupervisorEvent& event);
+  // Delivers the held events whose output is written (or whose time is up), in order.
+  void release_ready();
+  // Removes and returns every held event.
+  std::vector<SupervisorEvent> take_held();
+  // Milliseconds until the first held event's deadline, or -1 when none is held.
+  int timeout_ms() const;
+
+  // After each wakeup: watch the consoles for EPOLLOUT while they have a backlog, and
+  // pause or resume console-bound pipes as the consoles cross their high-water mark.
+  void sync();
+  // Blocks until the console backlogs are written or `limit` passes (see ConsoleWriter).
+  void flush_consoles(std::chrono::milliseconds limit);
+
+ private:
+  struct Pipe {
+    UniqueFd fd;
+    std::unique_ptr<StreamRoute> route;
+    ConsoleWriter* console = nullptr;  // the console this stream's lines may go to
+    bool paused = false;
+    EventLoop::Id id = 0;  // 0: not registered
+  };
+  struct Console {
+    explicit Console(int fd) : writer(fd) {}
+    ConsoleWriter writer;
+    EventLoop::Id id = 0;  // registered for EPOLLOUT while it has a backlog
+  };
+  struct Held {
+    SupervisorEvent event;
+    std::uint64_t out_mark = 0;
+    std::uint64_t err_mark = 0;
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  // Reads one pipe; `drain` ignores the per-wakeup budget and back-pressure and reads
+  // what the pipe holds now plus one byte to see EOF. At EOF the pipe is closed.
+  void read(Pipe& pipe, bool drain);
+  void close(Pipe& pipe);
+  void watch(Pipe& pipe);
+  void sync_console(Console& console);
+
+  EventLoop& loop_;
+  Console out_;
+  Console err_;
+  Deliver deliver_;
+  std::vector<std::unique_ptr<Pipe>> pipes_;  // worker i: 2i is stdout, 2i+1 stderr
+  std::deque<Held> held_;
+};
+
+}  // namespace ddprun::launcher

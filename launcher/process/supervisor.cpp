@@ -1,0 +1,273 @@
+// supervisor.cpp: ProcessSupervisor (see supervisor.h).
+//
+// The parts, each with its own state, all driven by one EventLoop thread:
+//   EventLoop     epoll, the request eventfd, post/call from the agent thread;
+//   WorkerGroup   the attempt's processes: spawn, pidfds, reaping, signals, SIGKILL;
+//   OutputRouter  the workers' pipes, console back-pressure, events held behind output.
+// Here: the signalfd, the event queue next_event() reads, and the attempt's life cycle
+// (start, stop with its grace period, end_attempt shared by start, stop and shutdown).
+#include "launcher/process/supervisor.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "launcher/process/event_loop.h"
+#include "launcher/process/output_router.h"
+#include "launcher/process/signals.h"
+#include "launcher/process/worker_group.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// How long stop() and the destructor wait for a console that does not accept output.
+constexpr std::chrono::milliseconds kConsoleFlushLimit{2000};
+
+}  // namespace
+
+struct ProcessSupervisor::Impl {
+  explicit Impl(SupervisorOptions opts);
+  ~Impl();
+
+  // --- loop-thread side ---
+  void on_signalfd();
+  void on_exit(std::size_t index, const WorkerExit& exit);
+  void do_start(std::vector<WorkerSpec>& specs);
+  // Ends the attempt, whatever its state: SIGKILL to every group, reap, drain and close
+  // the pipes; returns the exits not yet delivered (queued or held) and forgets the
+  // workers. kSignal events stay queued.
+  std::vector<WorkerExit> end_attempt();
+  void update_attempt_done();
+  int timeout_ms() const;
+
+  // --- shared ---
+  void push_event(const SupervisorEvent& ev);
+
+  SupervisorOptions options;
+  EventLoop loop;
+  OutputRouter router;
+  WorkerGroup group;
+  UniqueFd signal_fd;
+
+  // Loop-thread state.
+  bool stopping = false;  // inside stop(): no kAllSucceeded, signals may cut the grace
+
+  // Shared state, under mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<SupervisorEvent> events;
+  bool attempt_done = true;  // every worker of the attempt reaped
+  std::atomic<bool> cut{false};
+};
+
+ProcessSupervisor::Impl::Impl(SupervisorOptions opts)
+    : options(std::move(opts)),
+      router(loop, options.console_stdout_fd, options.console_stderr_fd,
+             [this](const SupervisorEvent& ev) { push_event(ev); }),
+      group(loop, options.use_pidfd, options.orphan_guard_fd,
+            [this](std::size_t index, const WorkerExit& exit) { on_exit(index, exit); }) {
+  std::vector<int> sigs = options.handled_signals;
+  if (!group.use_pidfd()) {
+    // Without pidfds, SIGCHLD joins the signalfd; reap_all runs after every wakeup.
+    sigs.push_back(SIGCHLD);
+    spdlog::debug("pidfd_open unavailable; reaping workers on SIGCHLD");
+  }
+  signal_fd = make_signalfd(sigs);
+  loop.add(signal_fd.get(), EPOLLIN, [this](std::uint32_t) { on_signalfd(); });
+  EventLoop::Hooks hooks;
+  hooks.on_start = [this] {
+    // The handled signals must stay blocked here too, or the kernel could deliver one to
+    // this thread with its default action instead of queueing it for the signalfd.
+    try {
+      std::vector<int> blocked = options.handled_signals;
+      blocked.push_back(SIGCHLD);
+      block_signals(blocked);
+    } catch (const std::exception& e) {
+      spdlog::error("supervisor: {}", e.what());
+    }
+  };
+  hooks.timeout_ms = [this] { return timeout_ms(); };
+  hooks.after_wakeup = [this] {
+    if (!group.use_pidfd()) group.reap_all();
+    router.release_ready();
+    router.sync();
+  };
+  loop.start(std::move(hooks));
+}
+
+ProcessSupervisor::Impl::~Impl() {
+  try {
+    loop.call([this] {
+      if (const std::size_t alive = group.alive(); alive > 0) {
+        spdlog::warn("killing {} worker(s) still running at supervisor shutdown", alive);
+      }
+      end_attempt();
+      router.flush_consoles(kConsoleFlushLimit);
+    });
+  } catch (const std::exception& e) {
+    spdlog::error("supervisor shutdown: {}", e.what());
+  }
+  // The thread must end before the parts it drives (declared after the loop) go.
+  loop.shutdown();
+}
+
+int ProcessSupervisor::Impl::timeout_ms() const {
+  const int reap = group.poll_interval_ms();
+  const int held = router.timeout_ms();
+  if (reap < 0) return held;
+  if (held < 0) return reap;
+  return std::min(reap, held);
+}
+
+void ProcessSupervisor::Impl::push_event(const SupervisorEvent& ev) {
+  {
+    std::lock_guard lock(mu);
+    events.push_back(ev);
+  }
+  cv.notify_all();
+}
+
+void ProcessSupervisor::Impl::on_signalfd() {
+  signalfd_siginfo info{};
+  while (::read(signal_fd.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    const int signo = static_cast<int>(info.ssi_signo);
+    if (signo == SIGCHLD && !group.use_pidfd()) continue;  // reap_all runs after the batch
+    SupervisorEvent ev;
+    ev.kind = SupervisorEvent::Kind::kSignal;
+    ev.signo = signo;
+    // A second Ctrl-C during stop()'s grace period means "now" (still reported).
+    if (stopping) cut = true;
+    push_event(ev);
+  }
+}
+
+void ProcessSupervisor::Impl::on_exit(std::size_t index, const WorkerExit& exit) {
+  // Everything the worker wrote before exiting is in its pipes now; take it all before
+  // reporting the exit.
+  router.drain(index);
+  SupervisorEvent ev;
+  ev.kind = SupervisorEvent::Kind::kWorkerExited;
+  ev.exit = exit;
+  router.hold(ev);
+  if (!stopping && group.all_succeeded()) {
+    SupervisorEvent all;
+    all.kind = SupervisorEvent::Kind::kAllSucceeded;
+    router.hold(all);
+  }
+  update_attempt_done();
+}
+
+void ProcessSupervisor::Impl::update_attempt_done() {
+  const bool done = group.all_reaped();
+  {
+    std::lock_guard lock(mu);
+    attempt_done = done;
+  }
+  if (done) cv.notify_all();
+}
+
+std::vector<WorkerExit> ProcessSupervisor::Impl::end_attempt() {
+  group.kill_all();
+  router.close_all();
+  router.release_ready();
+  std::vector<WorkerExit> exits;
+  {
+    std::lock_guard lock(mu);
+    std::deque<SupervisorEvent> keep;
+    auto take = [&](const SupervisorEvent& ev) {
+      if (ev.kind == SupervisorEvent::Kind::kWorkerExited) {
+        exits.push_back(ev.exit);
+      } else if (ev.kind != SupervisorEvent::Kind::kAllSucceeded) {
+        keep.push_back(ev);
+      }
+    };
+    for (const auto& ev : events) take(ev);
+    for (const auto& ev : router.take_held()) take(ev);
+    events = std::move(keep);
+  }
+  group.clear();
+  stopping = false;
+  update_attempt_done();
+  return exits;
+}
+
+void ProcessSupervisor::Impl::do_start(std::vector<WorkerSpec>& specs) {
+  if (group.alive() > 0) {
+    spdlog::warn("start() while workers of the previous attempt are alive; killing them");
+  }
+  end_attempt();
+  try {
+    for (WorkerSpec& spec : specs) {
+      OutputRouter::ChildEnds ends = router.add(spec);
+      group.spawn(spec, ends.out.get(), ends.err.get());
+    }
+  } catch (const SpawnError&) {
+    end_attempt();
+    throw;
+  } catch (const std::exception& e) {
+    end_attempt();
+    throw SpawnError(e.what());
+  }
+  update_attempt_done();
+}
+
+ProcessSupervisor::ProcessSupervisor(SupervisorOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+ProcessSupervisor::~ProcessSupervisor() = default;
+
+void ProcessSupervisor::start(std::vector<WorkerSpec> workers) {
+  impl_->loop.call([&] { impl_->do_start(workers); });
+}
+
+SupervisorEvent ProcessSupervisor::next_event(std::chrono::milliseconds timeout) {
+  // Capped so that milliseconds::max() means "wait forever" without overflowing.
+  auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
+  std::unique_lock lock(impl_->mu);
+  if (!impl_->cv.wait_for(lock, limit, [&] { return !impl_->events.empty(); })) {
+    return SupervisorEvent{};
+  }
+  SupervisorEvent ev = impl_->events.front();
+  impl_->events.pop_front();
+  return ev;
+}
+
+void ProcessSupervisor::forward_signal(int signo) {
+  impl_->loop.call([&] { impl_->group.signal_groups(signo); });
+}
+
+std::vector<WorkerExit> ProcessSupervisor::stop(int signo, std::chrono::milliseconds grace) {
+  Impl& m = *impl_;
+  m.cut = false;
+  m.loop.call([&] {
+    m.stopping = true;
+    m.group.signal_groups(signo);
+  });
+  {
+    std::unique_lock lock(m.mu);
+    m.cv.wait_for(lock, grace, [&] { return m.attempt_done || m.cut.load(); });
+  }
+  return m.loop.call([&] {
+    std::vector<WorkerExit> exits = m.end_attempt();
+    m.router.flush_consoles(kConsoleFlushLimit);
+    return exits;
+  });
+}
+
+void ProcessSupervisor::cut_short() {
+  impl_->cut = true;
+  std::lock_guard lock(impl_->mu);  // so a waiter cannot miss the notification
+  impl_->cv.notify_all();
+}
+
+std::vector<pid_t> ProcessSupervisor::live_pids() const {
+  return impl_->loop.call([&] { return impl_->group.live_pids(); });
+}
+
+}  // namespace ddprun::launcher

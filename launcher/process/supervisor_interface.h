@@ -1,0 +1,67 @@
+// supervisor_interface.h: what the Agent sees of worker supervision: the worker spec it
+// hands over, the events it gets back, and the small Supervisor interface (start,
+// next_event, forward_signal, stop). ProcessSupervisor (supervisor.h) is the real one;
+// tests/launcher drives the Agent through an in-process implementation of it.
+// Used by agent.h, supervisor.h, worker_group.h. Thread-safety: plain values; see each
+// implementation for its threads.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "launcher/process/log_fanout.h"
+
+namespace ddprun::launcher {
+
+struct WorkerSpec {
+  int local_rank = 0;
+  int global_rank = 0;
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH of `env` if it has no '/'
+  std::vector<std::string> env;   // the complete environment, "NAME=value"
+  std::string cwd;                // empty: inherit
+  std::string line_prefix;        // console prefix for the lines of kTee streams only,
+                                  // e.g. "[default0]:"
+  StreamSpec out;
+  StreamSpec err;
+};
+
+struct WorkerExit {
+  int local_rank = 0;
+  int global_rank = 0;
+  pid_t pid = 0;
+  int exit_code = 0;                           // valid when signal == 0
+  int signal = 0;                              // the terminating signal, or 0
+  std::chrono::system_clock::time_point when;  // when the exit was observed
+  bool failed() const { return signal != 0 || exit_code != 0; }
+};
+
+struct SupervisorEvent {
+  enum class Kind {
+    kWorkerExited,  // `exit` holds one worker's exit (successful or not)
+    kAllSucceeded,  // every worker of the attempt has exited 0
+    kSignal,        // the agent received `signo` (one of the handled signals)
+    kTimeout,       // next_event's timeout passed
+  };
+  Kind kind = Kind::kTimeout;
+  WorkerExit exit;
+  int signo = 0;
+};
+
+// One attempt's workers at a time. The contract (ProcessSupervisor documents it fully):
+// start() runs the workers or throws SpawnError (spawn.h) with nothing left running;
+// next_event() reports each worker's exit once, then kAllSucceeded when every worker
+// exited 0, and the handled signals as they arrive; stop() ends the attempt (signal,
+// grace, kill) and returns the exits not yet reported.
+class Supervisor {
+ public:
+  virtual ~Supervisor() = default;
+  virtual void start(std::vector<WorkerSpec> workers) = 0;
+  virtual SupervisorEvent next_event(std::chrono::milliseconds timeout) = 0;
+  virtual void forward_signal(int signo) = 0;
+  virtual std::vector<WorkerExit> stop(int signo, std::chrono::milliseconds grace) = 0;
+};
+
+}  // namespace ddprun::launcher

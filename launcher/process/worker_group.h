@@ -1,0 +1,77 @@
+// worker_group.h: WorkerGroup, one attempt's worker processes as the supervisor tracks
+// them: spawning (spawn.h) with each new process group told to the orphan guard, exit
+// detection (a pidfd per worker, or waitpid(pid, WNOHANG) on SIGCHLD/timer where pidfds
+// are missing), reaping, signals to every process group, and the SIGKILL escalation.
+// Used by ProcessSupervisor. Thread-safety: none; everything runs on the supervisor's
+// EventLoop thread, which is also the thread that forks (PR_SET_PDEATHSIG, spawn.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "launcher/process/event_loop.h"
+#include "launcher/process/supervisor_interface.h"
+#include "launcher/process/unique_fd.h"
+
+namespace ddprun::launcher {
+
+class WorkerGroup {
+ public:
+  // Called once per worker when its exit is recorded (reaped, or given up after SIGKILL).
+  using OnExit = std::function<void(std::size_t index, const WorkerExit& exit)>;
+
+  // `use_pidfd` false, or a kernel without pidfd_open (< 5.3): the owner must call
+  // reap_all() after SIGCHLD and every needs_polling() interval. `orphan_guard_fd`: the
+  // guard's pipe (orphan_guard.h), or -1.
+  WorkerGroup(EventLoop& loop, bool use_pidfd, int orphan_guard_fd, OnExit on_exit);
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  bool use_pidfd() const { return use_pidfd_; }
+
+  // Starts the next worker (index = number of workers added before) with the child's ends
+  // of its output pipes. Blocks until it has exec'd. Throws SpawnError; a worker that
+  // failed to exec is reaped and counts as exited without an exit report.
+  void spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd);
+
+  // Reaps every worker that has exited (the fallback without pidfds).
+  void reap_all();
+  // `signo` to every process group of the attempt, also when the leader already exited
+  // (grandchildren); ESRCH tolerated.
+  void signal_groups(int signo);
+  // The escalation's end: SIGKILL to every group, then reaps each worker (a worker still
+  // alive kKillWait later, in uninterruptible sleep, is given up and reported as killed),
+  // and tells the guard to forget every group.
+  void kill_all();
+  // Forgets the workers (all must have been reaped).
+  void clear();
+
+  std::size_t alive() const;
+  bool all_reaped() const { return alive() == 0; }
+  // Every worker reaped and none failed.
+  bool all_succeeded() const;
+  // The owner's loop must wake this often to reap (no pidfds and a worker alive), or -1.
+  int poll_interval_ms() const;
+  std::vector<pid_t> live_pids() const;
+
+ private:
+  struct Worker;
+
+  void reap(Worker& w);
+  void record_exit(Worker& w, WorkerExit exit);
+  void guard(int op, pid_t pgid);
+
+  EventLoop& loop_;
+  bool use_pidfd_ = true;
+  int guard_fd_ = -1;
+  bool guard_warned_ = false;
+  OnExit on_exit_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+}  // namespace ddprun::launcher

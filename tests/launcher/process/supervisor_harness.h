@@ -1,0 +1,57 @@
+// supervisor_harness.h: what the ProcessSupervisor tests share: a supervisor whose
+// console is two captured pipes, `sh -c` worker specs and a temp dir.
+// Used by supervisor_test.cpp and supervisor_output_test.cpp. Thread-safety: one test.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "launcher/process/supervisor.h"
+#include "tests/launcher/process/process_test_util.h"
+
+namespace ddprun::launcher::test {
+
+using namespace std::chrono_literals;
+
+// A supervisor whose console is two captured pipes.
+struct Harness {
+  explicit Harness(bool use_pidfd = true) {
+    agent_signal_setup();
+    out = std::make_unique<PipeCapture>();
+    err = std::make_unique<PipeCapture>();
+    SupervisorOptions o;
+    o.console_stdout_fd = out->fd();
+    o.console_stderr_fd = err->fd();
+    o.use_pidfd = use_pidfd;
+    sup = std::make_unique<ProcessSupervisor>(o);
+  }
+  // Next event that is not a timeout, or a kTimeout after `limit`.
+  SupervisorEvent next(std::chrono::milliseconds limit = 10s) { return sup->next_event(limit); }
+
+  std::unique_ptr<PipeCapture> out, err;
+  std::unique_ptr<ProcessSupervisor> sup;
+};
+
+inline WorkerSpec sh(int rank, const std::string& script, const std::string& prefix = "") {
+  WorkerSpec w;
+  w.local_rank = rank;
+  w.global_rank = rank + 10;
+  w.argv = {"/bin/sh", "-c", script};
+  w.env = {"PATH=/usr/bin:/bin", "RANK=" + std::to_string(rank)};
+  w.line_prefix = prefix;
+  return w;
+}
+
+struct TempDir {
+  TempDir() {
+    char t[] = "/tmp/ddprun-sup-XXXXXX";
+    REQUIRE(::mkdtemp(t) != nullptr);
+    path = t;
+  }
+  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
+  std::string path;
+};
+
+}  // namespace ddprun::launcher::test

@@ -1,0 +1,267 @@
+// ProcessSupervisor's output path with real shell workers, and pipes, files and a
+// terminal standing in for the agent's stdout/stderr: whole lines, prefixes, files,
+// back-pressure, and exits released only after the worker's output.
+#include <catch2/catch.hpp>
+
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <map>
+#include <regex>
+
+#include "launcher/process/supervisor.h"
+#include "tests/launcher/process/supervisor_harness.h"
+
+using namespace ddprun::launcher;
+using namespace ddprun::launcher::test;
+using namespace std::chrono_literals;
+using Kind = SupervisorEvent::Kind;
+
+TEST_CASE("supervisor: concurrent workers' console lines never interleave mid-line",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  const int kLines = 2000;
+  std::vector<WorkerSpec> workers;
+  for (int r = 0; r < 4; ++r) {
+    // Lines of ~1000 bytes (more than PIPE_BUF in flight at once from 4 writers).
+    std::string script = "pad=$(printf '%0990d' 0); i=0; while [ $i -lt " +
+                         std::to_string(kLines) + " ]; do echo \"R" + std::to_string(r) +
+                         " L$i $pad\"; i=$((i+1)); done; echo \"err R" +
+                         std::to_string(r) + "\" >&2";
+    WorkerSpec w = sh(r, script, "[default" + std::to_string(r) + "]:");
+    // Tee'd (-t 3), so console lines carry the prefix that tells the workers apart.
+    w.out.mode = w.err.mode = StreamMode::kTee;
+    w.out.file = dir.path + "/" + std::to_string(r) + "/stdout.log";
+    w.err.file = dir.path + "/" + std::to_string(r) + "/stderr.log";
+    workers.push_back(std::move(w));
+  }
+  h.sup->start(workers);
+  int exited = 0;
+  while (exited < 4) {
+    SupervisorEvent ev = h.next();
+    REQUIRE(ev.kind != Kind::kTimeout);
+    if (ev.kind == Kind::kWorkerExited) {
+      CHECK(ev.exit.exit_code == 0);
+      ++exited;
+    }
+  }
+  CHECK(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  std::string out = h.out->finish();
+  std::string err = h.err->finish();
+  std::regex line_re("\\[default(\\d)\\]:R(\\d) L(\\d+) 0{990}");
+  std::map<int, int> next_line;
+  int bad = 0;
+  for (const auto& line : split_lines(out)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, line_re) || m[1] != m[2]) {
+      ++bad;
+      continue;
+    }
+    int r = std::stoi(m[1]);
+    if (std::stoi(m[3]) != next_line[r]) ++bad;  // per-worker order is kept
+    next_line[r] = std::stoi(m[3]) + 1;
+  }
+  CHECK(bad == 0);
+  for (int r = 0; r < 4; ++r) CHECK(next_line[r] == kLines);
+  for (int r = 0; r < 4; ++r) {
+    CHECK(err.find("[default" + std::to_string(r) + "]:err R" + std::to_string(r) + "\n") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("supervisor: the last lines of a crashing worker come before its exit event",
+          "[supervisor]") {
+  Harness h;
+  h.sup->start({sh(0,
+                   "i=1; while [ $i -le 3000 ]; do echo line$i; i=$((i+1)); done; "
+                   "echo fatal-error >&2; printf partial-last; kill -9 $$")});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.signal == SIGKILL);
+  // The supervisor wrote them before releasing the event; the capture thread may still be
+  // reading them from the pipe.
+  CHECK(eventually([&] { return h.out->contains("line2999\nline3000\npartial-last\n"); }, 2s));
+  CHECK(eventually([&] { return h.err->contains("fatal-error\n"); }, 2s));
+}
+
+TEST_CASE("supervisor: a worker printing 50 MB does not stall another's exit", "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  WorkerSpec chatty =
+      sh(0, "head -c 50000000 /dev/zero | tr '\\0' 'x' | fold -w 999; echo; sleep 30");
+  chatty.out.mode = StreamMode::kRedirect;
+  chatty.out.file = dir.path + "/0/stdout.log";
+  WorkerSpec failing = sh(1, "sleep 0.2; exit 5");
+  auto t0 = std::chrono::steady_clock::now();
+  h.sup->start({chatty, failing});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.local_rank == 1);
+  CHECK(ev.exit.exit_code == 5);
+  CHECK(std::chrono::steady_clock::now() - t0 < 4s);
+  // All 50 MB reach the file (in 999-byte lines plus newlines).
+  const std::size_t want = 50000000 + 50000000 / 999 + 1;
+  struct stat st {};
+  CHECK(eventually(
+      [&] { return ::stat(chatty.out.file.c_str(), &st) == 0 && std::size_t(st.st_size) == want; },
+      30s));
+  h.sup->stop(SIGTERM, 2s);
+}
+
+TEST_CASE("supervisor: a console that stops reading delays but never loses output",
+          "[supervisor]") {
+  Harness h;
+  h.out->set_paused(true);
+  // 8 MB to the console, far above the pipe capacity and the writer's high-water mark.
+  WorkerSpec chatty = sh(0, "head -c 8000000 /dev/zero | tr '\\0' 'y' | fold -w 99; echo done");
+  WorkerSpec failing = sh(1, "sleep 0.2; exit 9");
+  h.sup->start({chatty, failing});
+  SupervisorEvent ev = h.next();
+  REQUIRE(ev.kind == Kind::kWorkerExited);  // held at most briefly behind the jammed console
+  CHECK(ev.exit.exit_code == 9);
+  h.out->set_paused(false);
+  ev = h.next(30s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.exit_code == 0);
+  h.sup->stop(SIGTERM, 1s);
+  h.sup.reset();
+  std::string out = h.out->finish();
+  CHECK(out.size() == 8000000 + 8000000 / 99 + 5);  // fold's last partial line ends in "done"
+  CHECK(out.substr(out.size() - 5) == "done\n");
+}
+
+TEST_CASE("supervisor: redirect and tee write files - the prefix only on the console",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  WorkerSpec w = sh(0, "echo out1; echo out2; echo err1 >&2; printf no-newline", "[default0]:");
+  w.out.mode = StreamMode::kTee;
+  w.out.file = dir.path + "/attempt_0/0/stdout.log";
+  w.err.mode = StreamMode::kRedirect;
+  w.err.file = dir.path + "/attempt_0/0/stderr.log";
+  WorkerSpec hidden = sh(1, "echo secret; echo secret-err >&2", "[default1]:");
+  hidden.out.mode = StreamMode::kTee;
+  hidden.out.file = dir.path + "/attempt_0/1/stdout.log";
+  hidden.out.show_on_console = false;
+  hidden.err.show_on_console = false;
+  h.sup->start({w, hidden});
+  for (int i = 0; i < 2; ++i) REQUIRE(h.next().kind == Kind::kWorkerExited);
+  REQUIRE(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  CHECK(h.out->finish() == "[default0]:out1\n[default0]:out2\n[default0]:no-newline\n");
+  CHECK(h.err->finish().empty());
+  CHECK(slurp(w.out.file) == "out1\nout2\nno-newline\n");
+  CHECK(slurp(w.err.file) == "err1\n");
+  CHECK(slurp(hidden.out.file) == "secret\n");
+}
+
+TEST_CASE("supervisor: only tee'd streams are prefixed (-t 1 leaves stderr bare)",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  WorkerSpec w = sh(0, "echo out; echo err >&2", "[default0]:");
+  w.out.mode = StreamMode::kTee;
+  w.out.file = dir.path + "/stdout.log";
+  h.sup->start({w});
+  REQUIRE(h.next().kind == Kind::kWorkerExited);
+  REQUIRE(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  CHECK(h.out->finish() == "[default0]:out\n");
+  CHECK(h.err->finish() == "err\n");
+}
+
+TEST_CASE("supervisor: a worker's exit is released only after its output is on the console",
+          "[supervisor]") {
+  agent_signal_setup();
+  // A console pipe that nobody reads yet: whatever is in it at the moment the event is
+  // delivered was written before the event.
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  UniqueFd console_read(fds[0]), console_write(fds[1]);
+  SupervisorOptions o;
+  o.console_stdout_fd = console_write.get();
+  o.console_stderr_fd = console_write.get();
+  ProcessSupervisor sup(o);
+  // 2000 lines of 10 bytes = 20000 bytes (within the pipe's 64 KiB), then a failure.
+  sup.start({sh(0, "i=1000; while [ $i -lt 3000 ]; do echo line_$i; i=$((i+1)); done; exit 3")});
+  SupervisorEvent ev = sup.next_event(10s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.exit_code == 3);
+  int queued = 0;
+  REQUIRE(::ioctl(console_read.get(), FIONREAD, &queued) == 0);
+  CHECK(queued == 20000);
+  std::string text(20000, '\0');
+  REQUIRE(::read(console_read.get(), text.data(), text.size()) == 20000);
+  CHECK(text.substr(0, 10) == "line_1000\n");
+  CHECK(text.substr(text.size() - 10) == "line_2999\n");
+}
+
+TEST_CASE("supervisor: a grandchild that never stops writing cannot stall exit or stop",
+          "[supervisor]") {
+  Harness h;
+  WorkerSpec w = sh(0, "yes spam & sleep 0.1; exit 7");
+  w.out.mode = StreamMode::kRedirect;
+  w.out.file = "/dev/null";
+  h.sup->start({w});
+  SupervisorEvent ev = h.next(5s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.exit_code == 7);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(h.sup->stop(SIGTERM, 1s).empty());
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[supervisor]") {
+  agent_signal_setup();
+  const std::string kind = GENERATE(std::string("file"), std::string("pty"));
+  INFO("console is a " << kind);
+  TempDir dir;
+  UniqueFd console, master;
+  std::mutex mu;
+  std::string captured;
+  auto seen = [&](const std::string& needle) {
+    std::lock_guard lock(mu);
+    return captured.find(needle) != std::string::npos;
+  };
+  std::thread reader;
+  if (kind == "file") {
+    console.reset(::open((dir.path + "/console").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  } else {
+    master.reset(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    REQUIRE(master);
+    REQUIRE(::grantpt(master.get()) == 0);
+    REQUIRE(::unlockpt(master.get()) == 0);
+    console.reset(::open(::ptsname(master.get()), O_RDWR | O_NOCTTY | O_CLOEXEC));
+    reader = std::thread([&] {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(master.get(), buf, sizeof buf)) > 0) {
+        std::lock_guard lock(mu);
+        captured.append(buf, n);
+      }
+    });
+  }
+  REQUIRE(console);
+  {
+    SupervisorOptions o;
+    o.console_stdout_fd = console.get();
+    o.console_stderr_fd = console.get();
+    ProcessSupervisor sup(o);
+    sup.start({sh(0, "echo one; echo two >&2")});
+    REQUIRE(sup.next_event(10s).kind == Kind::kWorkerExited);
+  }
+  if (kind == "file") {
+    std::string text = slurp(dir.path + "/console");
+    CHECK(text.find("one\n") != std::string::npos);
+    CHECK(text.find("two\n") != std::string::npos);
+  } else {
+    // The terminal's line discipline turns "\n" into "\r\n".
+    CHECK(eventually([&] { return seen("two\r\n"); }, 2s));
+    CHECK(seen("one\r\n"));
+    console.reset();  // the master then reads EIO and the reader ends
+    reader.join();
+  }
+}
