@@ -357,6 +357,11 @@ std::int64_t KvState::queue_pop(std::string_view key, std::string& value) {
   return len;
 }
 
+const std::string* KvState::queue_front(std::string_view key) const {
+  auto it = impl_->queues.find(key);
+  return it == impl_->queues.end() || it->second.empty() ? nullptr : &it->second.front();
+}
+
 std::int64_t KvState::queue_len(std::string_view key) const {
   auto it = impl_->queues.find(key);
   return it == impl_->queues.end() ? 0 : static_cast<std::int64_t>(it->second.size());
@@ -371,6 +376,12 @@ std::vector<std::string> KvState::list_keys() const {
 
 std::optional<KvState::WaitResult> KvState::barrier(std::string_view key, std::int64_t world_size,
                                                     ClientId who, Effects& fx, std::string& error) {
+  if (world_size <= 0) {
+    // A barrier nobody can be counted towards: completing it at once would let a caller
+    // with a garbled size run ahead of the others unnoticed.
+    error = "world size " + std::to_string(world_size) + " is not a positive number";
+    return std::nullopt;
+  }
   const auto count = add(key, 1, fx, error);
   if (!count) return std::nullopt;
   if (*count >= world_size) {

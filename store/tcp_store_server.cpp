@@ -17,6 +17,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cerrno>
+#include <chrono>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -45,6 +46,11 @@ constexpr std::size_t kMaxPushBacklogBytes = 64 * 1024 * 1024;
 // Below this many pending connects the kernel may drop SYNs during a job's start-up burst.
 constexpr int kLowSomaxconn = 1024;
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+// Connections closed for bad input are logged one by one up to kRejectLogBurst per
+// kRejectLogWindow; the rest are counted and summarised in one line when the window ends
+// (a fuzzer or a port scanner must not flood the log).
+constexpr std::size_t kRejectLogBurst = 10;
+constexpr auto kRejectLogWindow = std::chrono::seconds(5);
 
 std::string format_endpoint(const tcp::endpoint& ep) {
   asio::ip::address addr = ep.address();
@@ -74,6 +80,9 @@ struct ServerState {
   // Sends each released client its `00` and each watcher its notification.
   void deliver(KvState::Effects& effects);
   void session_closed(KvState::ClientId id);
+  // Logs that the connection from `peer` is closed for `reason`, rate-limited.
+  void log_rejected(const tcp::endpoint& peer, std::string_view reason);
+  void flush_rejected();
   std::shared_ptr<Session> find(KvState::ClientId id) const;  // null once closed
   void close_all_sessions();
   void listen_or_throw();
@@ -90,6 +99,10 @@ struct ServerState {
   bool stopping = false;
   std::size_t refused_in_burst = 0;  // connections over max_connections since last logged
   bool accept_error_logged = false;
+  std::chrono::steady_clock::time_point reject_window_start{};
+  std::size_t rejects_logged = 0;      // in the current window
+  std::size_t rejects_suppressed = 0;  // since the last summary
+  std::string last_suppressed;         // "peer: reason" of the latest one
 
   std::atomic<std::size_t> connections{0};
   std::atomic<std::uint16_t> port{0};
@@ -97,6 +110,7 @@ struct ServerState {
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_retry{ioc};
+  asio::steady_timer reject_summary{ioc};
   std::thread thread;
   std::mutex lifecycle_mu;  // start/stop/reset callers
   bool running = false;     // guarded by lifecycle_mu
@@ -132,9 +146,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close(std::string_view reason) {
     if (closed_) return;
     closed_ = true;
-    if (!reason.empty()) {
-      spdlog::warn("store: closing connection from {}: {}", format_endpoint(peer_), reason);
-    }
+    if (!reason.empty()) server_.log_rejected(peer_, reason);
     error_code ignored;
     socket_.close(ignored);  // pending operations complete with operation_aborted
     server_.session_closed(id_);
@@ -203,8 +215,13 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       std::string_view rest = data.substr(pos);
       if (!dialect_) {
-        DetectResult d = detect_dialect(rest);
+        std::string error;
+        DetectResult d = detect_dialect(rest, server_.options.limits, error);
         if (d == DetectResult::kNeedMore) break;
+        if (d == DetectResult::kBad) {
+          close(error);
+          break;
+        }
         dialect_ = d == DetectResult::kModern ? Dialect::kModern : Dialect::kLegacy;
       }
       ParseResult parsed = parse_request(rest, *dialect_, server_.options.limits, req_);
@@ -310,6 +327,34 @@ void ServerState::session_closed(KvState::ClientId id) {
   kv.forget(id);
   sessions.erase(id);
   connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ServerState::log_rejected(const tcp::endpoint& peer, std::string_view reason) {
+  if (stopping) return;  // no timer may outlive stop()
+  const auto now = std::chrono::steady_clock::now();
+  if (now - reject_window_start >= kRejectLogWindow) {
+    reject_window_start = now;
+    rejects_logged = 0;
+  }
+  if (rejects_logged < kRejectLogBurst) {
+    ++rejects_logged;
+    spdlog::warn("store: closing connection from {}: {}", format_endpoint(peer), reason);
+    return;
+  }
+  last_suppressed = format_endpoint(peer) + ": " + std::string(reason);
+  if (rejects_suppressed++ == 0) {
+    reject_summary.expires_at(reject_window_start + kRejectLogWindow);
+    reject_summary.async_wait([this](const error_code&) { flush_rejected(); });
+  }
+}
+
+void ServerState::flush_rejected() {
+  if (rejects_suppressed == 0) return;
+  spdlog::warn(
+      "store: closed {} more connections for bad input in {} s without logging each (the last "
+      "from {})",
+      rejects_suppressed, kRejectLogWindow.count(), last_suppressed);
+  rejects_suppressed = 0;
 }
 
 void ServerState::close_all_sessions() {
@@ -467,6 +512,7 @@ void TcpStoreServer::stop() {
     error_code ignored;
     impl->acceptor.close(ignored);
     impl->accept_retry.cancel();
+    impl->reject_summary.cancel();  // its handler still logs the summary
     impl->close_all_sessions();
   });
   // With the acceptor and every socket closed, no handler re-arms and run() returns.

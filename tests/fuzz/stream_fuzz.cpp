@@ -119,9 +119,14 @@ class Ledger {
 
 void run_stream(const std::uint8_t* data, std::size_t size) {
   const std::string_view stream(reinterpret_cast<const char*>(data), size);
-  const auto detected = detect_dialect(stream);
+  std::string detect_error;
+  const auto detected = detect_dialect(stream, Limits{}, detect_error);
   if (detected == DetectResult::kNeedMore) {
     FUZZ_CHECK(size < 5);
+    return;
+  }
+  if (detected == DetectResult::kBad) {
+    FUZZ_CHECK(one_line(detect_error));
     return;
   }
   const Dialect dialect = detected == DetectResult::kModern ? Dialect::kModern : Dialect::kLegacy;

@@ -4,6 +4,8 @@
 #include "store/tcp_store_server.h"
 
 #include <dlfcn.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -12,6 +14,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +43,36 @@ struct Server {
   }
   TcpStoreServer server;
   std::uint16_t port = 0;
+};
+
+// Keeps every line spdlog's default logger prints while it lives (instead of printing).
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink_));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::vector<std::string> lines() { return sink_->lines(); }
+
+ private:
+  class Sink : public spdlog::sinks::base_sink<std::mutex> {
+   public:
+    std::vector<std::string> lines() {
+      std::lock_guard lock(mutex_);
+      return lines_;
+    }
+
+   protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+      lines_.emplace_back(msg.payload.data(), msg.payload.size());
+    }
+    void flush_() override {}
+
+   private:
+    std::vector<std::string> lines_;
+  };
+  std::shared_ptr<Sink> sink_ = std::make_shared<Sink>();
+  std::shared_ptr<spdlog::logger> previous_;
 };
 
 TcpStoreOptions client(std::uint16_t port, Store::Duration timeout = 30s) {
@@ -278,6 +312,8 @@ TEST_CASE("server: bad input closes only that connection", "[server][net]") {
   }
   SECTION("too many keys") { bad.send(Op::kCheck, L, {"a", "b", "c", "d", "e"}); }
   SECTION("unknown legacy command") { bad.send(hex("7f 00 00")); }
+  // As a 2.x client with a wrong magic opens (its PING would follow after a reply).
+  SECTION("VALIDATE with a wrong magic, nothing after it") { bad.send(hex("00 de ad be ef")); }
   SECTION("garbage after the modern handshake") {
     bad.handshake();
     bad.send(hex("ee ee ee ee"));
@@ -291,6 +327,10 @@ TEST_CASE("server: bad input closes only that connection", "[server][net]") {
     bad.handshake();
     bad.send(Op::kSet, M, {"s"}, {"abc"});
     bad.send(Op::kBarrier, M, {"s"}, {}, 2);
+  }
+  SECTION("BARRIER with a world size of 0") {
+    bad.handshake();
+    bad.send(Op::kBarrier, M, {"z"}, {}, 0);
   }
   CHECK(bad.closed_by_server());
   good_legacy.send(Op::kGet, L, {"a"});
@@ -525,6 +565,34 @@ TEST_CASE("server: start() names host:port and the reason when binding fails", "
   first.server.stop();
   first.server.stop();
   CHECK(first.server.connection_count() == 0);
+}
+
+TEST_CASE("server: connections closed for bad input are logged at a bounded rate and summed up",
+          "[server][net]") {
+  LogCapture log;
+  Server s;
+  constexpr int kBad = 60;
+  for (int i = 0; i < kBad; ++i) {
+    RawClient bad(s.port);
+    bad.send(hex("7f 00 00"));
+    REQUIRE(bad.closed_by_server());
+  }
+  // Each closed connection is either a line of its own or counted in a summary line,
+  // which comes when the rate window ends (within seconds).
+  const std::regex summary("closed ([0-9]+) more connections for bad input");
+  std::size_t one_by_one = 0, summed = 0;
+  CHECK(eventually([&] {
+    one_by_one = summed = 0;
+    for (const std::string& line : log.lines()) {
+      std::smatch m;
+      if (line.find("closing connection from 127.0.0.1:") != std::string::npos) ++one_by_one;
+      if (std::regex_search(line, m, summary)) summed += std::stoul(m[1]);
+    }
+    return one_by_one + summed == kBad;
+  }));
+  INFO(one_by_one << " logged one by one, " << summed << " in summaries");
+  CHECK(one_by_one < kBad / 2);
+  CHECK(summed > 0);
 }
 
 }  // namespace
