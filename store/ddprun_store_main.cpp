@@ -125,6 +125,17 @@ std::unique_ptr<ddprun::store::TcpStore> connect(const ClientArgs& args) {
   return std::make_unique<ddprun::store::TcpStore>(opts);
 }
 
+// Keys are typed as `keys` and the error lines print them (escape_bytes): `\xNN` for
+// a byte that is not printable ASCII, `\\` for a backslash.
+void unescape_keys(ClientArgs& args) {
+  try {
+    args.key = ddprun::store::unescape_bytes(args.key);
+    for (std::string& k : args.keys) k = ddprun::store::unescape_bytes(k);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("KEY ") + e.what());
+  }
+}
+
 int missing_key(const std::string& key) {
   std::cerr << "ddprun-store: key '" << escape_bytes(key) << "' does not exist\n";
   return kExitFailure;
@@ -172,7 +183,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Keys are shown and typed exactly as stored; PyTorch clients prepend '/' to their keys "
-      "(torch's store.set('k', ...) stores '/k').\nNon-printable bytes are shown as \\xNN.\n"
+      "(torch's store.set('k', ...) stores '/k').\nBytes that are not printable ASCII are shown "
+      "as \\xNN and a backslash as \\\\; KEY arguments are typed the same way.\n"
       "Exit status: 0 success, 1 store error (unreachable, missing key, timeout), 2 bad "
       "arguments.");
 
@@ -253,6 +265,7 @@ int main(int argc, char** argv) {
       spdlog::set_level(spdlog::level::from_str(log_level));
       return serve(serve_args);
     }
+    unescape_keys(client_args);
     return run_client(command, client_args);
   } catch (const UsageError& e) {
     std::cerr << "ddprun-store: error: " << e.what()
