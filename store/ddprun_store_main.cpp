@@ -215,6 +215,23 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-request-bytes", serve_args.options.limits.max_request_bytes)
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  serve_cmd
+      ->add_option("--max-reply-bytes", serve_args.options.max_reply_bytes,
+                   "A request whose reply would be larger closes its connection")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd
+      ->add_option("--max-connection-output-bytes", serve_args.options.max_connection_output_bytes,
+                   "A connection with this many reply bytes unsent is not read until its client "
+                   "reads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd
+      ->add_option("--max-output-bytes", serve_args.options.max_output_bytes,
+                   "Unsent reply bytes of all connections together; a reply that would pass "
+                   "this waits")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   serve_cmd->add_option("--log-level", log_level)
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));

@@ -24,13 +24,17 @@ struct HandleResult {
   std::string error;
 };
 
-// Cap on one reply (MULTI_GET can name one 8 MiB value 131072 times); a request whose
-// reply would exceed it is answered with kClose instead of exhausting memory.
-inline constexpr std::size_t kMaxReplyBytes = std::size_t{256} << 20;
+// The number of bytes handle_request would answer `req` with if applied to `kv` now,
+// counting the `00` that a pending WAIT or BARRIER gets later (0 for a request that
+// closes the connection). A few hundred request bytes can ask for a huge reply (MULTI_GET
+// can name one 8 MiB value 131072 times), so servers call this first, to refuse a reply
+// over their cap or to defer it while their output is full (docs/protocol.md "Output
+// limits"). Cost: one lookup per key named (LIST_KEYS: a pass over every key).
+std::size_t reply_size(const KvState& kv, const Request& req);
 
 // Applies `req` from client `who` speaking `dialect`. Appends this client's reply bytes to
-// `reply`; adds released waiters and watch notifications (for this or other clients)
-// to `fx`. `req` may be moved from.
+// `reply` (as many as reply_size said; callers bound them with it); adds released waiters
+// and watch notifications (for this or other clients) to `fx`. `req` may be moved from.
 HandleResult handle_request(KvState& kv, KvState::ClientId who, Dialect dialect,
                             Request& req, std::string& reply, KvState::Effects& fx);
 

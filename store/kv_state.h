@@ -59,6 +59,9 @@ class KvState {
   // GET: the value, or nullptr when the key is missing (the server answers an empty
   // value, as the libuv server does). The pointer is valid until the next mutation.
   const std::string* get(std::string_view key) const;
+  // The value as a handle that stays valid and unchanged however the key changes later
+  // (a reply sent in pieces holds it); nullptr when the key is missing.
+  std::shared_ptr<const std::string> value_handle(std::string_view key) const;
 
   // ADD: value parsed as ASCII decimal (missing = 0), plus delta, stored back as ASCII
   // decimal; returns the new value. Returns nullopt and sets `error` (one line) when the
