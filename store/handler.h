@@ -25,8 +25,8 @@ struct HandleResult {
 };
 
 // The number of bytes handle_request would answer `req` with if applied to `kv` now,
-// counting the `00` that a pending WAIT or BARRIER gets later (0 for a request that
-// closes the connection). A few hundred request bytes can ask for a huge reply (MULTI_GET
+// counting the `00` that a pending WAIT or BARRIER gets later (a request that then
+// closes the connection, e.g. ADD on a non-number, gets nothing). A few hundred request bytes can ask for a huge reply (MULTI_GET
 // can name one 8 MiB value 131072 times), so servers call this first, to refuse a reply
 // over their cap or to defer it while their output is full (docs/protocol.md "Output
 // limits"). Cost: one lookup per key named (LIST_KEYS: a pass over every key).
