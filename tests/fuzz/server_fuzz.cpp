@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "store/tcp_store_server.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/store/raw_client.h"
 
 namespace ddprun::store::fuzz {
@@ -19,15 +20,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::RawClient;
-
-[[noreturn]] void fail(const char* what, int line) {
-  std::fprintf(stderr, "store server fuzz check failed (server_fuzz.cpp:%d): %s\n", line, what);
-  std::abort();
-}
-#define SERVER_FUZZ_CHECK(cond)         \
-  do {                                  \
-    if (!(cond)) fail(#cond, __LINE__); \
-  } while (0)
 
 ServerOptions small_caps() {
   ServerOptions o;
@@ -100,16 +92,16 @@ void run_server(const std::uint8_t* data, std::size_t size) {
     send_some(silent, bytes.substr(cut));
     send_some(reader, bytes.substr(cut));
     drain(reader);
-    SERVER_FUZZ_CHECK(s.unsent_output_bytes() <= kUnsentBound);
+    FUZZ_CHECK(s.unsent_output_bytes() <= kUnsentBound);
     // Whatever those two did, a new client is served at once.
     RawClient probe(s.port());
     probe.send(std::string_view("\x00\xce\xf7\x85\x3c\x0d\x2a\x00\x00\x00", 10));
     const auto echo = probe.read_exact(4, 10s);
-    SERVER_FUZZ_CHECK(echo && *echo == std::string_view("\x2a\x00\x00\x00", 4));
+    FUZZ_CHECK(echo && *echo == std::string_view("\x2a\x00\x00\x00", 4));
   }
   s.reset();
-  SERVER_FUZZ_CHECK(s.unsent_output_bytes() == 0);
-  SERVER_FUZZ_CHECK(s.pending_waits() == 0);
+  FUZZ_CHECK(s.unsent_output_bytes() == 0);
+  FUZZ_CHECK(s.pending_waits() == 0);
 }
 
 }  // namespace ddprun::store::fuzz

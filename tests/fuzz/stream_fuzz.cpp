@@ -11,18 +11,10 @@
 #include "store/handler.h"
 #include "store/kv_state.h"
 #include "store/protocol.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace ddprun::store::fuzz {
 namespace {
-
-[[noreturn]] void fail(const char* what, int line) {
-  std::fprintf(stderr, "store_core fuzz invariant broken (stream_fuzz.cpp:%d): %s\n", line, what);
-  std::abort();
-}
-#define FUZZ_CHECK(cond)                \
-  do {                                  \
-    if (!(cond)) fail(#cond, __LINE__); \
-  } while (0)
 
 // Replies over this are refused, as the server refuses those over --max-reply-bytes.
 constexpr std::size_t kMaxReplyBytes = std::size_t{16} << 20;
