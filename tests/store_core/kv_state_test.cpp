@@ -351,7 +351,7 @@ TEST_CASE_METHOD(Fresh, "barrier: several clients, released together, each once"
 }
 
 TEST_CASE_METHOD(Fresh,
-                 "barrier: world size 1 passes at once; sizes <= 0 and bad counters are errors",
+                 "barrier: world size 1 passes at once, sizes <= 0 and bad counters are errors",
                  "[kv_state]") {
   CHECK(kv.barrier("/one", 1, 1, fx, err) == kReady);
   for (std::int64_t size : {std::int64_t{0}, std::int64_t{-3}, INT64_MIN}) {

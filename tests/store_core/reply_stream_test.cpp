@@ -47,7 +47,7 @@ TEST_CASE("ReplyStream: the bytes of handle_request's reply, in pieces of any si
   }
 }
 
-TEST_CASE("ReplyStream: a snapshot; later changes to the keys do not show", "[reply_stream]") {
+TEST_CASE("ReplyStream: a snapshot - later changes to the keys do not show", "[reply_stream]") {
   KvState kv;
   KvState::Effects fx;
   kv.set("/k", std::string(64, 'o'), fx);
