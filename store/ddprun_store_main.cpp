@@ -119,6 +119,17 @@ std::unique_ptr<ddprun::store::TcpStore> connect(const ClientArgs& args) {
   return std::make_unique<ddprun::store::TcpStore>(opts);
 }
 
+// Keys are typed as `keys` and the error lines print them (escape_bytes): `\xNN` for
+// a byte that is not printable ASCII, `\\` for a backslash.
+void unescape_keys(ClientArgs& args) {
+  try {
+    args.key = ddprun::store::unescape_bytes(args.key);
+    for (std::string& k : args.keys) k = ddprun::store::unescape_bytes(k);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("KEY ") + e.what());
+  }
+}
+
 int missing_key(const std::string& key) {
   std::cerr << "ddprun-store: key '" << escape_bytes(key) << "' does not exist\n";
   return kExitFailure;
@@ -166,7 +177,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Keys are shown and typed exactly as stored; PyTorch clients prepend '/' to their keys "
-      "(torch's store.set('k', ...) stores '/k').\nNon-printable bytes are shown as \\xNN.\n"
+      "(torch's store.set('k', ...) stores '/k').\nBytes that are not printable ASCII are shown "
+      "as \\xNN and a backslash as \\\\; KEY arguments are typed the same way.\n"
       "Exit status: 0 success, 1 store error (unreachable, missing key, timeout), 2 bad "
       "arguments.");
 
@@ -195,6 +207,23 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   serve_cmd->add_option("--max-request-bytes", serve_args.options.limits.max_request_bytes)
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd
+      ->add_option("--max-reply-bytes", serve_args.options.max_reply_bytes,
+                   "A request whose reply would be larger closes its connection")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd
+      ->add_option("--max-connection-output-bytes", serve_args.options.max_connection_output_bytes,
+                   "A connection with this many reply bytes unsent is not read until its client "
+                   "reads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd
+      ->add_option("--max-output-bytes", serve_args.options.max_output_bytes,
+                   "Unsent reply bytes of all connections together; a reply that would pass "
+                   "this waits")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   serve_cmd->add_option("--log-level", log_level)
@@ -247,6 +276,7 @@ int main(int argc, char** argv) {
       spdlog::set_level(spdlog::level::from_str(log_level));
       return serve(serve_args);
     }
+    unescape_keys(client_args);
     return run_client(command, client_args);
   } catch (const UsageError& e) {
     std::cerr << "ddprun-store: error: " << e.what()

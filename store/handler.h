@@ -24,14 +24,19 @@ struct HandleResult {
   std::string error;
 };
 
-// Cap on one reply (MULTI_GET can name one 8 MiB value 131072 times); a request whose
-// reply would exceed it is answered with kClose instead of exhausting memory.
-inline constexpr std::size_t kMaxReplyBytes = std::size_t{256} << 20;
+// The number of bytes handle_request would answer `req` with if applied to `kv` now,
+// counting the `00` that a pending WAIT or BARRIER gets later (a request that then
+// closes the connection, e.g. ADD on a non-number, gets nothing). A few hundred request bytes can ask for a huge reply (MULTI_GET
+// can name one 8 MiB value 131072 times), so servers call this first, to refuse a reply
+// over their cap or to defer it while their output is full (docs/protocol.md "Output
+// limits"). Cost: one lookup per key named (LIST_KEYS: a pass over every key).
+std::size_t reply_size(const KvState& kv, const Request& req);
 
-// Applies `req` from client `who`. Appends this client's reply bytes to `reply` (both
-// dialects share reply shapes; only the command numbers differ, and parse_request has
-// mapped those to Op); adds released waiters and watch notifications (for this or other
-// clients) to `fx`. `req` may be moved from.
+// Applies `req` from client `who`. Appends this client's reply bytes to `reply` (as many
+// as reply_size said; callers bound them with it). Both dialects share reply shapes; only
+// the command numbers differ, and parse_request has mapped those to Op. Adds released
+// waiters and watch notifications (for this or other clients) to `fx`. `req` may be
+// moved from.
 HandleResult handle_request(KvState& kv, KvState::ClientId who, Request& req,
                             std::string& reply, KvState::Effects& fx);
 

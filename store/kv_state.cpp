@@ -69,7 +69,9 @@ struct KvState::Impl {
     bool barrier;
   };
 
-  StringMap<std::string> kv;
+  // Values are shared with replies still being sent (value_handle), so they are replaced,
+  // never changed in place, while such a reply holds them.
+  StringMap<std::shared_ptr<std::string>> kv;
   StringMap<std::deque<std::string>> queues;
   std::unordered_map<WaitId, Pending> pending;
   StringMap<std::map<WaitId, std::uint32_t>> key_waits;  // key -> wait -> occurrences
@@ -187,12 +189,13 @@ struct KvState::Impl {
     if (watched(key)) {
       const bool existed = it != kv.end();
       notify(key, existed ? kWatchKeyUpdated : kWatchKeyCreated,
-             existed ? it->second : std::string(), value, fx);
+             existed ? *it->second : std::string(), value, fx);
     }
+    auto shared = std::make_shared<std::string>(std::move(value));
     if (it == kv.end()) {
-      kv.emplace(std::string(key), std::move(value));
+      kv.emplace(std::string(key), std::move(shared));
     } else {
-      it->second = std::move(value);
+      it->second = std::move(shared);
     }
     wake_all(key, fx);
   }
@@ -213,26 +216,31 @@ std::string KvState::compare_set(std::string_view key, std::string_view expected
     impl_->store(key, desired, fx);
     return desired;
   }
-  if (it->second == expected) {
+  if (*it->second == expected) {
     impl_->store(key, std::move(desired), fx);
     it = impl_->kv.find(key);
   }
-  return it->second;
+  return *it->second;
 }
 
 const std::string* KvState::get(std::string_view key) const {
   auto it = impl_->kv.find(key);
-  return it == impl_->kv.end() ? nullptr : &it->second;
+  return it == impl_->kv.end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<const std::string> KvState::value_handle(std::string_view key) const {
+  auto it = impl_->kv.find(key);
+  return it == impl_->kv.end() ? nullptr : it->second;
 }
 
 std::optional<std::int64_t> KvState::add(std::string_view key, std::int64_t delta, Effects& fx,
                                          std::string& error) {
   std::int64_t current = 0;
   if (auto it = impl_->kv.find(key); it != impl_->kv.end()) {
-    auto parsed = parse_decimal(it->second);
+    auto parsed = parse_decimal(*it->second);
     if (!parsed) {
       error = "the value at key " + printable(key) +
-              " is not a decimal integer: " + printable(it->second);
+              " is not a decimal integer: " + printable(*it->second);
       return std::nullopt;
     }
     current = *parsed;
@@ -299,7 +307,7 @@ std::int64_t KvState::num_keys() const { return static_cast<std::int64_t>(impl_-
 bool KvState::erase(std::string_view key, Effects& fx) {
   auto it = impl_->kv.find(key);
   if (it == impl_->kv.end()) return false;
-  impl_->notify(key, kWatchKeyDeleted, it->second, std::string(), fx);
+  impl_->notify(key, kWatchKeyDeleted, *it->second, std::string(), fx);
   impl_->kv.erase(it);
   return true;
 }
@@ -311,9 +319,10 @@ void KvState::append(std::string_view key, std::string_view data, Effects& fx) {
     return;
   }
   if (impl_->watched(key)) {
-    impl_->notify(key, kWatchKeyUpdated, it->second, it->second + std::string(data), fx);
+    impl_->notify(key, kWatchKeyUpdated, *it->second, *it->second + std::string(data), fx);
   }
-  it->second.append(data);
+  if (it->second.use_count() > 1) it->second = std::make_shared<std::string>(*it->second);
+  it->second->append(data);
   impl_->wake_all(key, fx);
 }
 
@@ -357,6 +366,11 @@ std::int64_t KvState::queue_pop(std::string_view key, std::string& value) {
   return len;
 }
 
+const std::string* KvState::queue_front(std::string_view key) const {
+  auto it = impl_->queues.find(key);
+  return it == impl_->queues.end() || it->second.empty() ? nullptr : &it->second.front();
+}
+
 std::int64_t KvState::queue_len(std::string_view key) const {
   auto it = impl_->queues.find(key);
   return it == impl_->queues.end() ? 0 : static_cast<std::int64_t>(it->second.size());
@@ -371,6 +385,12 @@ std::vector<std::string> KvState::list_keys() const {
 
 std::optional<KvState::WaitResult> KvState::barrier(std::string_view key, std::int64_t world_size,
                                                     ClientId who, Effects& fx, std::string& error) {
+  if (world_size <= 0) {
+    // A barrier nobody can be counted towards: completing it at once would let a caller
+    // with a garbled size run ahead of the others unnoticed.
+    error = "world size " + std::to_string(world_size) + " is not a positive number";
+    return std::nullopt;
+  }
   const auto count = add(key, 1, fx, error);
   if (!count) return std::nullopt;
   if (*count >= world_size) {

@@ -59,6 +59,9 @@ class KvState {
   // GET: the value, or nullptr when the key is missing (the server answers an empty
   // value, as the libuv server does). The pointer is valid until the next mutation.
   const std::string* get(std::string_view key) const;
+  // The value as a handle that stays valid and unchanged however the key changes later
+  // (a reply sent in pieces holds it); nullptr when the key is missing.
+  std::shared_ptr<const std::string> value_handle(std::string_view key) const;
 
   // ADD: value parsed as ASCII decimal (missing = 0), plus delta, stored back as ASCII
   // decimal; returns the new value. Returns nullopt and sets `error` (one line) when the
@@ -106,6 +109,9 @@ class KvState {
   void queue_push(std::string_view key, std::string value, Effects& fx);
   // QUEUE_POP: the queue's length before the pop, and the popped value if it was > 0.
   std::int64_t queue_pop(std::string_view key, std::string& value);
+  // The value QUEUE_POP would return now; nullptr when the queue is empty or missing.
+  // The pointer is valid until the next mutation.
+  const std::string* queue_front(std::string_view key) const;
   // QUEUE_LEN
   std::int64_t queue_len(std::string_view key) const;
 
@@ -114,10 +120,10 @@ class KvState {
 
   // BARRIER: adds 1 to the ASCII-decimal counter at `key` (like add()). If the count has
   // reached `world_size`, returns kReady and releases every client pending in a BARRIER on
-  // `key`; otherwise registers `who` as pending on it. A non-numeric counter is an error
-  // (nullopt, `error` set, nothing changed).
-  std::optional<WaitResult> barrier(std::string_view key, std::int64_t world_size,
-                                    ClientId who, Effects& fx, std::string& error);
+  // `key`; otherwise registers `who` as pending on it. A world size <= 0 or a non-numeric
+  // counter is an error (nullopt, `error` set, nothing changed).
+  std::optional<WaitResult> barrier(std::string_view key, std::int64_t world_size, ClientId who,
+                                    Effects& fx, std::string& error);
 
   // Drops every key, queue, registration and watcher (a fresh key space).
   void clear();

@@ -333,14 +333,27 @@ ParseResult parse_request(std::string_view buf, Dialect dialect, const Limits& l
   return res;
 }
 
-DetectResult detect_dialect(std::string_view first_bytes) {
-  const std::size_t n = std::min(first_bytes.size(), sizeof kModernOpening);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (static_cast<std::uint8_t>(first_bytes[i]) != kModernOpening[i]) {
-      return DetectResult::kLegacy;
-    }
+DetectResult detect_dialect(std::string_view first_bytes, const Limits& limits,
+                            std::string& error) {
+  if (first_bytes.empty()) return DetectResult::kNeedMore;
+  if (static_cast<std::uint8_t>(first_bytes[0]) != kModernOpening[0]) return DetectResult::kLegacy;
+  // `00`: VALIDATE, or a legacy SET whose u64 key length follows. Decide on the next four
+  // bytes: the magic is modern; a legacy SET has a key length within limits, so its low
+  // four bytes are at most max_key_bytes. Anything else is a VALIDATE with a wrong magic,
+  // refused now rather than left waiting for the rest of a SET that never comes.
+  if (first_bytes.size() < sizeof kModernOpening) return DetectResult::kNeedMore;
+  std::uint32_t magic = 0;
+  for (std::size_t i = 4; i >= 1; --i) {
+    magic = (magic << 8) | static_cast<std::uint8_t>(first_bytes[i]);
   }
-  return n == sizeof kModernOpening ? DetectResult::kModern : DetectResult::kNeedMore;
+  if (magic == kValidationMagic) return DetectResult::kModern;
+  if (magic <= limits.max_key_bytes) return DetectResult::kLegacy;
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%08X", magic);
+  error = std::string("VALIDATE: magic ") + hex +
+          " is not 0x3C85F7CE (nor a legacy SET: key length over " +
+          std::to_string(limits.max_key_bytes) + " bytes)";
+  return DetectResult::kBad;
 }
 
 void encode_request(const Request& req, Dialect dialect, std::string& out) {

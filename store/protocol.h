@@ -72,10 +72,13 @@ struct ParseResult {
 ParseResult parse_request(std::string_view buf, Dialect dialect, const Limits& limits,
                           Request& out);
 
-// Decides a connection's dialect from its first bytes: `00 ce f7 85 3c` is modern, any
-// other start is legacy. kNeedMore while a prefix of the modern handshake is all there is.
-enum class DetectResult : std::uint8_t { kNeedMore, kLegacy, kModern };
-DetectResult detect_dialect(std::string_view first_bytes);
+// Decides a connection's dialect from its first bytes: `00 ce f7 85 3c` is modern; a
+// start other than `00` is legacy; `00` and four bytes that are not the magic are a
+// legacy SET if they can begin its key length (at most limits.max_key_bytes), and
+// otherwise kBad, a VALIDATE with a wrong magic (`error` says so in one line).
+// kNeedMore while fewer than five bytes start with `00`.
+enum class DetectResult : std::uint8_t { kNeedMore, kLegacy, kModern, kBad };
+DetectResult detect_dialect(std::string_view first_bytes, const Limits& limits, std::string& error);
 
 // Whether `dialect` has a command byte for `op` (legacy lacks VALIDATE, PING, the queues,
 // LIST_KEYS and BARRIER; modern lacks WATCH_KEY).

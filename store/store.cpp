@@ -21,6 +21,33 @@ std::string escape_bytes(std::string_view bytes) {
   return out;
 }
 
+std::string unescape_bytes(std::string_view text) {
+  auto hex_digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\') {
+      out += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == '\\') {
+      out += '\\';
+      ++i;
+    } else if (i + 3 < text.size() && text[i + 1] == 'x' && hex_digit(text[i + 2]) >= 0 &&
+               hex_digit(text[i + 3]) >= 0) {
+      out += static_cast<char>(hex_digit(text[i + 2]) * 16 + hex_digit(text[i + 3]));
+      i += 3;
+    } else {
+      throw std::invalid_argument("'" + std::string(text) + "': a backslash must start \\\\ or " +
+                                  "\\xNN (at byte " + std::to_string(i) + ")");
+    }
+  }
+  return out;
+}
+
 void check_multi_set_sizes(const std::vector<std::string>& keys,
                            const std::vector<std::string>& values) {
   if (keys.size() != values.size()) {

@@ -130,6 +130,11 @@ void check_multi_set_sizes(const std::vector<std::string>& keys,
 // Shows bytes for humans: printable ASCII as is, `\` as `\\`, anything else as `\xNN`.
 std::string escape_bytes(std::string_view bytes);
 
+// The inverse of escape_bytes, for keys typed by a human (ddprun-store's commands):
+// `\\` is one backslash, `\xNN` (two hex digits, either case) the byte NN, anything else
+// itself. Throws std::invalid_argument naming the first other use of `\`.
+std::string unescape_bytes(std::string_view text);
+
 // "wait timed out after 300000 ms for keys: [a, b]" (keys escaped), the message of every
 // StoreTimeoutError.
 std::string timeout_message(std::string_view what, Store::Duration timeout,

@@ -4,10 +4,17 @@
 // connections. Sessions never time out: c10d clients keep idle connections for hours,
 // and a 1.13 client's callback connection never sends a byte.
 //
-// Memory stays bounded per connection: idle sockets own no buffer (reads land in one
-// shared chunk and only an incomplete request is copied aside), an incomplete request
-// may not exceed Limits::max_request_bytes, and a session stops reading while more than
-// kMaxQueuedReplyBytes of replies wait to be written (back-pressure).
+// Memory stays bounded (docs/protocol.md "Output limits"). Input: idle sockets own no
+// buffer (reads land in one shared chunk and only an incomplete request is copied aside)
+// and an incomplete request may not exceed Limits::max_request_bytes. Output: a request
+// is sized before it is handled (reply_size); one whose reply would exceed
+// ServerOptions::max_reply_bytes closes the connection; a session stops reading while
+// max_connection_output_bytes of its replies wait to be written; and a reply that would
+// take the unsent bytes of all sessions over max_output_bytes waits (its session reads
+// nothing more) until enough has been written, unless it is small and its session has
+// nothing unsent. Deferred sessions resume in arrival order. A GET or MULTI_GET reply
+// over kStreamPieceBytes is a ReplyStream: built piece by piece as the socket drains,
+// so no turn of the event loop copies more than a piece and an unread reply holds one.
 #include "store/tcp_store_server.h"
 
 #include <spdlog/spdlog.h>
@@ -17,6 +24,9 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <deque>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -30,6 +40,7 @@
 #include "store/handler.h"
 #include "store/host_port.h"
 #include "store/kv_state.h"
+#include "store/reply_stream.h"
 
 namespace ddprun::store {
 namespace {
@@ -39,13 +50,21 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
 constexpr std::size_t kReadChunk = 64 * 1024;
-// A session stops taking new requests while this much reply data is queued.
-constexpr std::size_t kMaxQueuedReplyBytes = 4 * 1024 * 1024;
+// A reply this small is built even over max_output_bytes when its session has nothing
+// unsent, so that a client that reads its replies is served while others hold the budget.
+constexpr std::size_t kSmallReplyBytes = 64 * 1024;
+// GET and MULTI_GET replies larger than this are built and sent in pieces of this size.
+constexpr std::size_t kStreamPieceBytes = 1024 * 1024;
 // A watcher that lets WATCH_KEY notifications pile up beyond this is closed.
 constexpr std::size_t kMaxPushBacklogBytes = 64 * 1024 * 1024;
 // Below this many pending connects the kernel may drop SYNs during a job's start-up burst.
 constexpr int kLowSomaxconn = 1024;
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+// Connections closed for bad input are logged one by one up to kRejectLogBurst per
+// kRejectLogWindow; the rest are counted and summarised in one line when the window ends
+// (a fuzzer or a port scanner must not flood the log).
+constexpr std::size_t kRejectLogBurst = 10;
+constexpr auto kRejectLogWindow = std::chrono::seconds(5);
 
 std::string format_endpoint(const tcp::endpoint& ep) {
   asio::ip::address addr = ep.address();
@@ -73,8 +92,19 @@ struct ServerState {
   // Sends each released client its `00` and each watcher its notification.
   void deliver(KvState::Effects& effects);
   void session_closed(KvState::ClientId id);
+  // Logs that the connection from `peer` is closed for `reason`, rate-limited.
+  void log_rejected(const tcp::endpoint& peer, std::string_view reason);
+  void flush_rejected();
   std::shared_ptr<Session> find(KvState::ClientId id) const;  // null once closed
   void close_all_sessions();
+  // Unsent reply bytes of all sessions: `delta` is a session's change.
+  void output_changed(std::ptrdiff_t delta);
+  // Whether a session with `own` bytes unsent may build a reply of `need` bytes now.
+  bool output_admits(std::size_t own, std::size_t need) const;
+  // Queues a session whose reply of `need` bytes did not fit; resumed in order.
+  // A deferred session has no operation in flight, so this queue is what keeps it alive.
+  void defer_output(std::shared_ptr<Session> session, std::size_t need);
+  void resume_deferred();
   void listen_or_throw();
   bool try_listen(const tcp::endpoint& ep, error_code& ec);
 
@@ -89,6 +119,13 @@ struct ServerState {
   bool stopping = false;
   std::size_t refused_in_burst = 0;  // connections over max_connections since last logged
   bool accept_error_logged = false;
+  std::chrono::steady_clock::time_point reject_window_start{};
+  std::size_t rejects_logged = 0;      // in the current window
+  std::size_t rejects_suppressed = 0;  // since the last summary
+  std::string last_suppressed;         // "peer: reason" of the latest one
+  std::size_t output_bytes = 0;        // unsent reply bytes, all sessions
+  std::deque<std::pair<std::shared_ptr<Session>, std::size_t>> deferred;  // (session, need)
+  bool resume_posted = false;
 
   std::atomic<std::size_t> connections{0};
   std::atomic<std::uint16_t> port{0};
@@ -96,6 +133,7 @@ struct ServerState {
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_retry{ioc};
+  asio::steady_timer reject_summary{ioc};
   std::thread thread;
   std::mutex lifecycle_mu;  // start/stop/reset callers
   bool running = false;     // guarded by lifecycle_mu
@@ -107,6 +145,7 @@ class Session : public std::enable_shared_from_this<Session> {
       : server_(server), socket_(std::move(socket)), id_(id), peer_(peer) {}
   ~Session() {
     if (!closed_) server_.session_closed(id_);
+    account(0);
   }
 
   void start() { do_read(); }
@@ -115,28 +154,40 @@ class Session : public std::enable_shared_from_this<Session> {
   void push_release() {
     encode_release(out_);
     do_write();
+    account(unsent());
   }
   // A key this (legacy) client watches changed. A watcher that lets these pile up
   // unread is closed rather than buffered without limit.
   void push_notification(const KvState::Notification& n) {
     encode_notification(n, out_);
-    if (out_.size() > kMaxPushBacklogBytes) {
-      return close("it does not read its WATCH_KEY notifications (" + std::to_string(out_.size()) +
-                   " bytes queued)");
-    }
     do_write();
+    account(unsent());
+    if (out_.size() > kMaxPushBacklogBytes ||
+        (!out_.empty() && server_.output_bytes > server_.options.max_output_bytes)) {
+      close("it does not read its WATCH_KEY notifications (" + std::to_string(unsent()) +
+            " bytes unsent)");
+    }
+  }
+
+  // Deferred for output budget (ServerState::defer_output), now let go: try again.
+  void resume_output() {
+    if (closed_ || !deferred_) return;
+    deferred_ = false;
+    resume();
   }
 
   // Closes the connection (idempotent). A non-empty `reason` is logged as a warning.
   void close(std::string_view reason) {
     if (closed_) return;
     closed_ = true;
-    if (!reason.empty()) {
-      spdlog::warn("store: closing connection from {}: {}", format_endpoint(peer_), reason);
-    }
+    if (!reason.empty()) server_.log_rejected(peer_, reason);
     error_code ignored;
     socket_.close(ignored);  // pending operations complete with operation_aborted
     server_.session_closed(id_);
+    stream_.reset();  // lets go of the values it still held
+    out_.clear();
+    out_.shrink_to_fit();
+    account(0);  // pending_ is the write's until it completes, but is no longer counted
   }
 
  private:
@@ -187,43 +238,135 @@ class Session : public std::enable_shared_from_this<Session> {
     do_read();
   }
 
-  // Handles every complete request at the front of `data`, in order, until the reply
-  // queue is full. Returns the bytes used.
+  // Handles every complete request at the front of `data`, in order, until this
+  // connection's or the server's output budget is used up. Returns the bytes used.
   std::size_t consume(std::string_view data) {
     std::size_t pos = 0;
+    const ServerOptions& opts = server_.options;
     while (!closed_) {
-      if (out_.size() >= kMaxQueuedReplyBytes) {
+      if (unsent() >= opts.max_connection_output_bytes) {
         do_write();
-        // Still queued only while a write is in flight: its completion resumes reading.
-        if (out_.size() >= kMaxQueuedReplyBytes) {
+        account(unsent());
+        // Still over only while a write is in flight: its completion resumes reading.
+        if (unsent() >= opts.max_connection_output_bytes) {
           paused_ = true;
           break;
         }
       }
       std::string_view rest = data.substr(pos);
       if (!dialect_) {
-        DetectResult d = detect_dialect(rest);
+        std::string error;
+        DetectResult d = detect_dialect(rest, opts.limits, error);
         if (d == DetectResult::kNeedMore) break;
+        if (d == DetectResult::kBad) {
+          close(error);
+          break;
+        }
         dialect_ = d == DetectResult::kModern ? Dialect::kModern : Dialect::kLegacy;
       }
-      ParseResult parsed = parse_request(rest, *dialect_, server_.options.limits, req_);
+      ParseResult parsed = parse_request(rest, *dialect_, opts.limits, req_);
       if (parsed.status == ParseStatus::kNeedMore) break;
       if (parsed.status == ParseStatus::kBad) {
         close(parsed.error);
         break;
       }
+      const std::size_t need = reply_size(server_.kv, req_);
+      if (need > opts.max_reply_bytes) {
+        close(std::string(op_name(req_.op)) + ": reply of " + std::to_string(need) +
+              " bytes exceeds the limit of " + std::to_string(opts.max_reply_bytes) +
+              " bytes (--max-reply-bytes)");
+        break;
+      }
+      // A large GET or MULTI_GET is sent in pieces, one built each time the socket has
+      // taken the last: only a piece counts against the budget.
+      const bool stream =
+          need > kStreamPieceBytes && (req_.op == Op::kGet || req_.op == Op::kMultiGet);
+      if (!server_.output_admits(unsent(), stream ? kStreamPieceBytes : need)) {
+        // Not consumed: parsed again when the budget lets this session go on.
+        paused_ = deferred_ = true;
+        server_.defer_output(shared_from_this(), stream ? kStreamPieceBytes : need);
+        break;
+      }
       pos += parsed.consumed;
+      if (stream) {
+        // Requests behind it wait until it is all out (paused_, resumed by on_write).
+        stream_.emplace(server_.kv, req_);
+        paused_ = true;
+        break;
+      }
       KvState::Effects& fx = server_.fx;
       fx.clear();
       HandleResult result = handle_request(server_.kv, id_, req_, out_, fx);
+      account(unsent());
       server_.deliver(fx);
       if (result.kind == HandleResult::Kind::kClose) {
         close(result.error);
         break;
       }
     }
-    do_write();
+    if (stream_) {
+      fill_from_stream();
+    } else {
+      do_write();
+    }
+    account(unsent());
     return pos;
+  }
+
+  // Tops the output up with the next piece of the reply being streamed and writes it.
+  // When the socket takes it all at once, the next piece comes in a later turn of the
+  // event loop (posted), so that one fast reader cannot hold the loop.
+  void fill_from_stream() {
+    if (closed_ || !stream_) return;
+    if (out_.size() < kStreamPieceBytes) stream_->next(out_, kStreamPieceBytes - out_.size());
+    if (stream_->done()) stream_.reset();
+    do_write();
+    account(unsent());
+    // A write in flight continues in on_write; otherwise go on in a later turn (never
+    // from here, where a caller may be in the middle of consume()).
+    if (!writing_ && !stream_posted_) {
+      stream_posted_ = true;
+      asio::post(socket_.get_executor(), [self = shared_from_this()] {
+        self->stream_posted_ = false;
+        if (self->stream_) {
+          self->fill_from_stream();
+        } else {
+          self->finish_stream();
+        }
+      });
+    }
+  }
+
+  // The streamed reply is all written: requests held back behind it go on.
+  void finish_stream() {
+    if (closed_) return;
+    if (paused_ && !deferred_ && unsent() < server_.options.max_connection_output_bytes) {
+      resume();
+    }
+  }
+
+  // Takes up requests held back while paused.
+  void resume() {
+    paused_ = false;
+    std::size_t used = consume(in_);
+    if (closed_) return;
+    in_.erase(0, used);
+    after_consume();
+  }
+
+  std::size_t unsent() const { return out_.size() + pending_.size(); }
+
+ public:
+  std::size_t unsent_bytes() const { return unsent(); }
+  bool is_closed() const { return closed_; }
+
+ private:
+  // Tells the server this session now has `now` bytes unsent.
+  void account(std::size_t now) {
+    if (now == accounted_) return;
+    const auto delta = static_cast<std::ptrdiff_t>(now) - static_cast<std::ptrdiff_t>(accounted_);
+    accounted_ = now;
+    server_.output_changed(delta);
   }
 
   void do_write() {
@@ -240,6 +383,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (sent == out_.size()) {
       out_.clear();
+      if (out_.capacity() > kReadChunk) out_.shrink_to_fit();  // a big reply is gone
       return;
     }
     writing_ = true;
@@ -258,14 +402,11 @@ class Session : public std::enable_shared_from_this<Session> {
                        ? ""
                        : ec.message());
     pending_.clear();
+    if (pending_.capacity() > kReadChunk) pending_.shrink_to_fit();
+    if (stream_) return fill_from_stream();
     do_write();
-    if (paused_ && out_.size() < kMaxQueuedReplyBytes) {
-      paused_ = false;
-      std::size_t used = consume(in_);
-      if (closed_) return;
-      in_.erase(0, used);
-      after_consume();
-    }
+    account(unsent());
+    finish_stream();
   }
 
   ServerState& server_;
@@ -279,7 +420,11 @@ class Session : public std::enable_shared_from_this<Session> {
   Request req_;                     // reused, so steady-state requests allocate little
   bool reading_ = false;
   bool writing_ = false;
-  bool paused_ = false;
+  bool paused_ = false;                // reads nothing and handles nothing more for now
+  bool deferred_ = false;              // paused_ until the server's output budget lets it go on
+  std::optional<ReplyStream> stream_;  // a large reply being sent piece by piece
+  bool stream_posted_ = false;
+  std::size_t accounted_ = 0;  // this session's share of ServerState::output_bytes
   bool closed_ = false;
 };
 
@@ -305,10 +450,76 @@ void ServerState::deliver(KvState::Effects& effects) {
   }
 }
 
+void ServerState::output_changed(std::ptrdiff_t delta) {
+  output_bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(output_bytes) + delta);
+  if (delta < 0 && !deferred.empty() && !resume_posted) {
+    // Posted, not called: the caller may be in the middle of its own bookkeeping.
+    resume_posted = true;
+    asio::post(ioc, [this] { resume_deferred(); });
+  }
+}
+
+bool ServerState::output_admits(std::size_t own, std::size_t need) const {
+  return output_bytes == 0 || output_bytes + need <= options.max_output_bytes ||
+         (own == 0 && need <= kSmallReplyBytes);
+}
+
+void ServerState::defer_output(std::shared_ptr<Session> session, std::size_t need) {
+  deferred.emplace_back(std::move(session), need);
+}
+
+void ServerState::resume_deferred() {
+  resume_posted = false;
+  // In order: the first deferred reply waits until it fits, and those behind it too
+  // (a small one of a session with nothing unsent is never deferred). One per turn of the
+  // event loop, so that building large replies back to back cannot hold up other clients.
+  while (!deferred.empty() && !stopping) {
+    auto& [session, need] = deferred.front();
+    if (!session->is_closed() && !output_admits(session->unsent_bytes(), need)) return;
+    std::shared_ptr<Session> next = std::move(session);
+    deferred.pop_front();
+    if (next->is_closed()) continue;
+    next->resume_output();
+    if (!deferred.empty() && !resume_posted) {
+      resume_posted = true;
+      asio::post(ioc, [this] { resume_deferred(); });
+    }
+    return;
+  }
+}
+
 void ServerState::session_closed(KvState::ClientId id) {
   kv.forget(id);
   sessions.erase(id);
   connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ServerState::log_rejected(const tcp::endpoint& peer, std::string_view reason) {
+  if (stopping) return;  // no timer may outlive stop()
+  const auto now = std::chrono::steady_clock::now();
+  if (now - reject_window_start >= kRejectLogWindow) {
+    reject_window_start = now;
+    rejects_logged = 0;
+  }
+  if (rejects_logged < kRejectLogBurst) {
+    ++rejects_logged;
+    spdlog::warn("store: closing connection from {}: {}", format_endpoint(peer), reason);
+    return;
+  }
+  last_suppressed = format_endpoint(peer) + ": " + std::string(reason);
+  if (rejects_suppressed++ == 0) {
+    reject_summary.expires_at(reject_window_start + kRejectLogWindow);
+    reject_summary.async_wait([this](const error_code&) { flush_rejected(); });
+  }
+}
+
+void ServerState::flush_rejected() {
+  if (rejects_suppressed == 0) return;
+  spdlog::warn(
+      "store: closed {} more connections for bad input in {} s without logging each (the last "
+      "from {})",
+      rejects_suppressed, kRejectLogWindow.count(), last_suppressed);
+  rejects_suppressed = 0;
 }
 
 void ServerState::close_all_sessions() {
@@ -318,6 +529,7 @@ void ServerState::close_all_sessions() {
     if (std::shared_ptr<Session> s = weak.lock()) all.push_back(std::move(s));
   }
   for (auto& s : all) s->close("");
+  deferred.clear();  // closed now; this drops the last reference to each
 }
 
 void ServerState::do_accept() {
@@ -466,6 +678,7 @@ void TcpStoreServer::stop() {
     error_code ignored;
     impl->acceptor.close(ignored);
     impl->accept_retry.cancel();
+    impl->reject_summary.cancel();  // its handler still logs the summary
     impl->close_all_sessions();
   });
   // With the acceptor and every socket closed, no handler re-arms and run() returns.
@@ -488,13 +701,26 @@ void TcpStoreServer::reset() {
   done.get_future().wait();
 }
 
+namespace {
+
+// `fn(state)` run on the io thread (or here while it does not run), for the diagnostics.
+template <class Fn>
+std::size_t ask_io_thread(ServerState& state, Fn fn) {
+  std::lock_guard lock(state.lifecycle_mu);
+  if (!state.running) return fn(state);
+  std::promise<std::size_t> result;
+  asio::post(state.ioc, [&] { result.set_value(fn(state)); });
+  return result.get_future().get();
+}
+
+}  // namespace
+
 std::size_t TcpStoreServer::pending_waits() {
-  std::lock_guard lock(impl_->lifecycle_mu);
-  Impl* impl = impl_.get();
-  if (!impl->running) return impl->kv.pending_waits();
-  std::promise<std::size_t> count;
-  asio::post(impl->ioc, [impl, &count] { count.set_value(impl->kv.pending_waits()); });
-  return count.get_future().get();
+  return ask_io_thread(*impl_, [](ServerState& s) { return s.kv.pending_waits(); });
+}
+
+std::size_t TcpStoreServer::unsent_output_bytes() {
+  return ask_io_thread(*impl_, [](ServerState& s) { return s.output_bytes; });
 }
 
 std::uint16_t TcpStoreServer::port() const { return impl_->port.load(); }

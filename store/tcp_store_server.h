@@ -23,6 +23,16 @@ struct ServerOptions {
   Limits limits;
   // Connections beyond this are accepted and closed at once with one log line.
   std::size_t max_connections = 65536;
+  // Output caps (docs/protocol.md "Output limits"). A request whose reply would be
+  // larger than max_reply_bytes closes its connection with one line; a connection with
+  // max_connection_output_bytes unsent is not read until its client reads; a reply that
+  // would take the unsent bytes of all connections over max_output_bytes waits until it
+  // fits (small replies to a connection with nothing unsent never wait). GET and
+  // MULTI_GET replies over 1 MiB are sent in 1 MiB pieces, each built when the socket
+  // has taken the last, from the values as they were when the request came.
+  std::size_t max_reply_bytes = std::size_t{64} << 20;
+  std::size_t max_connection_output_bytes = std::size_t{4} << 20;
+  std::size_t max_output_bytes = std::size_t{256} << 20;
 };
 
 class TcpStoreServer {
@@ -48,6 +58,10 @@ class TcpStoreServer {
 
   // Number of open client connections (for tests and the launcher's diagnostics).
   std::size_t connection_count() const;
+
+  // Reply bytes not yet written, all connections together (for tests and diagnostics).
+  // Blocks until the io thread has answered. REQUIRES: not called on the io thread.
+  std::size_t unsent_output_bytes();
 
   // Pending WAIT and BARRIER registrations (for tests and diagnostics). Blocks until the
   // io thread has answered. REQUIRES: not called on the io thread.

@@ -1,5 +1,7 @@
-// corpus_replay.cpp: replays every file of the checked-in fuzz corpus through the fuzz
+// corpus_replay.cpp: replays every file of the checked-in fuzz corpus through a fuzz
 // entry with the normal compiler, so that the corpus is a regression suite in every build.
+// Built twice: test_fuzz_corpus (store_core's run_stream) and test_fuzz_server_corpus
+// (DDPRUN_FUZZ_SERVER: the in-process server's run_server).
 // Usage: test_fuzz_corpus <corpus dir>. Exit 0 when all inputs pass; aborts on a failure.
 #include <cstdint>
 #include <cstdio>
@@ -9,7 +11,13 @@
 #include <string>
 #include <vector>
 
+#ifdef DDPRUN_FUZZ_SERVER
+#include "tests/fuzz/server_fuzz.h"
+#define DDPRUN_FUZZ_ENTRY ddprun::store::fuzz::run_server
+#else
 #include "tests/fuzz/stream_fuzz.h"
+#define DDPRUN_FUZZ_ENTRY ddprun::store::fuzz::run_stream
+#endif
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -34,8 +42,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::fprintf(stderr, "replaying %s (%zu bytes)\n", path.filename().c_str(), bytes.size());
-    ddprun::store::fuzz::run_stream(reinterpret_cast<const std::uint8_t*>(bytes.data()),
-                                    bytes.size());
+    DDPRUN_FUZZ_ENTRY(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
   }
   std::printf("replayed %zu corpus inputs, all invariants held\n", files.size());
   return 0;

@@ -112,6 +112,13 @@ def seeds():
     yield "modern_wrong_magic", bytes([0]) + struct.pack("<I", 0x3C85F7CE) + bytes([0]) + \
         struct.pack("<I", 0x12345678)
     yield "modern_too_many_keys", modern().out + bytes([11]) + i64(200000)
+    # Issue 14: one large value named many times in a MULTI_GET (a reply far larger than
+    # the request, streamed by the server) and a first VALIDATE with a wrong magic.
+    yield "modern_multi_get_amplified", (modern().set("/v", "v" * 60000).mget(*["/v"] * 64)
+                                         .mget(*["/v"] * 8).cmd("PING", struct.pack("<I", 7))
+                                         .out)
+    yield "modern_wrong_first_magic", bytes([0]) + struct.pack("<I", 0xEFBEADDE)
+    yield "modern_barrier_zero", modern().cmd("BARRIER", s("/b"), i64(0)).out
     yield "modern_value_too_long", modern().out + bytes([1]) + s("/k") + struct.pack("<Q", 9 << 20)
 
 

@@ -198,21 +198,64 @@ TEST_CASE("a hand-built request missing its fields closes instead of crashing", 
   CHECK(reply.empty());
 }
 
-TEST_CASE("a MULTI_GET whose reply would pass kMaxReplyBytes closes instead", "[handler]") {
+TEST_CASE("reply_size: a huge MULTI_GET is known before it is built", "[handler]") {
   KvState kv;
   KvState::Effects fx;
   kv.set("/big", std::string(8 << 20, 'x'), fx);
   Request r;
   r.op = Op::kMultiGet;
-  const std::size_t copies = kMaxReplyBytes / (8 << 20) + 1;
-  r.keys.assign(copies, "/big");
+  r.keys.assign(131072, "/big");
+  CHECK(reply_size(kv, r) == 131072 * (8 + (std::size_t{8} << 20)));  // 1 TiB
+  r.keys.assign(3, "/big");
+  r.keys.push_back("/missing");
+  const std::size_t predicted = reply_size(kv, r);
+  CHECK(predicted == 3 * (8 + (8u << 20)) + 8);
   std::string reply;
-  auto res = handle_request(kv, 1, r, reply, fx);
-  CHECK(res.kind == HandleResult::Kind::kClose);
-  CHECK(res.error.rfind("MULTI_GET: reply of ", 0) == 0);
-  CHECK(reply.empty());
-  r.keys.assign(copies - 2, "/big");
-  res = handle_request(kv, 1, r, reply, fx);
-  CHECK(res.kind == HandleResult::Kind::kDone);
-  CHECK(reply.size() == (copies - 2) * (8 + (8u << 20)));
+  CHECK(handle_request(kv, 1, r, reply, fx).kind == HandleResult::Kind::kDone);
+  CHECK(reply.size() == predicted);
+}
+
+TEST_CASE("reply_size is the size of the reply, for every command", "[handler]") {
+  KvState kv;
+  KvState::Effects fx;
+  kv.set("/v", "12345", fx);
+  kv.set("/n", "7", fx);
+  kv.queue_push("/q", "abc", fx);
+  auto req = [](Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {},
+                std::int64_t number = 0) {
+    Request r;
+    r.op = op;
+    r.keys = std::move(keys);
+    r.values = std::move(values);
+    r.number = number;
+    return r;
+  };
+  for (Request r : {req(Op::kPing),
+                    req(Op::kSet, {"/s"}, {"x"}),
+                    req(Op::kGet, {"/v"}),
+                    req(Op::kGet, {"/none"}),
+                    req(Op::kCompareSet, {"/v"}, {"12345", "ab"}),
+                    req(Op::kCompareSet, {"/v"}, {"zz", "abc"}),
+                    req(Op::kCompareSet, {"/new"}, {"", "desired"}),
+                    req(Op::kCompareSet, {"/new2"}, {"exp", "desired"}),
+                    req(Op::kAdd, {"/n"}, {}, 2),
+                    req(Op::kCheck, {"/v", "/w"}),
+                    req(Op::kWait, {"/v"}),
+                    req(Op::kGetNumKeys),
+                    req(Op::kDeleteKey, {"/s"}),
+                    req(Op::kAppend, {"/v"}, {"tail"}),
+                    req(Op::kMultiGet, {"/v", "/none", "/v"}),
+                    req(Op::kCancelWait),
+                    req(Op::kQueueLen, {"/q"}),
+                    req(Op::kQueuePop, {"/q"}),
+                    req(Op::kQueuePop, {"/q"}),
+                    req(Op::kListKeys),
+                    req(Op::kBarrier, {"/b"}, {}, 1)}) {
+    INFO(op_name(r.op));
+    const std::size_t predicted = reply_size(kv, r);
+    std::string reply;
+    REQUIRE(handle_request(kv, 1, r, reply, fx).kind ==
+            HandleResult::Kind::kDone);
+    CHECK(reply.size() == predicted);
+  }
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -349,10 +350,16 @@ TEST_CASE_METHOD(Fresh, "barrier: several clients, released together, each once"
   CHECK(fx.released.empty());
 }
 
-TEST_CASE_METHOD(Fresh, "barrier: world size 1 or less passes at once, bad counters are errors",
+TEST_CASE_METHOD(Fresh,
+                 "barrier: world size 1 passes at once, sizes <= 0 and bad counters are errors",
                  "[kv_state]") {
   CHECK(kv.barrier("/one", 1, 1, fx, err) == kReady);
-  CHECK(kv.barrier("/zero", 0, 1, fx, err) == kReady);
+  for (std::int64_t size : {std::int64_t{0}, std::int64_t{-3}, INT64_MIN}) {
+    err.clear();
+    CHECK_FALSE(kv.barrier("/zero", size, 1, fx, err).has_value());
+    CHECK(err == "world size " + std::to_string(size) + " is not a positive number");
+  }
+  CHECK(kv.get("/zero") == nullptr);  // nothing counted
   kv.set("/bad", "x", fx);
   CHECK_FALSE(kv.barrier("/bad", 2, 1, fx, err).has_value());
   CHECK(err.find("not a decimal integer") != std::string::npos);

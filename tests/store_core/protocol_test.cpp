@@ -191,6 +191,13 @@ void check_goldens(const std::vector<Golden>& goldens, Dialect d) {
   CHECK(parse_chunks(stream, d, every) == expected);
 }
 
+DetectResult detect(std::string_view bytes, std::string* error = nullptr) {
+  std::string err;
+  const DetectResult d = detect_dialect(bytes, Limits{}, err);
+  if (error) *error = err;
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("legacy dialect: the captured PyTorch 1.13 requests, byte for byte", "[protocol]") {
@@ -203,7 +210,7 @@ TEST_CASE("modern dialect: handshake and every command", "[protocol]") {
 
 TEST_CASE("the modern handshake is VALIDATE then PING with the pid", "[protocol]") {
   const std::string opening = unhex("00 ce f7 85 3c 0d 39 30 00 00");
-  CHECK(detect_dialect(opening) == DetectResult::kModern);
+  CHECK(detect(opening) == DetectResult::kModern);
   Request r;
   auto res = parse(opening, Dialect::kModern, r);
   REQUIRE(res.status == ParseStatus::kOk);
@@ -216,17 +223,31 @@ TEST_CASE("the modern handshake is VALIDATE then PING with the pid", "[protocol]
 }
 
 TEST_CASE("detect_dialect", "[protocol]") {
-  CHECK(detect_dialect("") == DetectResult::kNeedMore);
-  CHECK(detect_dialect(unhex("00")) == DetectResult::kNeedMore);
-  CHECK(detect_dialect(unhex("00 ce")) == DetectResult::kNeedMore);
-  CHECK(detect_dialect(unhex("00 ce f7 85")) == DetectResult::kNeedMore);
-  CHECK(detect_dialect(unhex("00 ce f7 85 3c")) == DetectResult::kModern);
-  CHECK(detect_dialect(unhex("00 ce f7 85 3c 0d 01 02")) == DetectResult::kModern);
-  CHECK(detect_dialect(unhex("00 ce f7 85 3d")) == DetectResult::kLegacy);
-  CHECK(detect_dialect(unhex("00 03 00")) == DetectResult::kLegacy);  // 1.13 SET
-  CHECK(detect_dialect(unhex("03")) == DetectResult::kLegacy);        // 1.13 ADD init/
-  CHECK(detect_dialect(unhex("06")) == DetectResult::kLegacy);
-  CHECK(detect_dialect(unhex("ce f7 85 3c")) == DetectResult::kLegacy);
+  CHECK(detect("") == DetectResult::kNeedMore);
+  CHECK(detect(unhex("00")) == DetectResult::kNeedMore);
+  CHECK(detect(unhex("00 ce")) == DetectResult::kNeedMore);
+  CHECK(detect(unhex("00 ce f7 85")) == DetectResult::kNeedMore);
+  CHECK(detect(unhex("00 ce f7 85 3c")) == DetectResult::kModern);
+  CHECK(detect(unhex("00 ce f7 85 3c 0d 01 02")) == DetectResult::kModern);
+  CHECK(detect(unhex("00 03 00")) == DetectResult::kNeedMore);
+  CHECK(detect(unhex("00 03 00 00 00")) == DetectResult::kLegacy);  // 1.13 SET
+  CHECK(detect(unhex("00 00 20 00 00")) == DetectResult::kLegacy);  // key of max_key_bytes
+  CHECK(detect(unhex("03")) == DetectResult::kLegacy);              // 1.13 ADD init/
+  CHECK(detect(unhex("06")) == DetectResult::kLegacy);
+  CHECK(detect(unhex("ce f7 85 3c")) == DetectResult::kLegacy);
+}
+
+TEST_CASE("detect_dialect: a VALIDATE with a wrong magic is refused at once", "[protocol]") {
+  std::string error;
+  CHECK(detect(unhex("00 ce f7 85 3d"), &error) == DetectResult::kBad);
+  CHECK(error ==
+        "VALIDATE: magic 0x3D85F7CE is not 0x3C85F7CE (nor a legacy SET: key length "
+        "over 8192 bytes)");
+  CHECK(detect(unhex("00 de ad be ef"), &error) == DetectResult::kBad);
+  CHECK(detect(unhex("00 01 20 00 00")) == DetectResult::kBad);  // one byte over the key limit
+  Limits big;
+  big.max_key_bytes = 0xffffffff;
+  CHECK(detect_dialect(unhex("00 de ad be ef"), big, error) == DetectResult::kLegacy);
 }
 
 TEST_CASE("unknown command bytes and a wrong magic are rejected with one line", "[protocol]") {

@@ -1,6 +1,8 @@
 """Black-box test of the ddprun-store binary: serve, the inspection commands, exit codes
 and error lines. Needs no torch.  Usage: cli_test.py PATH/TO/ddprun-store"""
 import signal
+import socket
+import struct
 import sys
 
 from store_proc import StoreProcess, cli, watchdog
@@ -25,6 +27,22 @@ def main(binary):
         expect(cli(binary, "num-keys", addr)[1] == "3\n", "num-keys")
         expect(sorted(cli(binary, "keys", addr)[1].split()) == ["bin", "k", "n"], "keys")
         expect(cli(binary, "wait", addr, "k", "n")[0] == 0, "wait on existing keys")
+
+        # Keys with bytes a shell cannot type, set by a (legacy, raw) client: `keys` shows
+        # them escaped and every KEY argument takes that form back.
+        with socket.create_connection(("127.0.0.1", store.port)) as raw:
+            for key in (b"nul\x00key", b"back\\slash", b"\xffhi"):
+                raw.sendall(b"\x00" + struct.pack("<Q", len(key)) + key +
+                            struct.pack("<Q", 1) + b"x")
+            raw.sendall(b"\x06")  # GETNUMKEYS: a round trip after the SETs
+            expect(len(raw.recv(8)) == 8, "raw SETs answered")
+        shown = cli(binary, "keys", addr)[1].split()
+        for printed in ("nul\\x00key", "back\\\\slash", "\\xffhi"):
+            expect(printed in shown, f"keys shows {printed}: {shown}")
+            expect(cli(binary, "get", addr, printed) == (0, "x\n", ""), f"get {printed}")
+        expect(cli(binary, "delete", addr, "nul\\x00key")[0] == 0, "delete escaped")
+        rc, out, err = cli(binary, "get", addr, "bad\\q")
+        expect(rc == 2 and "backslash" in err, f"bad escape: {err}")
 
         rc, out, err = cli(binary, "get", addr, "missing")
         expect(rc == 1 and "missing" in err and "does not exist" in err, f"get missing: {err}")
