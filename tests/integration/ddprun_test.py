@@ -299,6 +299,47 @@ def worker_environment(job):
 
 
 @test()
+def use_libuv_0_lets_worker_rank_0_host_the_store(job):
+    """USE_LIBUV=0 (PyTorch built without libuv): ddprun hosts no workers' store; workers
+    get TORCHELASTIC_USE_AGENT_STORE=False and a free MASTER_PORT; the rdzv-conf key wins."""
+    import socket
+    rc, out, err = job.run(["--nproc-per-node=2", *job.probe()], env={"USE_LIBUV": "0"})
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    envs = job.envs()
+    check(sorted(envs) == [0, 1], f"ranks {sorted(envs)}", err)
+    for r, d in envs.items():
+        v = d["env"]["TORCHELASTIC_USE_AGENT_STORE"]
+        check(v == "False", f"rank {r}: TORCHELASTIC_USE_AGENT_STORE={v}, expected False")
+        check(d["env"]["USE_LIBUV"] == "0", "USE_LIBUV passed on")
+    port = int(envs[0]["env"]["MASTER_PORT"])
+    check(port > 0 and envs[1]["env"]["MASTER_PORT"] == str(port), "one MASTER_PORT")
+    # The port was free for worker rank 0: while the workers ran, nothing listened there.
+    shutil.rmtree(job.out)
+    os.mkdir(job.out)
+    p = job.start(["--nproc-per-node=1", *job.probe("sleep")], env={"USE_LIBUV": "0"})
+    try:
+        def started():
+            try:
+                return 0 in job.envs()
+            except ValueError:  # being written
+                return False
+        poll(started, 60, "the sleeping worker")
+        sleeping_port = int(job.envs()[0]["env"]["MASTER_PORT"])
+        with socket.socket() as s:
+            check(s.connect_ex(("127.0.0.1", sleeping_port)) != 0,
+                  f"something listens on MASTER_PORT {sleeping_port}: ddprun hosted a store")
+    finally:
+        p.kill()
+        p.communicate()
+    shutil.rmtree(job.out)
+    os.mkdir(job.out)
+    rc, out, err = job.run(["--nproc-per-node=1", "--rdzv-conf=use_agent_store=1",
+                            *job.probe()], env={"USE_LIBUV": "0"})
+    check(rc == 0 and job.envs()[0]["env"]["TORCHELASTIC_USE_AGENT_STORE"] == "True",
+          "--rdzv-conf use_agent_store=1 keeps ddprun's store", err)
+
+
+@test()
 def pet_environment_and_spellings(job):
     def ranks(args, env=None):
         shutil.rmtree(job.out)
