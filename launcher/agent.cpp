@@ -88,7 +88,7 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
   p.local_addr = config.local_addr.value_or("");
   p.local_world_size = config.nproc_per_node;
   p.conf = config.rdzv_conf;
-  // USE_LIBUV=0 is PyTorch's switch to its non-libuv TCPStore, which 2.4+ workers ignore
+  // USE_LIBUV=0 is PyTorch's switch to its non-libuv TCPStore, which (2.6) workers ignore
   // when told to use the agent's store; a build without libuv (Debian's 2.6) then cannot
   // initialise. So it also means: worker rank 0 hosts the store (docs/usage.md).
   const char* libuv = std::getenv("USE_LIBUV");
