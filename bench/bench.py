@@ -772,7 +772,8 @@ def report(results, cfg, m):
     out("```\nbench/run            # full run (about 15 minutes on 2 cores)\n"
         "bench/run --quick    # under 3 minutes: fewer connection counts and repetitions\n```\n")
     out("`bench/run` installs what is missing from Debian (the build dependencies via "
-        "scripts/install-deps, python3-torch, redis-server), builds Release into build/bench, "
+        "scripts/install-deps, python3-torch, redis-server) and, as root, the PyTorch 2.6 chroot "
+        "(scripts/torch26-chroot), builds Release into build/bench, "
         "raises RLIMIT_NOFILE to the hard limit, runs `bench/bench.py` and rewrites this file. "
         "Raw results: build/bench/results.json. The store benchmark alone: "
         "`build/bench/bench/ddprun-loadgen --help`.")
