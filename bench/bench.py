@@ -25,6 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 PY = "/usr/bin/python3"  # Debian's interpreter with python3-torch (1.13)
+# Debian 13's python3-torch 2.6 (built without libuv), in the chroot of scripts/torch26-chroot.
+PY26 = str(ROOT / "scripts" / "python-torch26")
+
+
+def has_torch(python):
+    return subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+def is_torchrun(tool):
+    return tool.startswith("torchrun")
 
 
 # ------------------------------------------------------------------------------------------
@@ -132,6 +142,8 @@ def machine():
             return f"unavailable ({e.__class__.__name__})"
 
     torch = cmd([PY, "-c", "import torch; print(torch.__version__)"])
+    torch26 = cmd([PY26, "-c", "import torch, sys; print(torch.__version__, 'on Python', "
+                   "sys.version.split()[0])"])
     redis = cmd(["redis-server", "--version"])
     m = re.search(r"v=(\S+)", redis)
     version = re.search(r"project\(ddprun VERSION (\S+)", (ROOT / "CMakeLists.txt").read_text())
@@ -145,6 +157,7 @@ def machine():
         "kernel": platform.release(),
         "ddprun": f"{version.group(1) if version else '?'} (git {commit}{', modified' if dirty else ''})",
         "torch": torch,
+        "torch26": torch26,
         "redis": m.group(1) if m else redis,
         "python": cmd([PY, "-c", "import sys; print(sys.version.split()[0])"]),
         "nofile": cmd(["sh", "-c", "ulimit -n"]),
@@ -213,6 +226,13 @@ def make_servers(bins, tmp):
                                       read_line_port(r"^(\d+)$", 120), tmp), ["legacy"])
     else:
         out["pytorch-1.13"] = ("skipped: python3-torch not installed", ["legacy"])
+    # 2.6's non-libuv server (the build has no libuv) speaks the 2.2+ dialect.
+    if has_torch(PY26):
+        out["pytorch-2.6"] = (Server("pytorch-2.6", [PY26, str(BENCH / "pytorch_store.py")],
+                                     read_line_port(r"^(\d+)$", 120), tmp), ["modern"])
+    else:
+        out["pytorch-2.6"] = ("skipped: no PyTorch 2.6 chroot (scripts/torch26-chroot)",
+                              ["modern"])
     if shutil.which("redis-server"):
         port = free_port()
 
@@ -336,18 +356,22 @@ def launchers(bins):
         out["torchrun"] = [PY, str(BENCH / "torchrun_py311.py")]
     else:
         out["torchrun"] = "skipped: python3-torch not installed"
+    if has_torch(PY26):
+        out["torchrun-2.6"] = [PY26, str(BENCH / "torchrun26.py")]
+    else:
+        out["torchrun-2.6"] = "skipped: no PyTorch 2.6 chroot (scripts/torch26-chroot)"
     return out
 
 
 def opt(tool, name, value=None):
     """torchrun 1.13 only knows --x_y spellings; ddprun takes both (torchrun parity)."""
-    flag = "--" + (name.replace("-", "_") if tool == "torchrun" else name)
+    flag = "--" + (name.replace("-", "_") if is_torchrun(tool) else name)
     return [flag] if value is None else [f"{flag}={value}"]
 
 
 def standalone_argv(tool, prefix, k, worker):
     argv = list(prefix) + opt(tool, "standalone") + opt(tool, "nproc-per-node", k)
-    if tool == "torchrun":
+    if is_torchrun(tool):
         argv += opt(tool, "monitor-interval", "0.1")  # the newest default (1.13's is 5 s)
     return argv + opt(tool, "no-python") + worker
 
@@ -376,7 +400,7 @@ def bench_launch(bins, cfg, tmp, results):
             for tool, prefix in tools.items():
                 if isinstance(prefix, str):
                     continue
-                if tool == "torchrun" and rep >= cfg.torchrun_reps:
+                if is_torchrun(tool) and rep >= cfg.torchrun_reps:
                     continue
                 argv = standalone_argv(tool, prefix, k, ["true"])
                 start.setdefault(f"{tool}|{k}", []).append(timed_run(argv, 120))
@@ -399,7 +423,7 @@ def bench_launch(bins, cfg, tmp, results):
             for tool, prefix in tools.items():
                 if isinstance(prefix, str):
                     continue
-                if tool == "torchrun" and (n > cfg.torchrun_rdzv_max or rep >= 1):
+                if is_torchrun(tool) and (n > cfg.torchrun_rdzv_max or rep >= 1):
                     continue
                 key = f"{tool}|{n}"
                 if any(isinstance(x, str) for x in rdzv.get(key, [])):
@@ -461,7 +485,7 @@ def rendezvous(tool, prefix, n, tmp, cfg):
                 opt(tool, "rdzv-backend", "c10d") + \
                 opt(tool, "rdzv-endpoint", f"127.0.0.1:{port}") + \
                 opt(tool, "rdzv-id", f"bench{port}")
-            if tool == "torchrun":
+            if is_torchrun(tool):
                 argv += opt(tool, "monitor-interval", "0.1")
             else:
                 argv += opt(tool, "local-addr", f"127.0.0.{i % 250 + 1}")
@@ -512,6 +536,7 @@ def report(results, cfg, m):
     head = []
     dd_l, dd_m, pt, rd = ("ddprun-store (legacy)", "ddprun-store (modern)", "pytorch-1.13",
                           "redis")
+    pt26 = "pytorch-2.6"
     for op in cfg.ops:
         for lab in (dd_m, dd_l):
             r = ratio(ops_med(lab, op, 64), ops_med(rd, op, 64))
@@ -525,6 +550,13 @@ def report(results, cfg, m):
             r = ratio(cpu_med(other, op, 64), cpu_med(lab, op, 64))
             head.append([f"store {op}, 64 conns: server CPU per op, {other} / {lab}", "-",
                          fmt_ratio(r), ""])
+    for op in cfg.ops:
+        r = ratio(ops_med(dd_m, op, 64), ops_med(pt26, op, 64))
+        head.append([f"store {op}, 64 conns: ddprun-store / PyTorch 2.6 server (2.2+ dialect, "
+                     "ops/s)", "-", fmt_ratio(r), ""])
+        r = ratio(cpu_med(pt26, op, 64), cpu_med(dd_m, op, 64))
+        head.append([f"store {op}, 64 conns: server CPU per op, {pt26} / {dd_m}", "-",
+                     fmt_ratio(r), ""])
     bar = results.get("barrier", {})
     bmax = max(cfg.barrier_n)
     for lab in (dd_m, dd_l):
@@ -535,6 +567,11 @@ def report(results, cfg, m):
     vd = med(ok_values(field(bar.get(f"{dd_l}|{bmax}", []), "barrier_s")))
     head.append([f"{bmax:,}-client barrier: PyTorch 1.13 / ddprun-store (legacy), time",
                  "-", fmt_ratio(ratio(vp, vd)) if vp else pt_status(bar.get(f"{pt}|{bmax}")), ""])
+    vp26 = med(ok_values(field(bar.get(f"{pt26}|{bmax}", []), "barrier_s")))
+    vd26 = med(ok_values(field(bar.get(f"{dd_m}|{bmax}", []), "barrier_s")))
+    head.append([f"{bmax:,}-client barrier: PyTorch 2.6 / ddprun-store (modern), time", "-",
+                 fmt_ratio(ratio(vp26, vd26)) if vp26 else pt_status(bar.get(f"{pt26}|{bmax}")),
+                 ""])
     cp = med(ok_values(field(bar.get(f"{pt}|{bmax}", []), "connect_s")))
     cd = med(ok_values(field(bar.get(f"{dd_l}|{bmax}", []), "connect_s")))
     head.append([f"{bmax:,}-client connect storm: PyTorch 1.13 / ddprun-store (legacy), time",
@@ -558,23 +595,28 @@ def report(results, cfg, m):
         r = ratio(st_med("ddprun", k), st_med("floor", k))
         head.append([f"launch K={k}: ddprun / shell floor", "≤ 2x", fmt_ratio(r),
                      verdict(r, lambda x: x <= 2.0)])
+    torchruns = (("torchrun", "torchrun 1.13"), ("torchrun-2.6", "torchrun 2.6"))
     for k in cfg.ks:
-        head.append([f"launch K={k}: torchrun / ddprun", "-",
-                     fmt_ratio(ratio(st_med("torchrun", k), st_med("ddprun", k))), ""])
+        for t, name in torchruns:
+            head.append([f"launch K={k}: {name} / ddprun", "-",
+                         fmt_ratio(ratio(st_med(t, k), st_med("ddprun", k))), ""])
     fl = results.get("failure", {})
-    fd, ft = med(ok_values(fl.get("ddprun", []))), med(ok_values(fl.get("torchrun", [])))
-    head.append(["worker failure → peers signalled: torchrun / ddprun (latency)", "-",
-                 fmt_ratio(ratio(ft, fd)), ""])
     rs = results.get("rss", {})
-    rd_, rt = med(ok_values(rs.get("ddprun", []))), med(ok_values(rs.get("torchrun", [])))
-    head.append(["agent peak RSS: torchrun / ddprun", "-", fmt_ratio(ratio(rt, rd_)), ""])
+    for t, name in torchruns:
+        fd, ft = med(ok_values(fl.get("ddprun", []))), med(ok_values(fl.get(t, [])))
+        head.append([f"worker failure → peers signalled: {name} / ddprun (latency)", "-",
+                     fmt_ratio(ratio(ft, fd)), ""])
+    for t, name in torchruns:
+        rd_, rt = med(ok_values(rs.get("ddprun", []))), med(ok_values(rs.get(t, [])))
+        head.append([f"agent peak RSS: {name} / ddprun", "-", fmt_ratio(ratio(rt, rd_)), ""])
     rz = results.get("rdzv", {})
     for n in cfg.rdzv_n:
         if n > cfg.torchrun_rdzv_max:
             continue
-        a, b = med(ok_values(rz.get(f"torchrun|{n}", []))), med(ok_values(rz.get(f"ddprun|{n}", [])))
-        head.append([f"rendezvous of {n} agents: torchrun / ddprun (time)", "-",
-                     fmt_ratio(ratio(a, b)), ""])
+        for t, name in torchruns:
+            a, b = med(ok_values(rz.get(f"{t}|{n}", []))), med(ok_values(rz.get(f"ddprun|{n}", [])))
+            head.append([f"rendezvous of {n} agents: {name} / ddprun (time)", "-",
+                         fmt_ratio(ratio(a, b)), ""])
 
     out("# Benchmarks: ddprun vs torchrun, PyTorch's TCPStore server and Redis\n")
     out(f"Generated by `bench/run{' --quick' if cfg.quick else ''}` on {m['date']}. "
@@ -595,6 +637,7 @@ def report(results, cfg, m):
         ["CPU", f"{m['nproc']} × {m['cpu']}"], ["memory", f"{m['mem_gib']} GiB"],
         ["kernel", m["kernel"]], ["ddprun", m["ddprun"]], ["torch (Debian python3-torch)",
                                                           m["torch"]],
+        ["torch 2.6 (Debian 13 python3-torch, chroot)", m.get("torch26", "-")],
         ["Python", m["python"]], ["redis-server", m["redis"]],
         ["RLIMIT_NOFILE (soft)", m["nofile"]],
         ["load average (1 min) at start / end", f"{la0[0]:.2f} / {la1[0]:.2f}"],
@@ -621,6 +664,11 @@ def report(results, cfg, m):
     out("- **get**: as PyTorch clients do it, WAIT(key) and, once answered, GET(key): two round "
         "trips; Redis: one GET.")
     out("- **add**: ADD(key, 1); Redis: INCRBY key 1.\n")
+    out("Servers: `ddprun-store` driven in both dialects; `pytorch-1.13` is the TCPStore server "
+        "inside Debian 12's torch 1.13 (legacy dialect only); `pytorch-2.6` is the one inside "
+        "Debian 13's torch 2.6 (`bench/pytorch_store.py` in the chroot of "
+        "`scripts/torch26-chroot`): its non-libuv server, since that build has no libuv, driven "
+        "with the 2.2+ dialect.\n")
     out("On a machine with few cores the single-threaded servers and the load generator share "
         "the CPUs, so ops/s is capped by the client as much as by the server; **server CPU per "
         "op** (the server process's user + system time over the run divided by the ops it "
@@ -679,29 +727,33 @@ def report(results, cfg, m):
 
     # ---------------- launcher tables
     out("## Launcher: wall time of `--standalone --nproc-per-node=K --no-python true`\n")
-    out("Timed from fork to exit by the harness. torchrun is Debian's 1.13 "
+    out("Timed from fork to exit by the harness. torchrun 1.13 is Debian 12's "
         "(`/usr/bin/python3 -m torch.distributed.run` through `bench/torchrun_py311.py`, which "
         "only repairs the Python 3.11 `Std.from_str` crash so that torchrun keeps its default "
-        "`-r 0 -t 0`), with `--monitor_interval=0.1` (the newest default). The floor is "
+        "`-r 0 -t 0`), with `--monitor_interval=0.1` (the newest default). torchrun 2.6 is "
+        "Debian 13's (Python 3.13, in the chroot of `scripts/torch26-chroot`, through "
+        "`bench/torchrun26.py`, which only makes TCPStore default to `use_libuv=False`, since "
+        "that build has no libuv); its times include entering the chroot (`chroot` + `sh`, "
+        "about a millisecond). The floor is "
         "`sh -c 'for i in ...; do /bin/true & done; wait'` (exec'ing /bin/true as the "
         f"launchers do, not the shell builtin). {cfg.launch_reps} repetitions "
         f"({cfg.torchrun_reps} for torchrun).\n")
     rows = []
     for k in cfg.ks:
         rows.append([k] + [fmt_stat(st.get(f"{t}|{k}", []), " ms", 1e3)
-                           for t in ("floor", "ddprun", "torchrun")])
-    out(table(["K", "shell floor", "ddprun", "torchrun"], rows))
+                           for t in ("floor", "ddprun", "torchrun", "torchrun-2.6")])
+    out(table(["K", "shell floor", "ddprun", "torchrun 1.13", "torchrun 2.6"], rows))
     out("")
     out("## Launcher: worker failure → peers signalled, and agent memory\n")
     out("K = 4 workers (`bench/fail_worker.sh`): after a start barrier rank 0 stamps "
         "`$EPOCHREALTIME` and exits 1; the other ranks trap SIGTERM and stamp the time it "
         "arrives. Latency = last peer's stamp - rank 0's exit stamp. Peak RSS is VmHWM of the "
         "agent process (the process the user started) while K = 8 workers sleep.\n")
-    out(table(["", "ddprun", "torchrun"], [
+    tools = ("ddprun", "torchrun", "torchrun-2.6")
+    out(table(["", "ddprun", "torchrun 1.13", "torchrun 2.6"], [
         ["failure → all peers signalled"] + [fmt_stat(fl.get(t, []), " ms", 1e3)
-                                             for t in ("ddprun", "torchrun")],
-        ["agent peak RSS (VmHWM)"] + [fmt_stat(rs.get(t, []), " MiB") for t in ("ddprun",
-                                                                                 "torchrun")],
+                                             for t in tools],
+        ["agent peak RSS (VmHWM)"] + [fmt_stat(rs.get(t, []), " MiB") for t in tools],
     ]))
     out("")
     out("## Rendezvous of N agents on one machine (c10d backend)\n")
@@ -713,14 +765,15 @@ def report(results, cfg, m):
     for n in cfg.rdzv_n:
         rows.append([n] + [fmt_stat(rz.get(f"{t}|{n}", []), " ms", 1e3)
                            if (t == "ddprun" or n <= cfg.torchrun_rdzv_max) else "not run"
-                           for t in ("ddprun", "torchrun")])
-    out(table(["N agents", "ddprun", "torchrun"], rows))
+                           for t in tools])
+    out(table(["N agents", "ddprun", "torchrun 1.13", "torchrun 2.6"], rows))
     out("")
     out("## How to reproduce\n")
     out("```\nbench/run            # full run (about 15 minutes on 2 cores)\n"
         "bench/run --quick    # under 3 minutes: fewer connection counts and repetitions\n```\n")
     out("`bench/run` installs what is missing from Debian (the build dependencies via "
-        "scripts/install-deps, python3-torch, redis-server), builds Release into build/bench, "
+        "scripts/install-deps, python3-torch, redis-server) and, as root, the PyTorch 2.6 chroot "
+        "(scripts/torch26-chroot), builds Release into build/bench, "
         "raises RLIMIT_NOFILE to the hard limit, runs `bench/bench.py` and rewrites this file. "
         "Raw results: build/bench/results.json. The store benchmark alone: "
         "`build/bench/bench/ddprun-loadgen --help`.")

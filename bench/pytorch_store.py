@@ -1,7 +1,8 @@
-"""Serves PyTorch's own TCPStore (the C++ server inside torch 1.13) on a free loopback port.
+"""Serves PyTorch's own TCPStore (the C++ server inside torch) on a free loopback port.
 
 Prints the port on one line, then sleeps until killed. 1.13's server speaks the legacy
-dialect only. Run with /usr/bin/python3 (Debian's python3-torch).
+dialect only (run with /usr/bin/python3, Debian 12's python3-torch); 2.x's non-libuv
+server the 2.2+ dialect (Debian 13's 2.6 has no libuv: scripts/python-torch26).
 """
 import datetime
 import sys
@@ -9,8 +10,11 @@ import time
 
 import torch.distributed as dist
 
+import torch
+
+kwargs = {"use_libuv": False} if int(torch.__version__.split(".")[0]) >= 2 else {}
 store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                      timeout=datetime.timedelta(seconds=3600))
+                      timeout=datetime.timedelta(seconds=3600), **kwargs)
 print(store.port, flush=True)
 sys.stdout.close()
 while True:

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -90,6 +91,13 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
   p.local_addr = config.local_addr.value_or("");
   p.local_world_size = config.nproc_per_node;
   p.conf = config.rdzv_conf;
+  // USE_LIBUV=0 is PyTorch's switch to its non-libuv TCPStore, which (2.6) workers ignore
+  // when told to use the agent's store; a build without libuv (Debian's 2.6) then cannot
+  // initialise. So it also means: worker rank 0 hosts the store (docs/usage.md).
+  const char* libuv = std::getenv("USE_LIBUV");
+  if (libuv != nullptr && std::string(libuv) == "0" && p.conf.count("use_agent_store") == 0) {
+    p.conf["use_agent_store"] = "0";
+  }
   return p;
 }
 

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cerrno>
 #include <cstring>
 
 #include "rendezvous/rendezvous.h"
@@ -156,6 +158,52 @@ std::string routed_local_address(const Endpoint& ep) {
 
 std::string bind_host_for(const std::string& host) {
   return is_ip_literal(host) ? host : std::string();
+}
+
+std::uint16_t free_tcp_port(const std::string& bind_host) {
+  // Every interface: IPv6 dual-stack when the host has IPv6, else IPv4.
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(sockaddr_in);
+  int fd = -1;
+  if (bind_host.empty() || bind_host.find(':') != std::string::npos) {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    a6->sin6_family = AF_INET6;
+    a6->sin6_addr = in6addr_any;
+    if (!bind_host.empty() && inet_pton(AF_INET6, bind_host.c_str(), &a6->sin6_addr) != 1) {
+      throw RendezvousError("cannot pick a free port: bad address '" + bind_host + "'");
+    }
+    len = sizeof(sockaddr_in6);
+    fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 && !bind_host.empty()) {
+      throw RendezvousError("cannot pick a free port on " + bind_host + ": no IPv6");
+    }
+  }
+  if (fd < 0) {
+    ss = {};
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
+    a4->sin_family = AF_INET;
+    a4->sin_addr.s_addr = htonl(INADDR_ANY);
+    if (!bind_host.empty() && inet_pton(AF_INET, bind_host.c_str(), &a4->sin_addr) != 1) {
+      throw RendezvousError("cannot pick a free port: bad address '" + bind_host + "'");
+    }
+    len = sizeof(sockaddr_in);
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  }
+  if (fd < 0) throw RendezvousError(std::string("cannot pick a free port: ") + strerror(errno));
+  std::uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  }
+  const int err = errno;
+  ::close(fd);
+  if (port == 0) {
+    throw RendezvousError("cannot pick a free port on " +
+                          (bind_host.empty() ? std::string("*") : bind_host) + ": " +
+                          strerror(err));
+  }
+  return port;
 }
 
 }  // namespace ddprun::rdzv

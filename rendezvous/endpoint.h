@@ -4,6 +4,7 @@
 // (the interface queries read the OS each call).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,5 +49,10 @@ std::string routed_local_address(const Endpoint& ep);
 // Address a server advertised as `host` should bind: the literal itself when `host` is
 // numeric, else "" (all interfaces), since a name may resolve to ::1 and 127.0.0.1 alike.
 std::string bind_host_for(const std::string& host);
+
+// A TCP port that is free right now on `bind_host` ("" = every interface): bound to port
+// 0, read back, closed. For a store that another process (worker rank 0) will host; the
+// port could be taken in between, as with torchrun up to 2.2. Throws RendezvousError.
+std::uint16_t free_tcp_port(const std::string& bind_host);
 
 }  // namespace ddprun::rdzv

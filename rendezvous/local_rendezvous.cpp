@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "rendezvous/endpoint.h"
+#include "rendezvous/rdzv_conf.h"
 #include "store/tcp_store_server.h"
 
 namespace ddprun::rdzv {
@@ -11,6 +12,7 @@ LocalRendezvous::LocalRendezvous(RendezvousParams params) : params_(std::move(pa
   advertised_addr_ = !params_.local_addr.empty()    ? params_.local_addr
                      : !params_.master_addr.empty() ? params_.master_addr
                                                     : "127.0.0.1";
+  agent_store_ = conf_bool(params_.conf, "use_agent_store").value_or(true);
 }
 
 LocalRendezvous::~LocalRendezvous() { shutdown(); }
@@ -18,6 +20,16 @@ LocalRendezvous::~LocalRendezvous() { shutdown(); }
 RendezvousInfo LocalRendezvous::next_rendezvous() {
   if (closed_.load()) {
     throw RendezvousClosedError("rendezvous '" + params_.run_id + "' is closed: the job has ended");
+  }
+  if (!agent_store_) {
+    // Worker rank 0 hosts the workers' store (for PyTorch builds without libuv, whose
+    // workers cannot use an agent's store): a port free now, --master-port if given.
+    RendezvousInfo info = local_info();
+    info.round = round_++;
+    info.master_port = params_.master_port >= 0 ? static_cast<std::uint16_t>(params_.master_port)
+                                                : free_tcp_port(bind_host_for(advertised_addr_));
+    info.use_agent_store = false;
+    return info;
   }
   if (!server_) {
     store::ServerOptions options;
@@ -46,14 +58,19 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
     server_->reset();
     ++round_;
   }
-  RendezvousInfo info;
+  RendezvousInfo info = local_info();
   info.round = round_;
+  info.master_port = server_->port();
+  return info;
+}
+
+RendezvousInfo LocalRendezvous::local_info() const {
+  RendezvousInfo info;
   info.group_rank = 0;
   info.group_world_size = 1;
   info.rank_base = 0;
   info.world_size = params_.local_world_size;
   info.master_addr = advertised_addr_;
-  info.master_port = server_->port();
   info.use_agent_store = true;
   info.node_names = {advertised_addr_};
   return info;

@@ -21,6 +21,8 @@ class LocalRendezvous final : public RendezvousHandler {
   // The store binds --master-port when given (MASTER_ADDR = --master-addr or 127.0.0.1,
   // torchrun's static semantics), else an OS-chosen port (so concurrent jobs never
   // collide on 29500). --local-addr, when given, is what MASTER_ADDR advertises.
+  // --rdzv-conf use_agent_store=0: no store here; worker rank 0 hosts one on a port that
+  // is free when the round starts (--master-port when given).
   explicit LocalRendezvous(RendezvousParams params);
   ~LocalRendezvous() override;
 
@@ -40,7 +42,10 @@ class LocalRendezvous final : public RendezvousHandler {
   std::uint16_t port() const;
 
  private:
+  RendezvousInfo local_info() const;  // every field but round and master_port
+
   RendezvousParams params_;
+  bool agent_store_ = true;
   std::string advertised_addr_;
   std::unique_ptr<store::TcpStoreServer> server_;
   int round_ = 0;

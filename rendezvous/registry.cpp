@@ -131,6 +131,8 @@ StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& 
   // ddprun's own key: a fixed port for the workers' store (for firewalls), else OS-chosen.
   c.workers_port = conf_int(conf, "workers_port", 0, 0);
   if (c.workers_port > 65535) throw RendezvousError("--rdzv-conf workers_port must be <= 65535");
+  // ddprun's own key: 0 = worker rank 0 hosts the workers' store (PyTorch without libuv).
+  c.agent_store = conf_bool(conf, "use_agent_store").value_or(true);
   return c;
 }
 
@@ -149,7 +151,7 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
   warn_unknown_conf_keys(conf,
                          {"timeout", "join_timeout", "read_timeout", "rank",
                           "keep_alive_interval", "keep_alive_max_attempt", "last_call_timeout",
-                          "workers_port"},
+                          "workers_port", "use_agent_store"},
                          "static");
   if (p.min_nodes != p.max_nodes) {
     spdlog::warn("static rendezvous: --nnodes {}:{} is not elastic under the static backend; "
@@ -218,7 +220,8 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   warn_unknown_conf_keys(conf,
                          {"join_timeout", "last_call_timeout", "close_timeout",
                           "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt",
-                          "read_timeout", "is_host", "store_type", "timeout", "workers_port"},
+                          "read_timeout", "is_host", "store_type", "timeout", "workers_port",
+                          "use_agent_store"},
                          "c10d");
   if (p.endpoint.empty()) {
     throw RendezvousError("--rdzv-backend c10d with --nnodes " + std::to_string(p.min_nodes) +

@@ -242,9 +242,16 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
       info.node_names.push_back(d.addr + (d.host.empty() || d.host == d.addr ? "" : "/" + d.host));
     }
     info.world_size -= 1;  // RendezvousInfo's default of 1 was counted too
-    info.use_agent_store = true;
+    info.use_agent_store = config_.agent_store;
 
-    if (info.group_rank == 0) {
+    if (info.group_rank == 0 && !config_.agent_store) {
+      const std::uint16_t port = config_.workers_port > 0
+                                     ? static_cast<std::uint16_t>(config_.workers_port)
+                                     : free_tcp_port(config_.bind_addr);
+      nlohmann::json m{{"addr", config_.advertise_addr}, {"port", port}};
+      store_->set(rk(r, "master"), m.dump());
+      store_->set("round", std::to_string(r));
+    } else if (info.group_rank == 0) {
       // Empty the workers' store before anyone can learn its address for this round, so
       // no worker of this attempt sees a key of an earlier one.
       if (workers_server_) {

@@ -48,6 +48,9 @@ class StoreRendezvous final : public RendezvousHandler {
     std::string advertise_addr;  // this node's address: descriptor and MASTER_ADDR
     std::string bind_addr;       // where this node's workers' store binds ("" = all)
     int workers_port = 0;        // port of that store (0 = OS-chosen)
+    // false (--rdzv-conf use_agent_store=0): group rank 0 hosts no workers' store but
+    // publishes a free port (workers_port if set) for worker rank 0 to host one on.
+    bool agent_store = true;
     std::string hostname;
     Ms join_timeout{600'000};
     Ms last_call_timeout{30'000};

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Black-box tests of the built `ddprun` on one node, with real processes, real signals and
-the real PyTorch (1.13 on Debian 12).
+the real PyTorch (1.13 on Debian 12; 2.6 in a Debian 13 chroot, through
+scripts/python-torch26: ctest's integration26.* run the same tests with that interpreter).
 
     ddprun_test.py <path to ddprun> <test name>     (ctest runs one test per process)
     ddprun_test.py <path to ddprun> --list
@@ -123,9 +124,19 @@ class Job:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def torch_version():
+    """PYTHON's torch version, or None (and the reason on stdout) when it has none."""
+    r = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        lines = (r.stderr or r.stdout).strip().splitlines()
+        print(f"{PYTHON} cannot import torch: {lines[-1] if lines else f'exit {r.returncode}'}")
+        return None
+    return r.stdout.strip()
+
+
 def has_torch():
-    r = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True)
-    return r.returncode == 0
+    return torch_version() is not None
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,6 +207,52 @@ def failure_report_with_traceback(job):
 
 
 @test(needs_torch=True)
+def torchrun_environment(job):
+    """Debian's own torchrun of PYTHON's PyTorch (1.13, or 2.6 through bench/torchrun26.py)
+    and ddprun start the probe with the same flags: ddprun sets every variable torchrun
+    sets, with the same value where it is deterministic."""
+    major = int(torch_version().split(".")[0])
+    shim = os.path.join(REPO, "bench", "torchrun26.py" if major >= 2 else "torchrun_py311.py")
+    # Where the agent hosts the store (as torchrun does): USE_LIBUV=0 would change that.
+    env = {k: v for k, v in job.env.items() if k != "USE_LIBUV"}
+    # 1.13's torchrun only knows the underscore spellings.
+    flags = ["--nnodes=1", "--nproc_per_node=2", "--max_restarts=1", "--rdzv_id=cmp",
+             "--master_addr=127.0.0.1"]
+    # torchrun runs its workers with its own interpreter (the chroot's, for 2.6).
+    torchrun_env = {k: v for k, v in env.items() if k != "PYTHON_EXEC"}
+    seen = {}
+    for name, argv, e in (("torchrun", [PYTHON, shim], torchrun_env),
+                          ("ddprun", [job.ddprun], env)):
+        shutil.rmtree(job.out)
+        os.mkdir(job.out)
+        p = subprocess.run([*argv, *flags, f"--master_port={free_port()}", *job.probe()],
+                           env=e, cwd=job.dir, capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, f"{name} exited {p.returncode}", p.stdout, p.stderr)
+        seen[name] = job.envs()
+        check(sorted(seen[name]) == [0, 1], f"{name}: ranks {sorted(seen[name])}", p.stderr)
+    variable = {"MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}  # ports and temporary paths
+    for r in (0, 1):
+        t, d = seen["torchrun"][r]["env"], seen["ddprun"][r]["env"]
+        added = sorted(k for k in t if torchrun_env.get(k) != t[k])
+        check(added, "torchrun set no variable?")
+        missing = [k for k in added if k not in d]
+        check(not missing, f"rank {r}: ddprun does not set {missing} (torchrun does)")
+        differ = {k: (t[k], d[k]) for k in added if k not in variable and t[k] != d[k]}
+        check(not differ, f"rank {r}: torchrun vs ddprun values differ: {differ}")
+        for e in (t, d):
+            check(e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"),
+                  f"error file {e['TORCHELASTIC_ERROR_FILE']}")
+    print(f"torchrun {torch_version()} sets: {' '.join(added)}")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@test(needs_torch=True)
 def agent_error_file_copy(job):
     agent_file = os.path.join(job.dir, "agent_error.json")
     rc, out, err = job.run(["--nproc-per-node=1", os.path.join(EXAMPLES, "failing_worker.py"),
@@ -239,6 +296,47 @@ def worker_environment(job):
         check(d["argv"][-2:] == [f"a{r}b", "--x"], f"argv {d['argv']}")
         check(d["pgid"] == d["pid"] and d["sid"] == d["pid"], "worker is its own session")
     check("OMP_NUM_THREADS" not in err, "no OMP notice when the user set it", err)
+
+
+@test()
+def use_libuv_0_lets_worker_rank_0_host_the_store(job):
+    """USE_LIBUV=0 (PyTorch built without libuv): ddprun hosts no workers' store; workers
+    get TORCHELASTIC_USE_AGENT_STORE=False and a free MASTER_PORT; the rdzv-conf key wins."""
+    import socket
+    rc, out, err = job.run(["--nproc-per-node=2", *job.probe()], env={"USE_LIBUV": "0"})
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    envs = job.envs()
+    check(sorted(envs) == [0, 1], f"ranks {sorted(envs)}", err)
+    for r, d in envs.items():
+        v = d["env"]["TORCHELASTIC_USE_AGENT_STORE"]
+        check(v == "False", f"rank {r}: TORCHELASTIC_USE_AGENT_STORE={v}, expected False")
+        check(d["env"]["USE_LIBUV"] == "0", "USE_LIBUV passed on")
+    port = int(envs[0]["env"]["MASTER_PORT"])
+    check(port > 0 and envs[1]["env"]["MASTER_PORT"] == str(port), "one MASTER_PORT")
+    # The port was free for worker rank 0: while the workers ran, nothing listened there.
+    shutil.rmtree(job.out)
+    os.mkdir(job.out)
+    p = job.start(["--nproc-per-node=1", *job.probe("sleep")], env={"USE_LIBUV": "0"})
+    try:
+        def started():
+            try:
+                return 0 in job.envs()
+            except ValueError:  # being written
+                return False
+        poll(started, 60, "the sleeping worker")
+        sleeping_port = int(job.envs()[0]["env"]["MASTER_PORT"])
+        with socket.socket() as s:
+            check(s.connect_ex(("127.0.0.1", sleeping_port)) != 0,
+                  f"something listens on MASTER_PORT {sleeping_port}: ddprun hosted a store")
+    finally:
+        p.kill()
+        p.communicate()
+    shutil.rmtree(job.out)
+    os.mkdir(job.out)
+    rc, out, err = job.run(["--nproc-per-node=1", "--rdzv-conf=use_agent_store=1",
+                            *job.probe()], env={"USE_LIBUV": "0"})
+    check(rc == 0 and job.envs()[0]["env"]["TORCHELASTIC_USE_AGENT_STORE"] == "True",
+          "--rdzv-conf use_agent_store=1 keeps ddprun's store", err)
 
 
 @test()
@@ -474,7 +572,7 @@ def main():
         return 0
     fn, needs_torch = TESTS[name]
     if needs_torch and not has_torch():
-        print(f"SKIP: {PYTHON} has no torch")
+        print(f"SKIP: no torch in {PYTHON}")
         return SKIP
     job = Job(os.path.abspath(ddprun))
     try:

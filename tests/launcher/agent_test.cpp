@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <csignal>
 #include <filesystem>
 #include <mutex>
@@ -293,4 +294,16 @@ TEST_CASE("agent: rendezvous parameters from the command line", "[agent]") {
   CHECK(p.master_addr.empty());
   CHECK(p.conf.at("timeout") == "5");
   CHECK(make_rendezvous_params(LaunchConfig{}).node_rank == -1);
+}
+
+TEST_CASE("USE_LIBUV=0 selects use_agent_store=0 unless --rdzv-conf says otherwise") {
+  LaunchConfig c;
+  ::setenv("USE_LIBUV", "0", 1);
+  CHECK(make_rendezvous_params(c).conf.at("use_agent_store") == "0");
+  c.rdzv_conf = {{"use_agent_store", "1"}};
+  CHECK(make_rendezvous_params(c).conf.at("use_agent_store") == "1");
+  ::setenv("USE_LIBUV", "1", 1);
+  CHECK(make_rendezvous_params(LaunchConfig{}).conf.count("use_agent_store") == 0);
+  ::unsetenv("USE_LIBUV");
+  CHECK(make_rendezvous_params(LaunchConfig{}).conf.count("use_agent_store") == 0);
 }

@@ -451,8 +451,10 @@ def main():
     if name == "--list":
         print("\n".join(TESTS))
         return 0
-    if subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode != 0:
-        print(f"SKIP: {PYTHON} has no torch", file=sys.stderr)
+    r = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True, text=True)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        print(f"SKIP: {PYTHON} cannot import torch: {why}", file=sys.stderr)
         return SKIP
     c = Cluster(os.path.abspath(ddprun))
     try:

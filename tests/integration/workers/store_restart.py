@@ -1,6 +1,8 @@
 """Integration-test worker (torch): on attempt 0, writes a key into the workers' store and
 rank 1 fails; on attempt 1, checks that the key is gone (the store was reset) and that
-TORCHELASTIC_RESTART_COUNT went up, then trains one DDP step. argv: <out_dir>."""
+TORCHELASTIC_RESTART_COUNT went up, then trains one DDP step. argv: <out_dir>.
+The workers' store is the agent's (TORCHELASTIC_USE_AGENT_STORE=True) or, under
+USE_LIBUV=0, the one worker rank 0 hosts for the process group (a new one per attempt)."""
 import datetime
 import os
 import sys
@@ -25,8 +27,14 @@ def main():
     out_dir = sys.argv[1]
     rank = int(os.environ["RANK"])
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          int(os.environ["WORLD_SIZE"]), False, datetime.timedelta(seconds=30))
+    agent_store = os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+    if agent_store:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              int(os.environ["WORLD_SIZE"]), False,
+                              datetime.timedelta(seconds=30))
+    else:
+        dist.init_process_group("gloo")
+        store = dist.distributed_c10d._get_default_store()
     if attempt == 0:
         store.set(f"stale{rank}", "from attempt 0")
         store.add("stale_counter", 1)
@@ -36,7 +44,8 @@ def main():
         import time
         time.sleep(30)  # stopped by the agent when rank 1 fails
     stale = [k for k in ("stale0", "stale1", "stale_counter") if present(store, k)]
-    dist.init_process_group("gloo")
+    if agent_store:
+        dist.init_process_group("gloo")
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
     model(torch.randn(8, 4) + rank).sum().backward()
     w = model.module.weight.grad.clone()
