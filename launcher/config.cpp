@@ -275,12 +275,34 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   if (!grace) grace = find(host.env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
   if (grace) c.shutdown_timeout_s = seconds_value("--shutdown-timeout", *grace);
   c.virtual_local_rank = flag("virtual_local_rank");
+  if (const auto* cvd = find(host.env, "CUDA_VISIBLE_DEVICES"); cvd && c.virtual_local_rank) {
+    // Each worker gets one entry of the list; a second worker on one GPU would be silent
+    // memory contention (or a deadlock in NCCL), so more workers than entries is an error.
+    std::size_t devices = 0;
+    for (const auto& d : split(*cvd, ',')) devices += trim(d).empty() ? 0 : 1;
+    if (static_cast<std::size_t>(c.nproc_per_node) > devices) {
+      throw UsageError(fmt::format(
+          "--virtual-local-rank: {} workers per node but CUDA_VISIBLE_DEVICES='{}' lists {} "
+          "device(s); each worker needs a device of its own",
+          c.nproc_per_node, *cvd, devices));
+    }
+  }
 
-  if (const auto* s = find(v, "event_log_handler")) c.event_log_handler = *s;
-  if (const auto* s = find(v, "logs_specs")) c.logs_specs = *s;
-  if (const auto* s = find(v, "numa_binding")) c.numa_binding = *s;
-  if (const auto* s = find(v, "duplicate_stdout_filters")) c.duplicate_stdout_filters = *s;
-  if (const auto* s = find(v, "duplicate_stderr_filters")) c.duplicate_stderr_filters = *s;
+  // Accepted for compatibility, not implemented: noted for one warning at start.
+  const auto compat = [&](const char* key, const char* flag_name, std::string& field,
+                          const char* no_op_value) {
+    const auto* s = find(v, key);
+    if (!s) return;
+    field = *s;
+    if (!trim(*s).empty() && trim(*s) != no_op_value) {
+      c.ignored_options.push_back(fmt::format("{}={}", flag_name, *s));
+    }
+  };
+  compat("event_log_handler", "--event-log-handler", c.event_log_handler, "null");
+  compat("logs_specs", "--logs-specs", c.logs_specs, "");
+  compat("numa_binding", "--numa-binding", c.numa_binding, "");
+  compat("duplicate_stdout_filters", "--duplicate-stdout-filters", c.duplicate_stdout_filters, "");
+  compat("duplicate_stderr_filters", "--duplicate-stderr-filters", c.duplicate_stderr_filters, "");
 
   // Rendezvous defaults, as the newest torchrun: --standalone, or a single node with
   // static defaults, becomes c10d on a free local port (no fixed 29500 to collide on).

@@ -62,7 +62,7 @@ struct LaunchConfig {
   std::string role = "default";
 
   EntryKind entry = EntryKind::kPythonScript;
-  bool run_path = false;  // same as the default: the script runs as __main__
+  bool run_path = false;  // runpy.run_path under an error-file recorder (worker_env.cpp)
   std::string python_exec = "python3";  // PYTHON_EXEC, else python3 from PATH
 
   std::string log_dir;  // --log-dir; empty: a fresh torchelastic_XXXXXX under TMPDIR
@@ -85,6 +85,9 @@ struct LaunchConfig {
   std::string numa_binding;
   std::string duplicate_stdout_filters;
   std::string duplicate_stderr_filters;
+  // Those of the above that were given a value ddprun would have to act on, as
+  // "--numa-binding=node": main() says once, at start, that they are ignored.
+  std::vector<std::string> ignored_options;
 
   // torch.distributed.launch compatibility: append --local_rank=N unless --use-env.
   bool legacy_launch = false;

@@ -28,6 +28,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   setup_agent_logging(host.env);
+  if (!cli.config.ignored_options.empty()) {
+    std::string list;
+    for (const auto& o : cli.config.ignored_options) list += (list.empty() ? "" : ", ") + o;
+    spdlog::warn("ignoring {}: accepted for torchrun compatibility, not implemented by ddprun",
+                 list);
+  }
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> handler;
   try {  // only checks the parameters: nothing is bound or connected yet
     handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config));

@@ -16,6 +16,35 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// --run-path: the script runs through runpy.run_path as __main__, as torchrun's
+// run_script_path does, and an uncaught exception lands in TORCHELASTIC_ERROR_FILE as
+// torchrun's @record-wrapped entry point writes it (unless the script's own @record
+// already did). Then it propagates unchanged: same traceback on stderr, same exit code.
+// sys.argv and sys.path[0] are what `python script args` gives.
+constexpr const char* kRunPathBootstrap = R"py(import os, runpy, sys
+s = sys.argv[1]
+del sys.argv[0]
+sys.path[0] = os.path.dirname(os.path.abspath(s))
+try:
+    runpy.run_path(s, run_name="__main__")
+except Exception as e:
+    p = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if p and not os.path.exists(p):
+        import json, time, traceback
+        tb, names = e.__traceback__, (s, os.path.abspath(s))
+        while tb is not None and tb.tb_frame.f_code.co_filename not in names:
+            tb = tb.tb_next
+        stack = "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
+        try:
+            with open(p, "w") as f:
+                json.dump({"message": {"message": "%s: %s" % (type(e).__name__, e),
+                           "extraInfo": {"py_callstack": stack,
+                                         "timestamp": str(int(time.time()))}}}, f)
+        except OSError:
+            pass
+    raise
+)py";
+
 }  // namespace
 
 bool defaults_omp_num_threads(const LaunchConfig& config, const EnvMap& agent_env) {
@@ -67,6 +96,9 @@ std::vector<std::string> worker_argv(const LaunchConfig& config, int local_rank)
   if (config.entry != EntryKind::kExecutable) {
     argv = {config.python_exec, "-u"};
     if (config.entry == EntryKind::kPythonModule) argv.push_back("-m");
+    if (config.entry == EntryKind::kPythonScript && config.run_path) {
+      argv.insert(argv.end(), {"-c", kRunPathBootstrap});
+    }
   }
   argv.push_back(config.training_script);
   // torch.distributed.launch puts it right after the script, before the script's args.

@@ -32,7 +32,9 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt,
 // variable is unset in the agent and there is more than one worker per node.
 bool defaults_omp_num_threads(const LaunchConfig& config, const EnvMap& agent_env);
 
-// The worker's argv: <python> -u [-m] script args | script args (--no-python).
+// The worker's argv: <python> -u [-m] script args | script args (--no-python);
+// --run-path: <python> -u -c <bootstrap> script args, where the bootstrap runs the
+// script with runpy.run_path and records an uncaught exception in the error file.
 std::vector<std::string> worker_argv(const LaunchConfig& config, int local_rank);
 
 // "NAME=value" strings for execve.

@@ -72,6 +72,13 @@ Endpoint parse_endpoint(std::string_view text, int default_port, std::string_vie
   if (const std::string why = store::split_host_port(text, ep.host, port_text); !why.empty()) {
     return fail(why);
   }
+  if (std::count(text.begin(), text.end(), ':') > 1 && text.front() != '[' &&
+      !is_ip_literal(ep.host)) {
+    return fail("neither host:port nor an IPv6 address");
+  }
+  if (ep.host.find_first_of(" \t\r\n/[]") != std::string::npos) {
+    return fail("the host contains a character no host name or address has");
+  }
   ep.port = default_port;
   if (!port_text.empty()) {
     const auto port = store::parse_port(port_text);
@@ -82,6 +89,20 @@ Endpoint parse_endpoint(std::string_view text, int default_port, std::string_vie
 }
 
 bool is_ip_literal(const std::string& host) { return !canonical(host).empty(); }
+
+std::string resolution_error(const std::string& host) {
+  if (is_ip_literal(host)) return {};
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc == 0) {
+    freeaddrinfo(res);
+    return {};
+  }
+  return gai_strerror(rc);
+}
 
 bool is_loopback_host(const std::string& host) {
   if (host == "localhost") return true;

@@ -21,11 +21,16 @@ struct Endpoint {
 
 // Parses "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 literal (no port then).
 // A missing port becomes `default_port`. Throws RendezvousError naming `what` and the
-// text on an empty host, a bad bracket or a port outside 0..65535.
+// text on an empty host, a bad bracket, a port outside 0..65535, several colons that
+// are not an IPv6 address (":::::"), or a host with blanks, '/' or brackets.
 Endpoint parse_endpoint(std::string_view text, int default_port, std::string_view what);
 
 // True for a numeric IPv4 or IPv6 address (no name resolution).
 bool is_ip_literal(const std::string& host);
+
+// "" when `host` is an IP literal or a name that resolves now; else why it does not
+// (getaddrinfo's message). Names may start resolving later (DNS of a starting cluster).
+std::string resolution_error(const std::string& host);
 
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback_host(const std::string& host);

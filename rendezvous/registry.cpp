@@ -18,6 +18,8 @@ namespace {
 using Clock = StoreRendezvous::Clock;
 using Ms = StoreRendezvous::Ms;
 
+const std::string kRdzvKeyPrefix = "ddprun/rdzv/";  // + run id: the handler's keys
+
 // The rendezvous store of one handler: optionally hosted here, reached over TCP.
 // Shared by the handler's connect callback and its shutdown callback.
 struct TcpRendezvousStore {
@@ -58,6 +60,25 @@ struct TcpRendezvousStore {
 
   std::shared_ptr<store::Store> connect(Clock::time_point deadline,
                                         const std::atomic<bool>& interrupted) {
+    return std::make_shared<store::PrefixStore>(kRdzvKeyPrefix + run_id,
+                                                connect_raw(deadline, interrupted));
+  }
+
+  // Static, on the host, before a new attempt's workers learn the store: erases the
+  // keys of earlier attempts' workers (everything outside ddprun/rdzv/), so workers that
+  // do not prefix their keys per attempt (PyTorch 2.4+) never see stale ones.
+  void clear_worker_keys() {
+    std::atomic<bool> never{false};
+    auto raw = connect_raw(Clock::now() + read_timeout, never);
+    int erased = 0;
+    for (const auto& key : raw->list_keys()) {
+      if (key.rfind(kRdzvKeyPrefix, 0) != 0) erased += raw->delete_key(key) ? 1 : 0;
+    }
+    spdlog::debug("{}: erased {} key(s) of earlier attempts' workers", where(), erased);
+  }
+
+  std::shared_ptr<store::Store> connect_raw(Clock::time_point deadline,
+                                            const std::atomic<bool>& interrupted) {
     maybe_host();
     // The host reaches its own listener by the literal it bound (or loopback when it
     // bound every interface); others use the endpoint exactly as given.
@@ -66,6 +87,13 @@ struct TcpRendezvousStore {
     auto start = Clock::now();
     auto next_log = start + Ms(3000);
     std::string last_error;
+    auto log_waiting = [&] {
+      if (Clock::now() < next_log) return;
+      spdlog::warn(
+          "{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
+          std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
+      next_log = Clock::now() + Ms(5000);
+    };
     for (;;) {
       if (interrupted.load()) {
         throw RendezvousInterruptedError(where() +
@@ -75,6 +103,15 @@ struct TcpRendezvousStore {
       if (now >= deadline) {
         throw RendezvousConnectionError(where() + ": cannot reach the rendezvous store: " +
                                         (last_error.empty() ? "timed out" : last_error));
+      }
+      // A name the cluster's DNS does not know yet (nodes starting together): keep
+      // resolving it until join_timeout, and say so.
+      if (std::string why = resolution_error(host); !why.empty()) {
+        last_error =
+            "the name '" + host + "' does not resolve (" + why + "); retrying name resolution";
+        log_waiting();
+        std::this_thread::sleep_for(Ms(250));
+        continue;
       }
       store::TcpStoreOptions options;
       options.host = host;
@@ -87,7 +124,7 @@ struct TcpRendezvousStore {
       try {
         auto tcp = std::make_shared<store::TcpStore>(options);
         if (!last_error.empty()) spdlog::warn("{}: connected to the rendezvous store", where());
-        return std::make_shared<store::PrefixStore>("ddprun/rdzv/" + run_id, tcp);
+        return tcp;
       } catch (const store::StoreConnectionError& e) {
         last_error = e.what();
       } catch (const store::StoreError& e) {
@@ -95,12 +132,7 @@ struct TcpRendezvousStore {
                                         " does not look like a ddprun/TCPStore store: " +
                                         e.what());
       }
-      if (Clock::now() >= next_log) {
-        spdlog::warn("{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
-                     std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now())
-                         .count());
-        next_log = Clock::now() + Ms(5000);
-      }
+      log_waiting();
       // TcpStore already backs off within connect_timeout; a short pause on instant
       // failures (e.g. name resolution) keeps this loop from spinning.
       std::this_thread::sleep_for(Ms(100));
@@ -111,6 +143,17 @@ struct TcpRendezvousStore {
     if (server) server->stop();
   }
 };
+
+// --rdzv-conf read_timeout: as torchrun, a positive number of seconds (0 would make
+// every store read time out at once, or never, depending on the client).
+Ms read_timeout_of(const ConfMap& conf) {
+  Ms t = conf_seconds(conf, "read_timeout", 60);
+  if (t.count() <= 0) {
+    throw RendezvousError("--rdzv-conf read_timeout='" + conf.at("read_timeout") +
+                          "' must be a positive number of seconds");
+  }
+  return t;
+}
 
 StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& conf) {
   StoreRendezvous::Config c;
@@ -128,7 +171,8 @@ StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& 
   // Progress lines every 5 s, more often when the caller asked for tiny intervals.
   c.progress_interval = std::min<Ms>(Ms(5000), c.keep_alive_interval * 2);
   c.poll_slice = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(20), Ms(250));
-  // ddprun's own key: a fixed port for the workers' store (for firewalls), else OS-chosen.
+  // ddprun's own key: the port of a separate workers' store (0 = OS-chosen; c10d's
+  // default). Static without it: the workers share the rendezvous store (make_static).
   c.workers_port = conf_int(conf, "workers_port", 0, 0);
   if (c.workers_port > 65535) throw RendezvousError("--rdzv-conf workers_port must be <= 65535");
   // ddprun's own key: 0 = worker rank 0 hosts the workers' store (PyTorch without libuv).
@@ -142,8 +186,8 @@ std::unique_ptr<RendezvousHandler> finish(StoreRendezvous::Config config,
     return rs->connect(deadline, interrupted);
   };
   return std::make_unique<StoreRendezvous>(
-      std::move(config), connect, [rs] { rs->shutdown(); },
-      [rs] { return rs->server != nullptr; });
+      std::move(config), connect, [rs] { rs->shutdown(); }, [rs] { return rs->server != nullptr; },
+      [rs] { rs->clear_worker_keys(); });
 }
 
 std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
@@ -205,13 +249,20 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
     c.advertise_addr = routed.empty() ? c.hostname : routed;
   }
   c.bind_addr = is_ip_literal(p.local_addr) ? p.local_addr : "";
+  // As torchrun: the workers use the store at --master-port (one port to open). An
+  // explicit --rdzv-conf workers_port gives them a store of their own on that port
+  // instead (0 = OS-chosen), emptied for every attempt.
+  if (!conf.count("workers_port")) {
+    c.shared_store_addr = ep.host;
+    c.shared_store_port = ep.port;
+  }
   auto rs = std::make_shared<TcpRendezvousStore>();
   rs->endpoint = ep;
   rs->backend = "static";
   rs->run_id = p.run_id;
   rs->try_host = node_rank == 0;
   rs->must_host = true;
-  rs->read_timeout = conf_seconds(conf, "read_timeout", 60);
+  rs->read_timeout = conf_seconds(conf, "read_timeout", 60);  // torchrun's static: no check
   return finish(std::move(c), rs);
 }
 
@@ -269,7 +320,7 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   rs->run_id = p.run_id;
   rs->try_host = host;
   rs->must_host = false;
-  rs->read_timeout = conf_seconds(conf, "read_timeout", 60);
+  rs->read_timeout = read_timeout_of(conf);
   return finish(std::move(c), rs);
 }
 
@@ -287,6 +338,10 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParam
   if (b != "static" && b != "c10d" && b != "etcd" && b != "etcd-v2") {
     throw RendezvousError("unknown --rdzv-backend '" + b + "' (supported: static, c10d)");
   }
+  // Checked whatever the node count, so a typo fails at once (exit 2), never after
+  // join_timeout of connection attempts.
+  if (!params.endpoint.empty()) parse_endpoint(params.endpoint, -1, "--rdzv-endpoint");
+  if (b == "c10d") read_timeout_of(params.conf);
   if (params.max_nodes == 1) {
     // One node needs no rendezvous traffic, whatever the backend: only the workers' store.
     return std::make_unique<LocalRendezvous>(params);

@@ -88,11 +88,14 @@ std::vector<StoreRendezvous::Member> StoreRendezvous::Liveness::observe(
   return out;
 }
 
-StoreRendezvous::StoreRendezvous(Config config, Connect connect,
-                                 std::function<void()> on_shutdown,
-                                 std::function<bool()> hosts_store)
-    : config_(std::move(config)), connect_(std::move(connect)),
-      on_shutdown_(std::move(on_shutdown)), hosts_store_(std::move(hosts_store)) {}
+StoreRendezvous::StoreRendezvous(Config config, Connect connect, std::function<void()> on_shutdown,
+                                 std::function<bool()> hosts_store,
+                                 std::function<void()> clear_worker_keys)
+    : config_(std::move(config)),
+      connect_(std::move(connect)),
+      on_shutdown_(std::move(on_shutdown)),
+      hosts_store_(std::move(hosts_store)),
+      clear_worker_keys_(std::move(clear_worker_keys)) {}
 
 StoreRendezvous::~StoreRendezvous() { shutdown(); }
 
@@ -245,10 +248,19 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
     info.use_agent_store = config_.agent_store;
 
     if (info.group_rank == 0 && !config_.agent_store) {
+      // No agent store (USE_LIBUV=0): worker rank 0 hosts one on this port.
       const std::uint16_t port = config_.workers_port > 0
                                      ? static_cast<std::uint16_t>(config_.workers_port)
                                      : free_tcp_port(config_.bind_addr);
       nlohmann::json m{{"addr", config_.advertise_addr}, {"port", port}};
+      store_->set(rk(r, "master"), m.dump());
+      store_->set("round", std::to_string(r));
+    } else if (info.group_rank == 0 && config_.shared_store_port > 0) {
+      // The workers share the rendezvous store: never reset it (the rendezvous keys
+      // live there). The round number in 1.13 workers' key prefix separates the
+      // attempts; newer workers do not prefix, so earlier workers' keys are erased.
+      if (clear_worker_keys_) clear_worker_keys_();
+      nlohmann::json m{{"addr", config_.shared_store_addr}, {"port", config_.shared_store_port}};
       store_->set(rk(r, "master"), m.dump());
       store_->set("round", std::to_string(r));
     } else if (info.group_rank == 0) {
@@ -410,41 +422,54 @@ std::vector<StoreRendezvous::NodeDesc> StoreRendezvous::read_descs(int r, int co
 
 std::vector<int> StoreRendezvous::assign_group_ranks(const std::vector<NodeDesc>& descs) {
   const int n = static_cast<int>(descs.size());
+  const int limit = config_.static_ranks ? n : config_.max_nodes;
+  const auto note = [](const NodeDesc& x) {
+    return x.label() + (x.node_rank_defaulted ? " (no --node-rank given: 0 assumed)" : "");
+  };
   std::map<int, const NodeDesc*> by_node_rank;
   int given = 0;
+  std::string conflict;  // c10d: why the given node ranks cannot be honoured
   for (const auto& d : descs) {
     if (d.node_rank < 0) continue;
     ++given;
-    int limit = config_.static_ranks ? n : config_.max_nodes;
     if (d.node_rank >= limit) {
-      throw RendezvousStateError(where() + ": node " + d.label() + " has --node-rank " +
-                                 std::to_string(d.node_rank) + ", outside [0, " +
-                                 std::to_string(limit) + ")");
+      std::string why = "node " + d.label() + " has --node-rank " + std::to_string(d.node_rank) +
+                        ", outside [0, " + std::to_string(limit) + ")";
+      if (config_.static_ranks) throw RendezvousStateError(where() + ": " + why);
+      if (conflict.empty()) conflict = why;
+      continue;
     }
     auto [it, inserted] = by_node_rank.emplace(d.node_rank, &d);
     if (!inserted) {
-      auto note = [](const NodeDesc& x) {
-        return x.label() + (x.node_rank_defaulted ? " (no --node-rank given: 0 assumed)" : "");
-      };
-      throw RendezvousStateError(where() + ": node rank " + std::to_string(d.node_rank) +
-                                 " is claimed by both " + note(*it->second) + " and " + note(d) +
-                                 "; give every node a distinct --node-rank in [0, " +
-                                 std::to_string(config_.static_ranks ? n : config_.max_nodes) +
-                                 ")");
+      std::string why = "node rank " + std::to_string(d.node_rank) + " is claimed by both " +
+                        note(*it->second) + " and " + note(d);
+      if (config_.static_ranks) {
+        throw RendezvousStateError(where() + ": " + why +
+                                   "; give every node a distinct --node-rank in [0, " +
+                                   std::to_string(limit) + ")");
+      }
+      if (conflict.empty()) conflict = why;
     }
   }
   std::vector<int> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  if (given == n) {
-    // Every node gave --node-rank: honour it (in an elastic round with fewer than max
-    // nodes the ranks are compacted, keeping their order).
+  if (given == n && conflict.empty()) {
+    // Every node gave a distinct --node-rank: honour it (in an elastic round with fewer
+    // than max nodes the ranks are compacted, keeping their order).
     std::sort(order.begin(), order.end(),
               [&](int a, int b) { return descs[a].node_rank < descs[b].node_rank; });
   } else {
-    if (given > 0) {
-      spdlog::warn("{}: --node-rank ignored: only {} of {} nodes gave one; ranks follow "
-                   "(address, host, pid) order",
-                   where(), given, n);
+    // c10d, as torchrun (which ignores --node-rank there): a launch never fails over
+    // node ranks. Scripts copied from one node often keep --node_rank=0 everywhere.
+    if (given > 0 && !node_rank_warned_) {
+      node_rank_warned_ = true;
+      spdlog::warn(
+          "{}: --node-rank ignored: {}; group ranks follow (address, host, pid) "
+          "order instead",
+          where(),
+          conflict.empty()
+              ? "only " + std::to_string(given) + " of " + std::to_string(n) + " nodes gave one"
+              : conflict);
     }
     std::sort(order.begin(), order.end(), [&](int a, int b) {
       const NodeDesc& x = descs[a];

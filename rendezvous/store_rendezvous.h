@@ -51,6 +51,14 @@ class StoreRendezvous final : public RendezvousHandler {
     // false (--rdzv-conf use_agent_store=0): group rank 0 hosts no workers' store but
     // publishes a free port (workers_port if set) for worker rank 0 to host one on.
     bool agent_store = true;
+    // static: > 0 = no store of the workers' own: they use the rendezvous store (hosted
+    // by group rank 0 on this port), as torchrun's static backend does, so a firewall
+    // that opens only --master-port suffices. Attempts are kept apart by the workers'
+    // key prefix (/worker/attempt_<round>/), so the store is never reset (newer workers
+    // that do not prefix are served by clear_worker_keys, see below). The workers
+    // reach it where the agents do: shared_store_addr (the endpoint's host).
+    std::string shared_store_addr;
+    int shared_store_port = 0;
     std::string hostname;
     Ms join_timeout{600'000};
     Ms last_call_timeout{30'000};
@@ -60,7 +68,8 @@ class StoreRendezvous final : public RendezvousHandler {
     Ms poll_slice{250};           // longest uninterruptible store wait
   };
 
-  // Opens one new connection to the (un-prefixed) rendezvous store, retrying until
+  // Opens one new connection to the rendezvous store, as this handler's key space (the
+  // registry prefixes ddprun/rdzv/<run id>/), retrying until
   // `deadline`; gives up early when `interrupted` becomes true. Throws RendezvousError.
   using Connect = std::function<std::shared_ptr<store::Store>(
       Clock::time_point deadline, const std::atomic<bool>& interrupted)>;
@@ -68,15 +77,19 @@ class StoreRendezvous final : public RendezvousHandler {
   // `on_shutdown` runs once in shutdown() (the registry stops a hosted rendezvous store
   // there). `hosts_store` tells whether this agent hosts the rendezvous store: such an
   // agent's exit_barrier() keeps waiting past its timeout while peers still heartbeat,
-  // so the store does not vanish under running nodes.
+  // so the store does not vanish under running nodes. `clear_worker_keys` (shared store
+  // only, called on group rank 0 before each round's workers learn the store) erases
+  // what earlier attempts' workers left in it, sparing the rendezvous keys.
   StoreRendezvous(Config config, Connect connect, std::function<void()> on_shutdown = {},
-                  std::function<bool()> hosts_store = {});
+                  std::function<bool()> hosts_store = {},
+                  std::function<void()> clear_worker_keys = {});
   ~StoreRendezvous() override;
 
   // Leaves the current round (if any) and joins the next one: blocks until a round
   // including this node forms, or throws RendezvousTimeoutError (join_timeout),
   // RendezvousClosedError, RendezvousConnectionError (store unreachable/lost),
-  // RendezvousStateError (duplicate or out-of-range node ranks) or
+  // RendezvousStateError (static: duplicate or out-of-range node ranks; c10d falls back
+  // to the automatic order with one warning instead) or
   // RendezvousInterruptedError (interrupt()).
   RendezvousInfo next_rendezvous() override;
   int num_nodes_waiting() override;
@@ -138,6 +151,7 @@ class StoreRendezvous final : public RendezvousHandler {
   Connect connect_;
   std::function<void()> on_shutdown_;
   std::function<bool()> hosts_store_;
+  std::function<void()> clear_worker_keys_;
   std::shared_ptr<store::Store> store_;     // agent thread (and is_closed/set_closed)
   std::shared_ptr<store::Store> hb_store_;  // heartbeat thread
   std::unique_ptr<store::TcpStoreServer> workers_server_;
@@ -162,6 +176,7 @@ class StoreRendezvous final : public RendezvousHandler {
   std::atomic<bool> closed_{false};
   bool announced_ = false;  // "left" already published for the current round
   bool shut_down_ = false;
+  bool node_rank_warned_ = false;  // c10d: "--node-rank ignored" said once per agent
 };
 
 }  // namespace ddprun::rdzv

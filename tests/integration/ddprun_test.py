@@ -253,6 +253,45 @@ def free_port():
 
 
 @test(needs_torch=True)
+def run_path_records_uncaught_exception(job):
+    """torchrun --run-path runs the script under @record; ddprun's bootstrap must too,
+    without changing what the script sees (argv, sys.path[0], __name__, __file__)."""
+    script = os.path.join(job.dir, "plain_fail.py")
+    with open(script, "w") as f:
+        f.write(
+            "import json, os, sys\n"
+            "import torch.distributed as dist\n"
+            "dist.init_process_group('gloo')\n"
+            f"with open(os.path.join({job.out!r}, 'seen%s.json' % dist.get_rank()), 'w') as f:\n"
+            "    json.dump({'argv': sys.argv, 'path0': sys.path[0], 'name': __name__,\n"
+            "               'file': __file__}, f)\n"
+            "def inner():\n"
+            "    raise KeyError('rank %d has no record decorator' % dist.get_rank())\n"
+            "if dist.get_rank() == 1:\n"
+            "    inner()\n"
+            "dist.barrier()\n")
+    for run_path in (True, False):
+        args = ["--nproc-per-node=2", *(["--run-path"] if run_path else []), script, "a1"]
+        rc, out, err = job.run(args)
+        check(rc == 1, f"{args}: ddprun exited {rc}, expected 1", out, err)
+        lines = err.splitlines()
+        check("  rank      : 1 (local_rank: 1)" in lines, "root cause rank", err)
+        recorded = "  KeyError: 'rank 1 has no record decorator'" in lines
+        check(recorded == run_path, f"{args}: traceback in the report: {recorded}", err)
+        if run_path:
+            check(any("in inner" in l for l in lines), "the script's frames", err)
+            check(not any("runpy" in l for l in lines[lines.index("Root Cause (first observed failure):"):]),
+                  "bootstrap frames trimmed", err)
+        # What `python script a1` gives, either way.
+        with open(os.path.join(job.out, "seen0.json")) as f:
+            seen = json.load(f)
+        check(seen == {"argv": [script, "a1"], "path0": job.dir, "name": "__main__",
+                       "file": script}, f"{args}: the script saw {seen}")
+        # Python's own traceback still reaches stderr, and the exit code is Python's.
+        check("KeyError: 'rank 1 has no record decorator'" in err, "stderr traceback", err)
+
+
+@test(needs_torch=True)
 def agent_error_file_copy(job):
     agent_file = os.path.join(job.dir, "agent_error.json")
     rc, out, err = job.run(["--nproc-per-node=1", os.path.join(EXAMPLES, "failing_worker.py"),
@@ -422,9 +461,17 @@ def bad_command_lines(job):
         (["--nproc-per-node"], "--nproc-per-node"),
         (["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=[::1", marker_script],
          "--rdzv-endpoint"),
+        (["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=:::::", marker_script],
+         "':::::' is invalid"),
+        (["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=::1:99999", marker_script],
+         "--rdzv-endpoint"),
+        (["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
+          "--rdzv-conf=read_timeout=0", marker_script], "read_timeout='0'"),
+        (["--virtual-local-rank", "--nproc-per-node=3", marker_script],
+         "CUDA_VISIBLE_DEVICES='5,7' lists 2", {"CUDA_VISIBLE_DEVICES": "5,7"}),
     ]
-    for args, needle in cases:
-        rc, out, err = job.run(args, timeout=30)
+    for args, needle, *env in cases:
+        rc, out, err = job.run(args, timeout=30, env=env[0] if env else None)
         lines = err.splitlines()
         check(rc == 2, f"{args}: exit {rc}, expected 2", err)
         check(len(lines) == 2 and lines[0].startswith("ddprun: error: ") and needle in lines[0],
@@ -437,6 +484,21 @@ def bad_command_lines(job):
     # Script arguments that look like ddprun options are the script's.
     rc, out, err = job.run([marker_script, "--nnodes=0", "--bogus"], timeout=60)
     check(rc == 0, f"options after the script were parsed by ddprun ({rc})", err)
+
+
+@test()
+def ignored_options_said_once(job):
+    script = os.path.join(job.dir, "ok.py")
+    with open(script, "w") as f:
+        f.write("print('ran')\n")
+    rc, out, err = job.run(["--nproc-per-node=2", "--numa-binding=node",
+                            "--duplicate-stderr-filters=x", script], timeout=60)
+    check(rc == 0, f"ddprun exited {rc}", err)
+    lines = [l for l in err.splitlines() if "ignoring" in l]
+    check(len(lines) == 1 and "--numa-binding=node" in lines[0]
+          and "--duplicate-stderr-filters=x" in lines[0], "one warning naming both", err)
+    rc, out, err = job.run([script], timeout=60)
+    check(rc == 0 and "ignoring" not in err, "no warning without those options", err)
 
 
 @test()

@@ -110,9 +110,22 @@ TEST_CASE("every option in both spellings", "[cli]") {
         if (row.dash == "--signals-to-handle") CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1});
         if (row.dash == "--shutdown-timeout") CHECK(c.shutdown_timeout_s == 7);
         if (row.dash == "--numa-binding") CHECK(c.numa_binding == "node");
+        if (row.dash == "--numa-binding") {
+          CHECK(c.ignored_options == std::vector<std::string>{"--numa-binding=node"});
+        }
       }
     }
   }
+}
+
+TEST_CASE("accepted-but-unimplemented options are listed for the warning at start", "[cli]") {
+  CHECK(ok({"train.py"}).ignored_options.empty());
+  CHECK(ok({"--event-log-handler=null", "train.py"}).ignored_options.empty());
+  CHECK(ok({"--event-log-handler=console", "--logs-specs=x", "--duplicate-stdout-filters=a",
+            "--duplicate-stderr-filters=b", "train.py"})
+            .ignored_options ==
+        std::vector<std::string>{"--event-log-handler=console", "--logs-specs=x",
+                                 "--duplicate-stdout-filters=a", "--duplicate-stderr-filters=b"});
 }
 
 TEST_CASE("flags in both spellings", "[cli]") {
@@ -227,6 +240,12 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
       {{"--nnodes"}, "--nnodes"},
       {{"train.py"}, "PET_STANDALONE", {{"PET_STANDALONE", "yes"}}},
       {{"train.py"}, "--nnodes", {{"PET_NNODES", "0"}}},
+      {{"--virtual-local-rank", "--nproc-per-node=3", "train.py"},
+       "--virtual-local-rank: 3 workers per node but CUDA_VISIBLE_DEVICES='5,7' lists 2",
+       {{"CUDA_VISIBLE_DEVICES", "5,7"}}},
+      {{"--virtual-local-rank", "--nproc-per-node=1", "train.py"},
+       "--virtual-local-rank",
+       {{"CUDA_VISIBLE_DEVICES", ""}}},
   };
   for (const auto& row : rows) {
     const CliOutcome out = parse(row.args, row.env);
@@ -236,6 +255,13 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
     CHECK(out.text.find('\n') == std::string::npos);
     CHECK(!out.text.empty());
   }
+}
+
+TEST_CASE("--virtual-local-rank: as many workers as visible devices is fine", "[cli]") {
+  CHECK(ok({"--virtual-local-rank", "--nproc-per-node=2", "train.py"},
+           {{"CUDA_VISIBLE_DEVICES", "5,7"}})
+            .virtual_local_rank);
+  CHECK(ok({"--virtual-local-rank", "--nproc-per-node=3", "train.py"}).nproc_per_node == 3);
 }
 
 TEST_CASE("modules and --no-python programs need not be files here", "[cli]") {

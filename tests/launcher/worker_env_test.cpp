@@ -112,6 +112,16 @@ TEST_CASE("worker command lines", "[worker_env]") {
         V{"/usr/bin/python3", "-u", "train.py", "--local_rank=1", "--out=run1", "x"});
   c.use_env = true;
   CHECK(worker_argv(c, 1) == V{"/usr/bin/python3", "-u", "train.py", "--out=run1", "x"});
+  // --run-path: the script and its arguments follow a -c bootstrap (runpy.run_path).
+  c.legacy_launch = false;
+  c.run_path = true;
+  const auto rp = worker_argv(c, 1);
+  REQUIRE(rp.size() == 7);
+  CHECK(V(rp.begin(), rp.begin() + 3) == V{"/usr/bin/python3", "-u", "-c"});
+  CHECK(rp[3].find("runpy.run_path") != std::string::npos);
+  CHECK(V(rp.begin() + 4, rp.end()) == V{"train.py", "--out=run1", "x"});
+  c.entry = EntryKind::kPythonModule;  // -m: unchanged by --run-path
+  CHECK(worker_argv(c, 0) == V{"/usr/bin/python3", "-u", "-m", "train.py", "--out=run0", "x"});
 }
 
 TEST_CASE("${local_rank} substitution", "[worker_env]") {

@@ -158,6 +158,22 @@ def c10d_four_nodes_node_rank(c):
 
 
 @test
+def c10d_copied_node_rank_zero(c):
+    """node1.sh copied to every node keeps --node_rank=0: torchrun's c10d ignores it, so
+    the job runs (automatic order) and each agent warns once."""
+    port = free_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "copied_rank", ["--node_rank=0"]))
+              for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    ranks = sorted(r["GROUP_RANK"] for a in agents for r in a.records())
+    check(ranks == ["0", "1"], f"group ranks {ranks}", c.logs())
+    for a in agents:
+        check(a.text().count("--node-rank ignored: node rank 0 is claimed by both") == 1,
+              f"{a.name}: one warning", a.text())
+
+
+@test
 def static_two_nodes_two_procs(c):
     port = free_port()
     agents = []
@@ -176,6 +192,26 @@ def static_two_nodes_two_procs(c):
             check(r["WORLD_SIZE"] == "4" and r["GROUP_RANK"] == str(i) and r["allreduce_ok"],
                   "layout", r)
             check(r["MASTER_ADDR"] == "127.0.0.1", "MASTER_ADDR is node rank 0's address", r)
+
+
+@test
+def static_one_port_and_a_restart(c):
+    """Workers use the store at --master-port (torchrun's one open port), and a restart
+    in that shared store neither loses the rendezvous nor shows attempt 0's keys."""
+    port = free_port()
+    agents = [c.start(f"node{i}", [
+        "--nnodes=2", "--nproc-per-node=1", f"--node-rank={i}", "--master-addr=127.0.0.1",
+        f"--master-port={port}", f"--local-addr=127.0.0.{i + 1}", "--max-restarts=1",
+        f"--rdzv-conf={FAST}"], ["--fail-rank=1", "--fail-once"]) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    for a in agents:
+        recs = a.records()
+        attempts = sorted(r["TORCHELASTIC_RESTART_COUNT"] for r in recs)
+        check(len(attempts) == 2 and attempts[0] != attempts[1], f"{a.name}: attempts", recs)
+        for r in recs:
+            check(r["MASTER_PORT"] == str(port), f"MASTER_PORT {r['MASTER_PORT']} != {port}", r)
+            check(r["allreduce_ok"] and r["WORLD_SIZE"] == "2", "layout", r)
 
 
 @test

@@ -23,7 +23,8 @@ TEST_CASE("parse_endpoint handles names / IPv4 / bracketed and bare IPv6", "[end
 }
 
 TEST_CASE("parse_endpoint rejects bad text with a message naming it", "[endpoint]") {
-  for (const char* bad : {"", ":29400", "host:", "host:abc", "host:70000", "[::1", "[::1]x"}) {
+  for (const char* bad : {"", ":29400", "host:", "host:abc", "host:70000", "[::1", "[::1]x",
+                          ":::::", "::1:70000", "a b:1", "x/y:1"}) {
     INFO(bad);
     REQUIRE_THROWS_AS(parse_endpoint(bad, 1, "--rdzv-endpoint"), RendezvousError);
     try {

@@ -118,3 +118,22 @@ TEST_CASE("registry: clear errors for bad backends and node counts", "[registry]
   p.conf["join_timeout"] = "soon";
   CHECK_THROWS_WITH(make_rendezvous_handler(p), Catch::Contains("join_timeout='soon'"));
 }
+
+TEST_CASE("registry: malformed endpoints and read_timeout=0 fail at once, any node count",
+          "[registry]") {
+  for (int nodes : {1, 2}) {
+    RendezvousParams p;
+    p.backend = "c10d";
+    p.min_nodes = p.max_nodes = nodes;
+    for (const char* bad : {":::::", "::1:70000", "node 1:29400", "host:65536"}) {
+      INFO(nodes << " nodes, " << bad);
+      p.endpoint = bad;
+      CHECK_THROWS_WITH(make_rendezvous_handler(p),
+                        Catch::Contains(std::string("--rdzv-endpoint '") + bad + "' is invalid"));
+    }
+    p.endpoint = "127.0.0.1:29400";
+    p.conf["read_timeout"] = "0";
+    CHECK_THROWS_WITH(make_rendezvous_handler(p),
+                      Catch::Contains("read_timeout='0' must be a positive number"));
+  }
+}

@@ -1,15 +1,19 @@
 // Multi-node rendezvous on real loopback sockets: each node is a thread with its own
 // handler from make_rendezvous_handler(); node 0 (--local-addr 127.0.0.1) hosts the
 // rendezvous store at the endpoint, the others connect to it.
-#include <catch2/catch.hpp>
+#include "rendezvous/store_rendezvous.h"
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <catch2/catch.hpp>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "rdzv_test_util.h"
 #include "rendezvous/registry.h"
-#include "rendezvous/store_rendezvous.h"
 #include "store/memory_store.h"
 #include "store/prefix_store.h"
 #include "store/tcp_store_client.h"
@@ -47,6 +51,21 @@ Handlers two_c10d_nodes_formed(std::uint16_t port) {
   Handlers hs = make_all(ps);
   rendezvous_all(hs);
   return hs;
+}
+
+// Static nodes with node rank i and --nproc-per-node nprocs[i], meeting at
+// --master-addr 127.0.0.1 --master-port `port` (node 0 hosts).
+std::vector<RendezvousParams> static_nodes(std::uint16_t port, const std::vector<int>& nprocs) {
+  const int n = static_cast<int>(nprocs.size());
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < n; ++i) {
+    ps.push_back(node_params("static", i, port, n, n, nprocs[static_cast<std::size_t>(i)]));
+    ps.back().endpoint.clear();
+    ps.back().master_addr = "127.0.0.1";
+    ps.back().master_port = port;
+    ps.back().node_rank = i;
+  }
+  return ps;
 }
 
 // Every node agrees on the layout; returns the group ranks in node order.
@@ -133,44 +152,47 @@ TEST_CASE("c10d: --node-rank on every node is honoured - nproc may differ", "[c1
   CHECK(infos[0].master_addr == "127.0.0.4");
 }
 
-TEST_CASE("c10d: duplicate node ranks are a clear error on every node", "[c10d]") {
+TEST_CASE(
+    "c10d: colliding or out-of-range node ranks fall back to the automatic order "
+    "with one warning",
+    "[c10d]") {
+  // Scripts copied from node 1 keep --node_rank=0 on every node; torchrun's c10d ignores
+  // it, so the launch must not fail.
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
-  for (int i = 0; i < 2; ++i) {
-    ps.push_back(node_params("c10d", i, port, 2, 2));
-    ps.back().node_rank = 0;
+  for (int i = 0; i < 3; ++i) {
+    ps.push_back(node_params("c10d", i, port, 3, 3));
+    ps.back().node_rank = i == 2 ? 7 : 0;  // two claim 0, one is out of range
   }
   auto hs = make_all(ps);
-  std::vector<std::future<std::string>> fs;
-  for (auto& h : hs) {
-    fs.push_back(std::async(std::launch::async, [&h]() -> std::string {
-      try {
-        h->next_rendezvous();
-        return "no error";
-      } catch (const RendezvousStateError& e) {
-        return e.what();
-      }
-    }));
+  auto infos = rendezvous_all(hs);
+  auto ranks = check_consistent(infos, {1, 1, 1});
+  CHECK(ranks == std::vector<int>{0, 1, 2});  // address order: 127.0.0.1, .2, .3
+  // A second round (a restart) warns no more.
+  auto again = rendezvous_all(hs);
+  CHECK(check_consistent(again, {1, 1, 1}) == ranks);
+  for (auto& h : hs) h->shutdown();
+  spdlog::default_logger()->sinks().pop_back();
+  const std::string text = log.str();
+  CHECK_THAT(text, Catch::Contains("--node-rank ignored: node rank 0 is claimed by both "
+                                   "127.0.0.1 ") &&
+                       Catch::Contains("and 127.0.0.2 "));
+  std::size_t warnings = 0;
+  for (auto at = text.find("--node-rank ignored"); at != std::string::npos;
+       at = text.find("--node-rank ignored", at + 1)) {
+    ++warnings;
   }
-  for (auto& f : fs) {
-    auto msg = f.get();
-    CHECK_THAT(msg, Catch::Contains("node rank 0 is claimed by both") &&
-                        Catch::Contains("127.0.0.1:" + std::to_string(port)));
-  }
+  CHECK(warnings == 3);  // once per agent, not once per round
 }
 
 TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejected", "[static]") {
   auto port = test::free_port();
   auto workers_port = test::free_port();
-  std::vector<RendezvousParams> ps;
-  for (int i = 0; i < 2; ++i) {
-    ps.push_back(node_params("static", i, port, 2, 2, i == 0 ? 3 : 2));
-    ps.back().conf["workers_port"] = std::to_string(workers_port);
-    ps.back().endpoint.clear();
-    ps.back().master_addr = "127.0.0.1";
-    ps.back().master_port = port;
-    ps.back().node_rank = i;
-  }
+  std::vector<RendezvousParams> ps = static_nodes(port, {3, 2});
+  for (auto& p : ps) p.conf["workers_port"] = std::to_string(workers_port);
   {
     auto hs = make_all(ps);
     auto infos = rendezvous_all(hs);
@@ -232,6 +254,34 @@ TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejecte
                         Catch::Contains("cannot host"));
   h0->interrupt();
   CHECK_THAT(f0.get(), Catch::Contains("interrupted"));
+}
+
+TEST_CASE("static: the workers use the one --master-port store - rounds survive attempts",
+          "[static]") {
+  // torchrun's static backend serves the workers from the store at --master-port, so a
+  // cluster whose firewall opens only that port works; ddprun must too.
+  auto port = test::free_port();
+  auto hs = make_all(static_nodes(port, {1, 1}));
+  auto first = rendezvous_all(hs);
+  check_consistent(first, {1, 1});
+  for (const auto& info : first) {
+    CHECK(info.master_addr == "127.0.0.1");
+    CHECK(info.master_port == port);
+  }
+  // Workers of this attempt write keys: PyTorch 1.13 under /worker/attempt_<round>/,
+  // 2.4+ without a prefix. A restart must keep the rendezvous keys and drop theirs.
+  auto worker = connect("127.0.0.1", port);
+  const std::string old_key = "/worker/attempt_" + std::to_string(first[0].round) + "/0";
+  worker->set(old_key, "stale");
+  worker->set("default_pg/0", "stale nccl id");
+  auto second = rendezvous_all(hs);  // a worker-group restart on both nodes
+  check_consistent(second, {1, 1});
+  CHECK(second[0].round > first[0].round);
+  CHECK(second[0].master_port == port);
+  CHECK_FALSE(worker->check({old_key}));
+  CHECK_FALSE(worker->check({"default_pg/0"}));
+  CHECK(worker->check({"ddprun/rdzv/test_job/round"}));
+  for (auto& h : hs) h->shutdown();
 }
 
 TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then joins",
@@ -394,6 +444,16 @@ TEST_CASE("no store at the endpoint: connection error after join_timeout", "[c10
   auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(h->next_rendezvous(), RendezvousConnectionError);
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
+TEST_CASE("an endpoint name that does not resolve is retried and the error says so", "[c10d]") {
+  auto p = node_params("c10d", 1, test::free_port(), 2, 2);
+  p.endpoint = "ddprun-no-such-host.invalid:29400";  // .invalid never resolves (RFC 2606)
+  p.conf["join_timeout"] = "1";
+  auto h = make_rendezvous_handler(p);  // accepted: the name may resolve later
+  CHECK_THROWS_WITH(h->next_rendezvous(),
+                    Catch::Contains("the name 'ddprun-no-such-host.invalid' does not resolve") &&
+                        Catch::Contains("retrying name resolution"));
 }
 
 TEST_CASE("interrupt() ends a waiting next_rendezvous promptly", "[c10d]") {

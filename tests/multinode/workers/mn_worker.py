@@ -2,6 +2,7 @@
 """A gloo worker for the multi-node tests.
 
     mn_worker.py OUT_DIR [--until-world N] [--steps K] [--step-sleep S] [--fail-rank R]
+                 [--fail-once]
 
 Joins the process group (env://), checks an all_reduce of the ranks, records its
 environment in OUT_DIR/<restart>_<rank>.json, then runs K steps (all_reduce + sleep).
@@ -31,6 +32,8 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--step-sleep", type=float, default=0.05)
     ap.add_argument("--fail-rank", type=int, default=-1, help="this rank exits 3 after init")
+    ap.add_argument("--fail-once", action="store_true",
+                    help="--fail-rank fails in the first attempt only")
     a = ap.parse_args()
     # A hung worker prints where it hangs (and exits) instead of stalling a test silently.
     faulthandler.dump_traceback_later(60, exit=True)
@@ -44,7 +47,8 @@ def main():
     name = f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}_{rank}_{os.getpid()}.json"
     with open(os.path.join(a.out, name), "w") as f:
         json.dump(rec, f)
-    if not ok or rank == a.fail_rank:
+    first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    if not ok or (rank == a.fail_rank and (first or not a.fail_once)):
         sys.exit(3)
     deadline = time.monotonic() + 90
     steps = 0
