@@ -257,7 +257,7 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
   }
 }
 
-TEST_CASE("--virtual-local-rank: as many workers as visible devices is fine", "[cli]") {
+TEST_CASE("virtual local rank: as many workers as visible devices is fine", "[cli]") {
   CHECK(ok({"--virtual-local-rank", "--nproc-per-node=2", "train.py"},
            {{"CUDA_VISIBLE_DEVICES", "5,7"}})
             .virtual_local_rank);
@@ -269,7 +269,7 @@ TEST_CASE("modules and --no-python programs need not be files here", "[cli]") {
   CHECK(ok({"--no-python", "echo", "hi"}).script_args == std::vector<std::string>{"hi"});
 }
 
-TEST_CASE("--help and --version print and exit 0", "[cli]") {
+TEST_CASE("help and version print and exit 0", "[cli]") {
   const CliOutcome help = parse({"--help"});
   REQUIRE(help.kind == CliOutcome::Kind::kPrint);
   for (const char* needle : {"--nproc-per-node", "--nproc_per_node", "--rdzv-endpoint",
