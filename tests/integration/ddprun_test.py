@@ -458,6 +458,49 @@ def second_sigint_cuts_the_grace(job):
     check(time.monotonic() - t0 < 30, "the second SIGINT did not cut the grace period", err)
 
 
+# ---------------------------------------------------------------------------------------
+# Hostile output and the default log directory (issue 14)
+
+
+def torchelastic_dirs(job):
+    return [d for d in os.listdir(job.dir) if d.startswith("torchelastic_")]
+
+
+@test()
+def output_is_byte_exact(job):
+    # A 200 KiB line, every byte value (NUL, invalid UTF-8, lone CR), no final newline.
+    data = (b"a" * 200 * 1024 + b"\n" + bytes(range(1, 256)) + b"\0mid\0\n"
+            + b"last line \xff")
+    src = os.path.join(job.dir, "data.bin")
+    with open(src, "wb") as f:
+        f.write(data)
+    logs = os.path.join(job.dir, "logs")
+    p = subprocess.run([job.ddprun, "--nproc-per-node=2", "--log-dir", logs, "--redirects=0:2",
+                        "--local-ranks-filter=0", "--no-python", "sh", "-c",
+                        f"cat {src}; cat {src} >&2; : {job.token}"],
+                       env=job.env, cwd=job.dir, capture_output=True, timeout=120)
+    check(p.returncode == 0, f"ddprun exited {p.returncode}", p.stderr.decode(errors="replace"))
+    check(p.stdout == data, f"console stdout altered ({len(p.stdout)} bytes, want {len(data)})")
+    attempt = os.path.join(logs, os.listdir(logs)[0], "attempt_0")
+    for rank, stream in ((0, "stderr"), (1, "stdout"), (1, "stderr")):
+        with open(os.path.join(attempt, str(rank), f"{stream}.log"), "rb") as f:
+            got = f.read()
+        check(got == data, f"rank {rank} {stream}.log altered ({len(got)} bytes)")
+
+
+@test()
+def default_log_dir_removed(job):
+    rc, out, err = job.run(["--nproc-per-node=2", *job.probe("rank=1", "exit=3")])
+    check(rc == 1, f"ddprun exited {rc}", err)
+    check("exitcode  : 3" in err, "no failure report", err)
+    check(not torchelastic_dirs(job), f"left behind: {torchelastic_dirs(job)}")
+    rc, out, err = job.run(["--nproc-per-node=1", *job.probe("print=x")])
+    check(rc == 0 and not torchelastic_dirs(job), "left behind after success", err)
+    rc, out, err = job.run(["--nproc-per-node=1", "-r", "1", *job.probe("print=kept")])
+    check(rc == 0 and len(torchelastic_dirs(job)) == 1, "redirected output not kept", err)
+    check("worker logs kept in" in err, "no notice naming the kept directory", err)
+
+
 def main():
     if len(sys.argv) >= 3 and sys.argv[2] == "--registered":
         # CMakeLists.txt lists the tests by name: none may be forgotten there.
