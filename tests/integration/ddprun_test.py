@@ -190,7 +190,8 @@ def failure_report_with_traceback(job):
     check(any(l.startswith("  exitcode  : 1 (pid: ") for l in lines), "exitcode line", err)
     check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
     ef = [l for l in lines if l.startswith("  error_file: ")]
-    check(ef and ef[0].endswith("/attempt_0/1/error.json") and os.path.exists(ef[0][14:]),
+    # Read for the report (the traceback above), then removed with the default log dir.
+    check(ef and ef[0].endswith("/attempt_0/1/error.json") and not os.path.exists(ef[0][14:]),
           "error_file", err)
     check("=" * 60 in lines, "border", err)
 
@@ -235,7 +236,11 @@ def worker_environment(job):
         for k, v in expected.items():
             check(e.get(k) == v, f"rank {r}: {k}={e.get(k)!r}, expected {v!r}")
         check(e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"), "error file")
-        check(os.path.isdir(os.path.dirname(e["TORCHELASTIC_ERROR_FILE"])), "error file dir")
+        # In the default log directory, which ddprun removes at the end (issue 14).
+        check(e["TORCHELASTIC_ERROR_FILE"].startswith(os.path.join(job.dir, "torchelastic_")),
+              "error file in the default log dir")
+        check(not os.path.exists(os.path.dirname(e["TORCHELASTIC_ERROR_FILE"])),
+              "default log dir removed")
         check(d["argv"][-2:] == [f"a{r}b", "--x"], f"argv {d['argv']}")
         check(d["pgid"] == d["pid"] and d["sid"] == d["pid"], "worker is its own session")
     check("OMP_NUM_THREADS" not in err, "no OMP notice when the user set it", err)
@@ -499,6 +504,39 @@ def default_log_dir_removed(job):
     rc, out, err = job.run(["--nproc-per-node=1", "-r", "1", *job.probe("print=kept")])
     check(rc == 0 and len(torchelastic_dirs(job)) == 1, "redirected output not kept", err)
     check("worker logs kept in" in err, "no notice naming the kept directory", err)
+
+
+# ---------------------------------------------------------------------------------------
+# Daemons that leave their worker's process group (issue 14)
+
+
+def daemon_job(job, then):
+    return ["--nproc-per-node=2", os.path.join(WORKERS, "daemon.py"), job.out, job.token, then]
+
+
+def daemon_pids(job):
+    return [int(open(os.path.join(job.out, n)).read()) for n in os.listdir(job.out)
+            if n.startswith("daemon.") and not n.endswith(".tmp")]
+
+
+@test()
+def daemons_die_with_the_job(job):
+    rc, out, err = job.run(daemon_job(job, "exit"))
+    check(rc == 0, f"ddprun exited {rc}", err)
+    check(len(daemon_pids(job)) == 4, "4 daemons (setsid and setpgid, 2 ranks) started")
+    poll(lambda: not job.job_processes(), 10, "no daemon left after the job ended")
+
+
+@test()
+def kill_9_kills_daemons(job):
+    p = job.start(daemon_job(job, "sleep"))
+    poll(lambda: all(os.path.exists(os.path.join(job.out, f"ready.{r}")) for r in (0, 1)),
+         60, "workers and daemons ready")
+    check(len(job.job_processes()) >= 6, "2 workers and 4 daemons running",
+          str(job.job_processes()))
+    p.kill()
+    p.communicate(timeout=30)
+    poll(lambda: not job.job_processes(), 10, "every worker and daemon gone")
 
 
 def main():
