@@ -337,7 +337,10 @@ TEST_CASE("agent: the default torchelastic_ directory goes at the end, after the
   c.log_dir.clear();
   ThreadSupervisor sup;
   sup.install("program", [&](ThreadSupervisor::Worker& w) {
-    if (!fail || w.env("RANK") != "1") return 0;
+    if (!fail) return 0;
+    // Rank 0 runs until stopped: ThreadSupervisor may report kAllSucceeded when rank 0
+    // exits 0 before rank 1's thread is registered.
+    if (w.env("RANK") != "1") return -w.wait_for_stop();
     std::ofstream(w.env("TORCHELASTIC_ERROR_FILE"))
         << R"({"message": {"message": "ValueError: boom", "extraInfo": )"
            R"({"py_callstack": "Traceback: boom", "timestamp": "1700000000"}}})";
