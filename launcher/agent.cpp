@@ -118,6 +118,7 @@ void Agent::make_run_log_dir() {
   files_disabled_ = base == "/dev/null";
   if (base.empty() || files_disabled_) {
     base = make_temp_dir(temp_base() + "/torchelastic_");
+    default_log_dir_ = base;
   } else {
     fs::create_directories(base);
   }
@@ -222,6 +223,8 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
         // A rank filtered off the console still keeps its output, in its log file.
         s.mode = StreamMode::kRedirect;
       }
+      // Redirected only: the log file holds the sole copy of this output; keep it.
+      if (s.mode == StreamMode::kRedirect && !files_disabled_) keep_default_log_dir_ = true;
       if (s.mode != StreamMode::kConsole) {
         s.file = files_disabled_ ? "/dev/null"
                                  : (logs / std::to_string(lr) / (std::string(name) + ".log"))
@@ -368,6 +371,17 @@ Agent::Step Agent::finish(RunResult& result, RunResult::Outcome outcome) {
   return Step::kDone;
 }
 
+void Agent::remove_default_log_dir() {
+  if (default_log_dir_.empty()) return;
+  if (keep_default_log_dir_) {
+    spdlog::warn("worker logs kept in {} (redirected without --log-dir)", run_log_dir_);
+    return;
+  }
+  std::error_code ec;
+  fs::remove_all(default_log_dir_, ec);
+  if (ec) spdlog::warn("cannot remove log directory {}: {}", default_log_dir_, ec.message());
+}
+
 void Agent::report(const RunResult& result) {
   const auto& failures = result.failures;
   const std::string text =
@@ -420,6 +434,8 @@ RunResult Agent::run() {
     result.outcome = RunResult::Outcome::kFailed;
     result.exit_code = 1;
   }
+  // The failure report (the only reader of the workers' error files) is printed by now.
+  remove_default_log_dir();
   result.restart_count = restart_count_;
   return result;
 }

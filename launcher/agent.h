@@ -90,6 +90,10 @@ class Agent {
   // Ends the run: shuts the handler down (and the store it hosts) and sets the outcome.
   Step finish(RunResult& result, RunResult::Outcome outcome);
   void make_run_log_dir();
+  // Removes the default torchelastic_XXXXXX directory at the end of the run (after the
+  // failure report, which reads the workers' error files), unless --log-dir was given or
+  // it holds the only copy of some worker output (a redirected, not tee'd, stream).
+  void remove_default_log_dir();
   std::string attempt_dir() const;
   std::string error_file_path(int local_rank) const;
 
@@ -99,6 +103,8 @@ class Agent {
   std::unique_ptr<rdzv::RendezvousHandler> handler_;
   std::chrono::milliseconds grace_;
   std::string run_log_dir_;
+  std::string default_log_dir_;        // the torchelastic_XXXXXX dir made here (no --log-dir)
+  bool keep_default_log_dir_ = false;  // a stream went only to a file in it
   bool files_disabled_ = false;  // --log-dir /dev/null: run dir in TMPDIR, error.json only
   int restart_count_ = 0;  // restarts spent on failures
   int attempt_ = 0;         // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt

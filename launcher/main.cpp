@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     prepare_agent_signals(cli.config.signals_to_handle);
     SupervisorOptions options;
     options.handled_signals = cli.config.signals_to_handle;
-    options.orphan_guard_fd = start_orphan_guard();
+    options.orphan_guard = start_orphan_guard();
     ProcessSupervisor supervisor(options);
     Agent agent(cli.config, host.env, supervisor, std::move(handler));
     const RunResult result = agent.run();

@@ -4,9 +4,6 @@
 #include <algorithm>
 
 namespace ddprun::launcher {
-namespace {
-constexpr std::string_view kLf = "\n";
-}  // namespace
 
 LineSplitter::LineSplitter(std::size_t max_line) : max_line_(std::max<std::size_t>(max_line, 1)) {}
 
@@ -31,13 +28,15 @@ const std::vector<Line>& LineSplitter::feed(std::string_view chunk) {
     if (c == '\n' || c == '\r') {
       if (c == '\r' && i + 1 == all.size()) break;  // maybe "\r\n": wait for more
       std::size_t end_len = (c == '\r' && all[i + 1] == '\n') ? 2 : 1;
-      lines_.push_back({all.substr(start, i - start), all.substr(i, end_len), false});
+      lines_.push_back({all.substr(start, i - start), all.substr(i, end_len), in_line_});
+      in_line_ = false;
       i += end_len;
       start = i;
       continue;
     }
     if (i - start + 1 > max_line_) {
-      lines_.push_back({all.substr(start, max_line_), kLf, true});
+      lines_.push_back({all.substr(start, max_line_), {}, in_line_});
+      in_line_ = true;
       start += max_line_;
       continue;  // re-examine byte i as part of the next piece
     }
@@ -55,11 +54,12 @@ const std::vector<Line>& LineSplitter::finish() {
   const std::string_view rest = buffer_;
   if (!rest.empty()) {
     if (rest.back() == '\r') {
-      lines_.push_back({rest.substr(0, rest.size() - 1), rest.substr(rest.size() - 1), false});
+      lines_.push_back({rest.substr(0, rest.size() - 1), rest.substr(rest.size() - 1), in_line_});
     } else {
-      lines_.push_back({rest, kLf, true});
+      lines_.push_back({rest, {}, in_line_});
     }
   }
+  in_line_ = false;
   consumed_ = buffer_.size();
   scanned_ = consumed_;
   return lines_;

@@ -1,7 +1,8 @@
 // line_splitter.h: LineSplitter, which turns a worker's output byte stream (pipe chunks of
-// any size) into whole lines, so that the log fan-out can write each line with one write().
-// Pure: no I/O. Used by log_fanout.cpp; table-tested in tests/launcher/process.
-// Thread-safety: none (one splitter per stream, used by the supervisor thread only).
+// any size) into whole lines (and pieces of overlong lines, byte-exact), so that the log fan-out
+// can write each line with one write(). Pure: no I/O. Used by log_fanout.cpp; table-tested in
+// tests/launcher/process. Thread-safety: none (one splitter per stream, used by the supervisor
+// thread only).
 #pragma once
 
 #include <cstddef>
@@ -11,21 +12,23 @@
 
 namespace ddprun::launcher {
 
-// One line. `text` excludes the terminator; `end` is the terminator as found in the
-// stream ("\n", "\r\n", or a lone "\r" as used by progress bars), or "\n" supplied by the
-// splitter when it had to break the line (an overlong piece, or the unterminated last line
-// at EOF) so that every emitted line can be written as a whole line.
+// One line, or one piece of a line. `text` excludes the terminator; `end` is the
+// terminator exactly as found in the stream ("\n", "\r\n", or a lone "\r" as used by
+// progress bars), or empty when the line is not complete: a piece of an overlong line
+// (more follows), or the unterminated end of the stream. Nothing is ever added: the
+// pieces' text and end, concatenated, are the stream's bytes.
 struct Line {
   std::string_view text;
   std::string_view end;
-  bool broken = false;  // true when `end` was supplied by the splitter
+  bool continued = false;  // continues a line whose earlier piece came before
+  bool complete() const { return !end.empty(); }
 };
-
 class LineSplitter {
  public:
   static constexpr std::size_t kDefaultMaxLine = 64 * 1024;
 
-  // `max_line` (>= 1): a line longer than this is emitted in pieces of `max_line` bytes.
+  // `max_line` (>= 1): a line longer than this is emitted in pieces of `max_line` bytes
+  // (incomplete pieces; the last one carries the terminator), so memory stays bounded.
   explicit LineSplitter(std::size_t max_line = kDefaultMaxLine);
 
   // Appends `chunk` and returns the lines it completes, in order. A partial line is kept
@@ -48,6 +51,7 @@ class LineSplitter {
   std::size_t consumed_ = 0;  // bytes of buffer_ already returned as lines
   std::size_t scanned_ = 0;   // bytes of buffer_ known to contain no terminator
   std::vector<Line> lines_;
+  bool in_line_ = false;  // the last piece returned was incomplete
 };
 
 }  // namespace ddprun::launcher

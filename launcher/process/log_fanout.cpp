@@ -62,15 +62,118 @@ ConsoleWriter::ConsoleWriter(int fd) : fd_(fd) {
   }
 }
 
-void ConsoleWriter::write_line(std::string_view prefix, const Line& line) {
+void ConsoleWriter::write_line(std::uint64_t stream, std::string_view prefix, const Line& line) {
   if (broken_) return;
-  std::size_t size = prefix.size() + line.text.size() + line.end.size();
+  if (!must_wait(stream)) {
+    emit(stream, prefix, line.text, line.end, line.continued);
+    if (owner_ == 0) let_waiting_out();
+    return;
+  }
+  if (waiting_.empty()) waiting_since_ = std::chrono::steady_clock::now();
+  Waiting w{
+      stream, std::string(prefix), std::string(line.text), std::string(line.end), line.continued,
+      false};
+  waiting_bytes_ += w.prefix.size() + w.text.size() + w.end.size();
+  waiting_.push_back(std::move(w));
+  if (waiting_bytes_ > kHighWater) cut();
+}
+
+void ConsoleWriter::close_stream(std::uint64_t stream) {
+  if (!must_wait(stream)) {
+    end_stream(stream);
+    if (owner_ == 0) let_waiting_out();
+    return;
+  }
+  if (waiting_.empty()) waiting_since_ = std::chrono::steady_clock::now();
+  waiting_.push_back(Waiting{stream, {}, {}, {}, false, true});
+}
+
+void ConsoleWriter::unpark(std::uint64_t stream) {
+  auto has = [&] {
+    return std::any_of(waiting_.begin(), waiting_.end(),
+                       [&](const Waiting& w) { return w.stream == stream; });
+  };
+  // Each cut lets at least the first waiting entry out, so this ends.
+  while (has()) cut();
+}
+
+std::chrono::steady_clock::time_point ConsoleWriter::wait_deadline() const {
+  return waiting_.empty() ? std::chrono::steady_clock::time_point::max()
+                          : waiting_since_ + kMaxWait;
+}
+
+void ConsoleWriter::on_timer(std::chrono::steady_clock::time_point now) {
+  if (!waiting_.empty() && now >= wait_deadline()) cut();
+}
+
+void ConsoleWriter::emit(std::uint64_t stream, std::string_view prefix, std::string_view text,
+                         std::string_view end, bool continued) {
+  std::string_view separator;
+  if (mid_line_ != 0 && mid_line_ != stream) {
+    // Another stream's bytes end the console mid-line (a cut line, or an unterminated
+    // last line): a newline keeps this line off it; a cut line resumes under its prefix.
+    separator = "\n";
+    if (!mid_line_closed_) cut_.push_back(mid_line_);
+    mid_line_ = 0;
+  }
+  bool starts_line = !continued;
+  if (auto it = std::find(cut_.begin(), cut_.end(), stream); it != cut_.end()) {
+    starts_line = true;
+    cut_.erase(it);
+  }
+  put(separator, starts_line ? prefix : std::string_view(), text, end);
+  if (end.empty()) {
+    owner_ = mid_line_ = stream;
+    mid_line_closed_ = false;
+  } else {
+    if (owner_ == stream) owner_ = 0;
+    if (mid_line_ == stream) mid_line_ = 0;
+  }
+}
+
+void ConsoleWriter::end_stream(std::uint64_t stream) {
+  cut_.erase(std::remove(cut_.begin(), cut_.end(), stream), cut_.end());
+  if (owner_ == stream) owner_ = 0;
+  if (mid_line_ == stream) mid_line_closed_ = true;
+}
+
+void ConsoleWriter::cut() {
+  owner_ = 0;
+  let_waiting_out();
+}
+
+void ConsoleWriter::let_waiting_out() {
+  // In order; an entry of a stream other than a new holder of the console waits on. When
+  // the console is released again, the scan restarts (earlier entries may go now).
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (must_wait(it->stream)) {
+      ++it;
+      continue;
+    }
+    Waiting w = std::move(*it);
+    it = waiting_.erase(it);
+    waiting_bytes_ -= w.prefix.size() + w.text.size() + w.end.size();
+    if (w.end_of_stream) {
+      end_stream(w.stream);
+    } else {
+      emit(w.stream, w.prefix, w.text, w.end, w.continued);
+    }
+    if (owner_ == 0) it = waiting_.begin();
+  }
+  if (!waiting_.empty()) waiting_since_ = std::chrono::steady_clock::now();
+}
+
+void ConsoleWriter::put(std::string_view a, std::string_view b, std::string_view c,
+                        std::string_view d) {
+  const std::size_t size = a.size() + b.size() + c.size() + d.size();
+  if (broken_ || size == 0) return;
   enqueued_ += size;
   if (!queued_) {
-    iovec iov[3] = {{const_cast<char*>(prefix.data()), prefix.size()},
-                    {const_cast<char*>(line.text.data()), line.text.size()},
-                    {const_cast<char*>(line.end.data()), line.end.size()}};
-    if (!write_all(fd_, iov, 3)) {
+    iovec iov[4] = {{const_cast<char*>(a.data()), a.size()},
+                    {const_cast<char*>(b.data()), b.size()},
+                    {const_cast<char*>(c.data()), c.size()},
+                    {const_cast<char*>(d.data()), d.size()}};
+    if (!write_all(fd_, iov, 4)) {
       broken_ = true;
       spdlog::warn("worker output to fd {} dropped: write failed: {}", fd_, errno_text(errno));
     }
@@ -78,7 +181,7 @@ void ConsoleWriter::write_line(std::string_view prefix, const Line& line) {
     return;
   }
   bool was_idle = backlog() == 0;
-  queue_.append(prefix).append(line.text).append(line.end);
+  queue_.append(a).append(b).append(c).append(d);
   if (was_idle) on_writable();
 }
 
@@ -123,6 +226,7 @@ void ConsoleWriter::on_writable() {
 }
 
 void ConsoleWriter::flush(std::chrono::milliseconds limit) {
+  while (!waiting_.empty()) cut();
   auto deadline = std::chrono::steady_clock::now() + limit;
   while (queued_ && !broken_ && backlog() > 0) {
     on_writable();
@@ -151,6 +255,7 @@ StreamRoute::StreamRoute(const StreamSpec& spec, std::string prefix, ConsoleWrit
     : prefix_(std::move(prefix)), file_name_(spec.file) {
   bool to_console = spec.mode != StreamMode::kRedirect && spec.show_on_console;
   console_ = to_console ? console : nullptr;
+  if (console_ != nullptr) stream_ = console_->open_stream();
   if (spec.mode == StreamMode::kConsole) return;
   if (spec.file.empty()) throw std::invalid_argument("redirected worker stream has no log file");
   std::filesystem::path path(spec.file);
@@ -162,23 +267,26 @@ StreamRoute::StreamRoute(const StreamSpec& spec, std::string prefix, ConsoleWrit
 }
 
 void StreamRoute::on_data(std::string_view chunk) {
-  for (const Line& line : splitter_.feed(chunk)) emit(line);
-}
-
-void StreamRoute::on_eof() {
-  for (const Line& line : splitter_.finish()) emit(line);
-}
-
-void StreamRoute::emit(const Line& line) {
-  if (console_ != nullptr) console_->write_line(prefix_, line);
   if (file_ && !file_broken_) {
-    iovec iov[2] = {{const_cast<char*>(line.text.data()), line.text.size()},
-                    {const_cast<char*>(line.end.data()), line.end.size()}};
-    if (!write_all(file_.get(), iov, 2)) {
+    // The file gets the bytes as read: nothing to split, nothing added.
+    iovec iov{const_cast<char*>(chunk.data()), chunk.size()};
+    if (!write_all(file_.get(), &iov, 1)) {
       file_broken_ = true;
       spdlog::warn("cannot write log file '{}': {}", file_name_, errno_text(errno));
     }
   }
+  if (console_ == nullptr) return;
+  for (const Line& line : splitter_.feed(chunk)) console_->write_line(stream_, prefix_, line);
+}
+
+void StreamRoute::on_eof() {
+  if (console_ == nullptr) return;
+  for (const Line& line : splitter_.finish()) console_->write_line(stream_, prefix_, line);
+  console_->close_stream(stream_);
+}
+
+void StreamRoute::unpark() {
+  if (console_ != nullptr) console_->unpark(stream_);
 }
 
 }  // namespace ddprun::launcher

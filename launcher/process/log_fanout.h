@@ -1,15 +1,19 @@
 // log_fanout.h: the worker-output path. Each worker stream (a pipe read by the supervisor
-// thread) has a StreamRoute: LineSplitter -> whole lines -> the per-rank file and/or a
-// ConsoleWriter (the agent's stdout or stderr), one write() per line (or per batch of
-// whole lines), so lines of different workers never interleave mid-line.
+// thread) has a StreamRoute: the bytes as read -> the per-rank file (byte-exact), and
+// LineSplitter -> lines -> a ConsoleWriter (the agent's stdout or stderr). The console
+// gets every byte of every worker unchanged (plus the prefix at the start of each line,
+// when tee'd), and lines of different workers never interleave mid-line: a line longer
+// than the splitter's 64 KiB piece holds the console until its end (see ConsoleWriter).
 // Used by OutputRouter (output_router.h); StreamSpec also by WorkerSpec and the Agent.
 // Thread-safety: none; everything runs on the supervisor thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "launcher/process/line_splitter.h"
 #include "launcher/process/unique_fd.h"
@@ -36,16 +40,41 @@ struct StreamSpec {
 // queues lines while the reader is slow; the supervisor then waits for EPOLLOUT on
 // poll_fd(). Otherwise (regular file, socket, /dev/null, or the reopen fails) lines are
 // written at once with blocking writes.
+//
+// Lines in progress. A stream that writes an incomplete piece (the first 64 KiB of a
+// longer line) holds the console until it writes the line's end, so the line comes out
+// whole under one prefix; the complete lines of other streams wait meanwhile, in order.
+// They wait at most kMaxWait, or until kHighWater bytes wait, or until their worker exits
+// (unpark): then the line in progress is cut, i.e. a newline goes to the console, the
+// waiting lines follow, and the rest of the cut line later starts a new console line
+// under the same prefix. Likewise a stream that ends in an unterminated line is followed
+// by a newline only if another stream writes to the console after it. Only these two
+// newlines are ever added; each tells one worker's bytes from another's.
 class ConsoleWriter {
  public:
   // Above this many queued bytes the supervisor stops reading console-bound worker pipes,
   // so a slow console slows the workers (as with torchrun, whose workers share its
   // stdout) instead of growing memory. Pipes of an exited worker are still drained.
+  // Also the most bytes of other streams that wait behind a line in progress.
   static constexpr std::size_t kHighWater = 1 << 20;
+  // The longest other streams' lines wait behind a line in progress.
+  static constexpr std::chrono::milliseconds kMaxWait{1000};
 
   explicit ConsoleWriter(int fd);  // `fd` is not owned and must outlive the writer
 
-  void write_line(std::string_view prefix, const Line& line);
+  // A new stream (a StreamRoute) writing to this console.
+  std::uint64_t open_stream() { return ++last_stream_; }
+  // One line or piece of `stream`; `prefix` goes before the first piece of each line.
+  void write_line(std::uint64_t stream, std::string_view prefix, const Line& line);
+  // End of `stream` (after its last line): a line it left open no longer holds the console.
+  void close_stream(std::uint64_t stream);
+  // Lets `stream`'s waiting lines out now, cutting the line in progress if need be (its
+  // worker exited: its last words must reach the console before its exit is reported).
+  void unpark(std::uint64_t stream);
+  // When the lines waiting behind a line in progress must be let out (time_point::max()
+  // when none wait); on_timer() does it once that time has come.
+  std::chrono::steady_clock::time_point wait_deadline() const;
+  void on_timer(std::chrono::steady_clock::time_point now);
 
   // -1 when writes are blocking; else the fd to watch for EPOLLOUT while backlog() > 0.
   int poll_fd() const { return queued_ ? private_fd_.get() : -1; }
@@ -53,7 +82,8 @@ class ConsoleWriter {
   bool over_high_water() const { return backlog() > kHighWater; }
   // Writes queued bytes until the fd would block (call on EPOLLOUT).
   void on_writable();
-  // Blocks until the backlog is written or `limit` passes (what is left is dropped, with a
+  // Lets every waiting line out, then blocks until the backlog is written or `limit`
+  // passes (what is left is dropped, with a
   // warning: a console that accepts nothing for that long must not hang the agent).
   void flush(std::chrono::milliseconds limit);
 
@@ -63,7 +93,27 @@ class ConsoleWriter {
   std::uint64_t written() const { return written_; }
 
  private:
+  // A line or piece of a stream other than the one holding the console, or its end.
+  struct Waiting {
+    std::uint64_t stream;
+    std::string prefix;
+    std::string text;
+    std::string end;
+    bool continued;
+    bool end_of_stream;
+  };
+
   void drop_backlog(const char* why);
+  // Writes one piece now: the separating newline if another stream left the console
+  // mid-line, the prefix where a line starts, the bytes; updates who holds the console.
+  void emit(std::uint64_t stream, std::string_view prefix, std::string_view text,
+            std::string_view end, bool continued);
+  void end_stream(std::uint64_t stream);
+  bool must_wait(std::uint64_t stream) const { return owner_ != 0 && owner_ != stream; }
+  // The line in progress stops holding the console; waiting lines go out.
+  void cut();
+  void let_waiting_out();
+  void put(std::string_view a, std::string_view b, std::string_view c, std::string_view d);
 
   int fd_;
   UniqueFd private_fd_;  // non-blocking reopen of fd_, when queued_
@@ -73,11 +123,21 @@ class ConsoleWriter {
   std::size_t head_ = 0;
   std::uint64_t enqueued_ = 0;
   std::uint64_t written_ = 0;
+  // Lines in progress.
+  std::uint64_t last_stream_ = 0;
+  std::uint64_t owner_ = 0;         // the stream whose line holds the console, or 0
+  std::uint64_t mid_line_ = 0;      // the stream whose bytes end the console mid-line
+  bool mid_line_closed_ = false;    // ... and that stream has ended
+  std::vector<std::uint64_t> cut_;  // open streams whose line in progress was cut
+  std::deque<Waiting> waiting_;
+  std::size_t waiting_bytes_ = 0;
+  std::chrono::steady_clock::time_point waiting_since_;
 };
 
 // One worker stream (stdout or stderr) as its StreamSpec asks: kConsole -> console only;
 // kRedirect -> file only; kTee -> both. Console lines carry `prefix` (if non-empty);
-// file lines never do. show_on_console=false drops the console part.
+// the file gets exactly the bytes read, as soon as they are read. show_on_console=false
+// drops the console part.
 class StreamRoute {
  public:
   // Creates (truncates) spec.file for kRedirect/kTee, and its parent directories.
@@ -85,15 +145,16 @@ class StreamRoute {
   StreamRoute(const StreamSpec& spec, std::string prefix, ConsoleWriter* console);
 
   void on_data(std::string_view chunk);
-  void on_eof();  // flushes a final unterminated line
+  void on_eof();  // the last, unterminated line; the stream's end to the console
   bool uses_console() const { return console_ != nullptr; }
+  // The worker exited: its lines waiting behind another's long line go out now.
+  void unpark();
 
  private:
-  void emit(const Line& line);
-
   LineSplitter splitter_;
   std::string prefix_;
   ConsoleWriter* console_ = nullptr;  // null: not shown on the console
+  std::uint64_t stream_ = 0;          // this stream's id at console_
   UniqueFd file_;
   std::string file_name_;
   bool file_broken_ = false;

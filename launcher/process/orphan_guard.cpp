@@ -5,9 +5,15 @@
 // 'a & b'`) would survive a `kill -9` of the agent. The guard holds the read end of a
 // pipe whose only write end is the agent's (close-on-exec, so workers never hold it);
 // the kernel closes it however the agent dies, and the guard then SIGKILLs every
-// process group it was told about.
+// process group it was told about, and every process carrying the job token in its
+// environment: daemons that left their worker's group, which the agent (a child
+// subreaper) would have killed at a normal end, but which re-parent away from it when
+// it is killed.
+#include "launcher/process/orphan_guard.h"
+
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,15 +21,21 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <string>
 #include <vector>
 
-#include "launcher/process/orphan_guard.h"
+#include "launcher/process/descendants.h"
 #include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 namespace {
 
-[[noreturn]] void run_guard(int read_fd) {
+// How often the guard scans for token carriers after the agent is gone, at most: each
+// round kills what it finds; processes forked meanwhile are found by the next round.
+constexpr int kTokenRounds = 100;
+constexpr int kTokenRoundMs = 20;
+
+[[noreturn]] void run_guard(int read_fd, const std::string& token) {
   // Own session: a kill of the agent's process group (or the terminal's hang-up) must
   // not take the guard down with the agent; it exits by itself on EOF.
   ::setsid();
@@ -65,6 +77,12 @@ namespace {
     }
   }
   for (pid_t g : groups) ::kill(-g, SIGKILL);  // ESRCH: that group is already empty
+  for (int round = 0; !token.empty() && round < kTokenRounds; ++round) {
+    const std::vector<pid_t> carriers = processes_with_token(token);
+    if (carriers.empty()) break;
+    for (pid_t pid : carriers) ::kill(pid, SIGKILL);
+    ::poll(nullptr, 0, kTokenRoundMs);
+  }
   ::_exit(0);
 }
 
@@ -80,7 +98,9 @@ bool send_guard_record(int guard_fd, GuardRecord::Op op, pid_t pgid) {
   return n == static_cast<ssize_t>(sizeof rec);
 }
 
-int start_orphan_guard() {
+OrphanGuard start_orphan_guard() {
+  OrphanGuard guard;
+  guard.token = make_job_token();
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("orphan guard: pipe2");
   UniqueFd read_end(fds[0]);
@@ -89,9 +109,11 @@ int start_orphan_guard() {
   if (pid < 0) throw_errno("orphan guard: fork");
   if (pid == 0) {
     write_end.reset();
-    run_guard(read_end.release());
+    run_guard(read_end.release(), guard.token);
   }
-  return write_end.release();
+  guard.fd = write_end.release();
+  guard.pid = pid;
+  return guard;
 }
 
 }  // namespace ddprun::launcher

@@ -67,8 +67,10 @@ void OutputRouter::watch(Pipe& pipe) {
 }
 
 void OutputRouter::drain(std::size_t index) {
-  read(*pipes_.at(2 * index), true);
-  read(*pipes_.at(2 * index + 1), true);
+  for (std::size_t i : {2 * index, 2 * index + 1}) {
+    read(*pipes_.at(i), true);
+    pipes_[i]->route->unpark();
+  }
 }
 
 void OutputRouter::close_all() {
@@ -143,8 +145,10 @@ std::vector<SupervisorEvent> OutputRouter::take_held() {
 }
 
 int OutputRouter::timeout_ms() const {
-  if (held_.empty()) return -1;
-  auto left = std::chrono::ceil<std::chrono::milliseconds>(held_.front().deadline - Clock::now());
+  auto next = std::min(out_.writer.wait_deadline(), err_.writer.wait_deadline());
+  if (!held_.empty()) next = std::min(next, held_.front().deadline);
+  if (next == Clock::time_point::max()) return -1;
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
   return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
 }
 
@@ -160,6 +164,9 @@ void OutputRouter::sync_console(Console& console) {
 }
 
 void OutputRouter::sync() {
+  const auto now = Clock::now();
+  out_.writer.on_timer(now);
+  err_.writer.on_timer(now);
   sync_console(out_);
   sync_console(err_);
   // Back-pressure: stop reading console-bound pipes while their console is over its mark.

@@ -42,7 +42,8 @@ class OutputRouter {
   // WorkerGroup. Throws std::system_error naming a log file that cannot be created.
   ChildEnds add(const WorkerSpec& spec);
   // Reads what worker `index`'s pipes hold now (its exit was seen): not waiting for EOF,
-  // since grandchildren may hold the pipes open, and ignoring back-pressure.
+  // since grandchildren may hold the pipes open, and ignoring back-pressure; lines of it
+  // waiting behind another worker's long line go to the console now.
   void drain(std::size_t index);
   // End of an attempt, every writer in the groups dead: drains every pipe, flushes the
   // last partial lines and forgets the pipes.
@@ -55,11 +56,13 @@ class OutputRouter {
   void release_ready();
   // Removes and returns every held event.
   std::vector<SupervisorEvent> take_held();
-  // Milliseconds until the first held event's deadline, or -1 when none is held.
+  // Milliseconds until the first held event's deadline or the time a console must let
+  // lines waiting behind a long line out, or -1 when there is neither.
   int timeout_ms() const;
 
-  // After each wakeup: watch the consoles for EPOLLOUT while they have a backlog, and
-  // pause or resume console-bound pipes as the consoles cross their high-water mark.
+  // After each wakeup: let out console lines that waited their time behind a long line,
+  // watch the consoles for EPOLLOUT while they have a backlog, and pause or resume
+  // console-bound pipes as the consoles cross their high-water mark.
   void sync();
   // Blocks until the console backlogs are written or `limit` passes (see ConsoleWriter).
   void flush_consoles(std::chrono::milliseconds limit);

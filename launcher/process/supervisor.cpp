@@ -18,6 +18,7 @@
 #include <deque>
 #include <mutex>
 
+#include "launcher/process/descendants.h"
 #include "launcher/process/event_loop.h"
 #include "launcher/process/output_router.h"
 #include "launcher/process/signals.h"
@@ -70,14 +71,22 @@ ProcessSupervisor::Impl::Impl(SupervisorOptions opts)
     : options(std::move(opts)),
       router(loop, options.console_stdout_fd, options.console_stderr_fd,
              [this](const SupervisorEvent& ev) { push_event(ev); }),
-      group(loop, options.use_pidfd, options.orphan_guard_fd,
+      group(loop, options.use_pidfd, options.orphan_guard,
             [this](std::size_t index, const WorkerExit& exit) { on_exit(index, exit); }) {
-  std::vector<int> sigs = options.handled_signals;
-  if (!group.use_pidfd()) {
-    // Without pidfds, SIGCHLD joins the signalfd; reap_all runs after every wakeup.
-    sigs.push_back(SIGCHLD);
-    spdlog::debug("pidfd_open unavailable; reaping workers on SIGCHLD");
+  // Orphaned descendants (daemons that left their worker's group) re-parent to this
+  // process instead of init; WorkerGroup reaps them on SIGCHLD and kills them at the
+  // attempt's end.
+  if (!become_child_subreaper()) {
+    spdlog::warn(
+        "prctl(PR_SET_CHILD_SUBREAPER): {}; daemons started by workers may outlive "
+        "the job",
+        errno_text(errno));
   }
+  // SIGCHLD joins the signalfd: adopted processes are reaped on it, and without pidfds
+  // the workers too (reap_all runs after every wakeup).
+  std::vector<int> sigs = options.handled_signals;
+  sigs.push_back(SIGCHLD);
+  if (!group.use_pidfd()) spdlog::debug("pidfd_open unavailable; reaping workers on SIGCHLD");
   signal_fd = make_signalfd(sigs);
   loop.add(signal_fd.get(), EPOLLIN, [this](std::uint32_t) { on_signalfd(); });
   EventLoop::Hooks hooks;
@@ -135,9 +144,13 @@ void ProcessSupervisor::Impl::push_event(const SupervisorEvent& ev) {
 
 void ProcessSupervisor::Impl::on_signalfd() {
   signalfd_siginfo info{};
+  bool child_exited = false;
   while (::read(signal_fd.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
     const int signo = static_cast<int>(info.ssi_signo);
-    if (signo == SIGCHLD && !group.use_pidfd()) continue;  // reap_all runs after the batch
+    if (signo == SIGCHLD) {  // workers: pidfds or reap_all after the batch
+      child_exited = true;
+      continue;
+    }
     SupervisorEvent ev;
     ev.kind = SupervisorEvent::Kind::kSignal;
     ev.signo = signo;
@@ -145,6 +158,7 @@ void ProcessSupervisor::Impl::on_signalfd() {
     if (stopping) cut = true;
     push_event(ev);
   }
+  if (child_exited) group.reap_adopted();
 }
 
 void ProcessSupervisor::Impl::on_exit(std::size_t index, const WorkerExit& exit) {

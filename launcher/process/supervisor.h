@@ -1,7 +1,9 @@
 // supervisor.h: ProcessSupervisor, the real Supervisor (supervisor_interface.h): spawns
 // one attempt's worker processes, carries their stdout/stderr to the console and log
 // files line by line, reaps them, forwards signals to their process groups and stops
-// them (signal, grace period, SIGKILL). It composes an EventLoop (event_loop.h), a
+// them (signal, grace period, SIGKILL). It makes the process a child subreaper, so that
+// daemons that leave a worker's process group re-parent to it and are reaped and, at the
+// attempt's end, killed (WorkerGroup). It composes an EventLoop (event_loop.h), a
 // WorkerGroup (worker_group.h) and an OutputRouter (output_router.h), and owns the
 // signalfd and the event queue the agent reads.
 // Used by main.cpp, for the Agent (agent.cpp), which sees only events and never a pid
@@ -18,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "launcher/process/orphan_guard.h"
 #include "launcher/process/spawn.h"
 #include "launcher/process/supervisor_interface.h"
 
@@ -27,8 +30,8 @@ struct SupervisorOptions {
   // Signals the agent handles. The caller blocks them in every thread (in main, before
   // any thread starts); the supervisor consumes them with a signalfd and reports kSignal.
   std::vector<int> handled_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-  // Write end of the orphan guard's pipe (start_orphan_guard), or -1 for none.
-  int orphan_guard_fd = -1;
+  // The orphan guard (start_orphan_guard); fd -1: none.
+  OrphanGuard orphan_guard;
   // Where console lines go (tests pass pipes); not owned.
   int console_stdout_fd = 1;
   int console_stderr_fd = 2;

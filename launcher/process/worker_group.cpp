@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <csignal>
 
+#include "launcher/process/descendants.h"
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
@@ -58,8 +59,8 @@ struct WorkerGroup::Worker {
   WorkerExit exit;
 };
 
-WorkerGroup::WorkerGroup(EventLoop& loop, bool use_pidfd, int orphan_guard_fd, OnExit on_exit)
-    : loop_(loop), guard_fd_(orphan_guard_fd), on_exit_(std::move(on_exit)) {
+WorkerGroup::WorkerGroup(EventLoop& loop, bool use_pidfd, OrphanGuard guard, OnExit on_exit)
+    : loop_(loop), guard_(std::move(guard)), on_exit_(std::move(on_exit)) {
   // Probe once: pidfd_open needs Linux 5.3.
   UniqueFd self = use_pidfd ? open_pidfd(::getpid()) : UniqueFd();
   use_pidfd_ = self.valid();
@@ -76,6 +77,8 @@ void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
   SpawnOptions so;
   so.argv = std::move(spec.argv);
   so.env = std::move(spec.env);
+  // Inherited by every descendant: how the guard finds daemons once the agent is gone.
+  if (!guard_.token.empty()) set_env_entry(so.env, kJobTokenVar, guard_.token);
   so.cwd = std::move(spec.cwd);
   so.stdout_fd = stdout_fd;
   so.stderr_fd = stderr_fd;
@@ -182,6 +185,58 @@ void WorkerGroup::kill_all() {
     }
     if (!w->group_gone) guard(GuardRecord::kRemove, w->pid);
   }
+  kill_adopted();
+}
+
+std::vector<pid_t> WorkerGroup::adopted() const {
+  std::vector<pid_t> pids;
+  for (pid_t pid : child_pids()) {
+    const bool worker =
+        std::any_of(workers_.begin(), workers_.end(), [&](auto& w) { return w->pid == pid; });
+    if (!worker && pid != guard_.pid) pids.push_back(pid);
+  }
+  return pids;
+}
+
+void WorkerGroup::reap_adopted() {
+  for (pid_t pid : adopted()) {
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void WorkerGroup::kill_adopted() {
+  const auto deadline = Clock::now() + kKillWait;
+  bool told = false;
+  while (true) {
+    std::vector<pid_t> live;
+    for (pid_t pid : adopted()) {
+      int status = 0;
+      pid_t r;
+      do {
+        r = ::waitpid(pid, &status, WNOHANG);
+      } while (r < 0 && errno == EINTR);
+      if (r == 0) live.push_back(pid);
+    }
+    if (live.empty()) return;
+    if (Clock::now() > deadline) {
+      spdlog::warn(
+          "{} process(es) that left their worker's process group still alive {} s "
+          "after SIGKILL (uninterruptible sleep?); giving up on them",
+          live.size(), kKillWait.count() / 1000);
+      return;
+    }
+    if (!told) {
+      spdlog::info("killing {} process(es) that left their worker's process group", live.size());
+      told = true;
+    }
+    for (pid_t pid : live) {
+      if (::getpgid(pid) == pid) ::kill(-pid, SIGKILL);  // a daemon's own group, at once
+      ::kill(pid, SIGKILL);
+    }
+    ::poll(nullptr, 0, 2);
+  }
 }
 
 void WorkerGroup::clear() { workers_.clear(); }
@@ -208,8 +263,8 @@ std::vector<pid_t> WorkerGroup::live_pids() const {
 }
 
 void WorkerGroup::guard(int op, pid_t pgid) {
-  if (guard_fd_ < 0 || guard_warned_) return;
-  if (!send_guard_record(guard_fd_, static_cast<GuardRecord::Op>(op), pgid)) {
+  if (guard_.fd < 0 || guard_warned_) return;
+  if (!send_guard_record(guard_.fd, static_cast<GuardRecord::Op>(op), pgid)) {
     guard_warned_ = true;
     spdlog::warn(
         "orphan guard unreachable ({}); workers' grandchildren may outlive a killed "

@@ -1,7 +1,10 @@
 // worker_group.h: WorkerGroup, one attempt's worker processes as the supervisor tracks
-// them: spawning (spawn.h) with each new process group told to the orphan guard, exit
-// detection (a pidfd per worker, or waitpid(pid, WNOHANG) on SIGCHLD/timer where pidfds
-// are missing), reaping, signals to every process group, and the SIGKILL escalation.
+// them: spawning (spawn.h) with each new process group told to the orphan guard and the
+// job token in each environment, exit detection (a pidfd per worker, or waitpid(pid,
+// WNOHANG) on SIGCHLD/timer where pidfds are missing), reaping, signals to every process
+// group, and the SIGKILL escalation; and the adopted processes (descendants.h: daemons
+// that left their worker's group and re-parented to the agent), reaped when they exit
+// and killed at the attempt's end. Their exits are never reported as workers' exits.
 // Used by ProcessSupervisor. Thread-safety: none; everything runs on the supervisor's
 // EventLoop thread, which is also the thread that forks (PR_SET_PDEATHSIG, spawn.h).
 #pragma once
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "launcher/process/event_loop.h"
+#include "launcher/process/orphan_guard.h"
 #include "launcher/process/supervisor_interface.h"
 #include "launcher/process/unique_fd.h"
 
@@ -25,9 +29,10 @@ class WorkerGroup {
   using OnExit = std::function<void(std::size_t index, const WorkerExit& exit)>;
 
   // `use_pidfd` false, or a kernel without pidfd_open (< 5.3): the owner must call
-  // reap_all() after SIGCHLD and every needs_polling() interval. `orphan_guard_fd`: the
-  // guard's pipe (orphan_guard.h), or -1.
-  WorkerGroup(EventLoop& loop, bool use_pidfd, int orphan_guard_fd, OnExit on_exit);
+  // reap_all() after SIGCHLD and every needs_polling() interval. `guard`: the orphan
+  // guard (orphan_guard.h; fd -1 for none): its pipe gets the process groups, its token
+  // goes into every worker's environment, its pid is never taken for an adopted process.
+  WorkerGroup(EventLoop& loop, bool use_pidfd, OrphanGuard guard, OnExit on_exit);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -46,8 +51,15 @@ class WorkerGroup {
   void signal_groups(int signo);
   // The escalation's end: SIGKILL to every group, then reaps each worker (a worker still
   // alive kKillWait later, in uninterruptible sleep, is given up and reported as killed),
-  // and tells the guard to forget every group.
+  // tells the guard to forget every group, and kills the adopted processes (kill_adopted).
   void kill_all();
+  // Reaps the adopted processes that have exited (call on SIGCHLD): the agent's children
+  // that are neither workers nor the guard.
+  void reap_adopted();
+  // SIGKILLs every adopted process (and its process group, if it leads one) and reaps
+  // it, round after round, since each death re-parents that process's own children to
+  // the agent; gives up after kKillWait (uninterruptible sleep) with a warning.
+  void kill_adopted();
   // Forgets the workers (all must have been reaped).
   void clear();
 
@@ -65,10 +77,12 @@ class WorkerGroup {
   void reap(Worker& w);
   void record_exit(Worker& w, WorkerExit exit);
   void guard(int op, pid_t pgid);
+  // The agent's children that are neither a worker of this group nor the guard.
+  std::vector<pid_t> adopted() const;
 
   EventLoop& loop_;
   bool use_pidfd_ = true;
-  int guard_fd_ = -1;
+  OrphanGuard guard_;
   bool guard_warned_ = false;
   OnExit on_exit_;
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -201,7 +201,8 @@ def failure_report_with_traceback(job):
     check(any(l.startswith("  exitcode  : 1 (pid: ") for l in lines), "exitcode line", err)
     check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
     ef = [l for l in lines if l.startswith("  error_file: ")]
-    check(ef and ef[0].endswith("/attempt_0/1/error.json") and os.path.exists(ef[0][14:]),
+    # Read for the report (the traceback above), then removed with the default log dir.
+    check(ef and ef[0].endswith("/attempt_0/1/error.json") and not os.path.exists(ef[0][14:]),
           "error_file", err)
     check("=" * 60 in lines, "border", err)
 
@@ -331,7 +332,11 @@ def worker_environment(job):
         for k, v in expected.items():
             check(e.get(k) == v, f"rank {r}: {k}={e.get(k)!r}, expected {v!r}")
         check(e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"), "error file")
-        check(os.path.isdir(os.path.dirname(e["TORCHELASTIC_ERROR_FILE"])), "error file dir")
+        # In the default log directory, which ddprun removes at the end (issue 14).
+        check(e["TORCHELASTIC_ERROR_FILE"].startswith(os.path.join(job.dir, "torchelastic_")),
+              "error file in the default log dir")
+        check(not os.path.exists(os.path.dirname(e["TORCHELASTIC_ERROR_FILE"])),
+              "default log dir removed")
         check(d["argv"][-2:] == [f"a{r}b", "--x"], f"argv {d['argv']}")
         check(d["pgid"] == d["pid"] and d["sid"] == d["pid"], "worker is its own session")
     check("OMP_NUM_THREADS" not in err, "no OMP notice when the user set it", err)
@@ -616,6 +621,82 @@ def second_sigint_cuts_the_grace(job):
     out, err = p.communicate(timeout=40)
     check(p.returncode == 1, f"exit {p.returncode}", err)
     check(time.monotonic() - t0 < 30, "the second SIGINT did not cut the grace period", err)
+
+
+# ---------------------------------------------------------------------------------------
+# Hostile output and the default log directory (issue 14)
+
+
+def torchelastic_dirs(job):
+    return [d for d in os.listdir(job.dir) if d.startswith("torchelastic_")]
+
+
+@test()
+def output_is_byte_exact(job):
+    # A 200 KiB line, every byte value (NUL, invalid UTF-8, lone CR), no final newline.
+    data = (b"a" * 200 * 1024 + b"\n" + bytes(range(1, 256)) + b"\0mid\0\n"
+            + b"last line \xff")
+    src = os.path.join(job.dir, "data.bin")
+    with open(src, "wb") as f:
+        f.write(data)
+    logs = os.path.join(job.dir, "logs")
+    p = subprocess.run([job.ddprun, "--nproc-per-node=2", "--log-dir", logs, "--redirects=0:2",
+                        "--local-ranks-filter=0", "--no-python", "sh", "-c",
+                        f"cat {src}; cat {src} >&2; : {job.token}"],
+                       env=job.env, cwd=job.dir, capture_output=True, timeout=120)
+    check(p.returncode == 0, f"ddprun exited {p.returncode}", p.stderr.decode(errors="replace"))
+    check(p.stdout == data, f"console stdout altered ({len(p.stdout)} bytes, want {len(data)})")
+    attempt = os.path.join(logs, os.listdir(logs)[0], "attempt_0")
+    for rank, stream in ((0, "stderr"), (1, "stdout"), (1, "stderr")):
+        with open(os.path.join(attempt, str(rank), f"{stream}.log"), "rb") as f:
+            got = f.read()
+        check(got == data, f"rank {rank} {stream}.log altered ({len(got)} bytes)")
+
+
+@test()
+def default_log_dir_removed(job):
+    rc, out, err = job.run(["--nproc-per-node=2", *job.probe("rank=1", "exit=3")])
+    check(rc == 1, f"ddprun exited {rc}", err)
+    check("exitcode  : 3" in err, "no failure report", err)
+    check(not torchelastic_dirs(job), f"left behind: {torchelastic_dirs(job)}")
+    rc, out, err = job.run(["--nproc-per-node=1", *job.probe("print=x")])
+    check(rc == 0 and not torchelastic_dirs(job), "left behind after success", err)
+    rc, out, err = job.run(["--nproc-per-node=1", "-r", "1", *job.probe("print=kept")])
+    check(rc == 0 and len(torchelastic_dirs(job)) == 1, "redirected output not kept", err)
+    check("worker logs kept in" in err, "no notice naming the kept directory", err)
+
+
+# ---------------------------------------------------------------------------------------
+# Daemons that leave their worker's process group (issue 14)
+
+
+def daemon_job(job, then):
+    return ["--nproc-per-node=2", os.path.join(WORKERS, "daemon.py"), job.out, job.token, then]
+
+
+def daemon_pids(job):
+    return [int(open(os.path.join(job.out, n)).read()) for n in os.listdir(job.out)
+            if n.startswith("daemon.") and not n.endswith(".tmp")]
+
+
+@test()
+def daemons_die_with_the_job(job):
+    rc, out, err = job.run(daemon_job(job, "exit"))
+    check(rc == 0, f"ddprun exited {rc}", err)
+    check(len(daemon_pids(job)) == 4, "4 daemons (setsid and setpgid, 2 ranks) started")
+    poll(lambda: not job.job_processes(), 10, "no daemon left after the job ended")
+
+
+@test()
+def kill_9_kills_daemons(job):
+    p = job.start(daemon_job(job, "sleep"))
+    poll(lambda: all(os.path.exists(os.path.join(job.out, f"ready.{r}")) for r in (0, 1)),
+         60, "workers and daemons ready")
+    check(len(job.job_processes()) >= 6, "2 workers and 4 daemons running",
+          str(job.job_processes()))
+    p.kill()
+    p.communicate(timeout=30)
+    poll(lambda: not job.job_processes(), 10, "every worker and daemon gone")
 
 
 def main():

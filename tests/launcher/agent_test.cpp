@@ -12,8 +12,11 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -306,4 +309,89 @@ TEST_CASE("USE_LIBUV=0 selects use_agent_store=0 unless --rdzv-conf says otherwi
   CHECK(make_rendezvous_params(LaunchConfig{}).conf.count("use_agent_store") == 0);
   ::unsetenv("USE_LIBUV");
   CHECK(make_rendezvous_params(LaunchConfig{}).conf.count("use_agent_store") == 0);
+}
+
+namespace {
+
+// TMPDIR set for one test (the Agent makes its default torchelastic_XXXXXX there).
+struct ScopedTmpdir {
+  explicit ScopedTmpdir(const fs::path& dir) {
+    if (const char* old = std::getenv("TMPDIR")) saved = old;
+    ::setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~ScopedTmpdir() {
+    if (saved) {
+      ::setenv("TMPDIR", saved->c_str(), 1);
+    } else {
+      ::unsetenv("TMPDIR");
+    }
+  }
+  std::optional<std::string> saved;
+};
+
+std::vector<std::string> torchelastic_dirs(const fs::path& dir) {
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("torchelastic_", 0) == 0) found.push_back(name);
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("agent: the default torchelastic_ directory goes at the end, after the report",
+          "[agent]") {
+  TempDir dir;
+  ScopedTmpdir tmpdir(dir.path);
+  const bool fail = GENERATE(false, true);
+  INFO((fail ? "a failing run" : "a successful run"));
+  LaunchConfig c = program_job(2, dir);
+  c.log_dir.clear();
+  ThreadSupervisor sup;
+  sup.install("program", [&](ThreadSupervisor::Worker& w) {
+    if (!fail) return 0;
+    // Rank 0 runs until stopped: ThreadSupervisor may report kAllSucceeded when rank 0
+    // exits 0 before rank 1's thread is registered.
+    if (w.env("RANK") != "1") return -w.wait_for_stop();
+    std::ofstream(w.env("TORCHELASTIC_ERROR_FILE"))
+        << R"({"message": {"message": "ValueError: boom", "extraInfo": )"
+           R"({"py_callstack": "Traceback: boom", "timestamp": "1700000000"}}})";
+    return 3;
+  });
+  EnvMap env = base_env();
+  const fs::path agent_error = dir.path / "agent_error.json";
+  env["TORCHELASTIC_ERROR_FILE"] = agent_error.string();
+  Agent agent(c, env, sup, local_handler(c));
+  const RunResult r = agent.run();
+  CHECK(r.exit_code == (fail ? 1 : 0));
+  CHECK(fs::path(agent.run_log_dir()).parent_path().filename().string().rfind("torchelastic_", 0) ==
+        0);
+  CHECK(torchelastic_dirs(dir.path).empty());
+  // The root cause's error file was still there when the report copied it.
+  if (fail) CHECK(slurp(agent_error).find("Traceback: boom") != std::string::npos);
+}
+
+TEST_CASE("agent: a default log directory holding the only copy of output is kept", "[agent]") {
+  TempDir dir;
+  ScopedTmpdir tmpdir(dir.path);
+  LaunchConfig c = program_job(1, dir);
+  c.log_dir.clear();
+  c.redirects.all = StdStreams::kOut;  // -r 1: stdout only in stdout.log
+  ThreadSupervisor sup;
+  sup.install("program", [](ThreadSupervisor::Worker&) { return 0; });
+  Agent agent(c, base_env(), sup, local_handler(c));
+  CHECK(agent.run().exit_code == 0);
+  CHECK(torchelastic_dirs(dir.path).size() == 1);
+  CHECK(fs::is_directory(agent.run_log_dir()));
+}
+
+TEST_CASE("agent: --log-dir is never removed", "[agent]") {
+  TempDir dir;
+  LaunchConfig c = program_job(1, dir);
+  ThreadSupervisor sup;
+  sup.install("program", [](ThreadSupervisor::Worker&) { return 0; });
+  Agent agent(c, base_env(), sup, local_handler(c));
+  CHECK(agent.run().exit_code == 0);
+  CHECK(fs::is_directory(fs::path(agent.run_log_dir()) / "attempt_0" / "0"));
 }

@@ -11,11 +11,12 @@ using ddprun::launcher::LineSplitter;
 
 namespace {
 
-// Renders lines as "text|end" with the terminator escaped and '!' for a splitter break.
+// Renders lines as "text|end" with the terminator escaped (nothing after '|' for an
+// incomplete piece) and '+' for a piece that continues the previous one.
 std::string render(const Line& l) {
   std::string end;
   for (char c : l.end) end += c == '\n' ? "\\n" : c == '\r' ? "\\r" : std::string(1, c);
-  return std::string(l.text) + "|" + end + (l.broken ? "!" : "");
+  return std::string(l.text) + "|" + end + (l.continued ? "+" : "");
 }
 
 std::vector<std::string> run(const std::vector<std::string>& chunks, std::size_t max_line) {
@@ -49,13 +50,18 @@ TEST_CASE("LineSplitter table", "[line_splitter]") {
       {"crlf split between chunks", {"a\r", "\nb\n"}, 64, {"a|\\r\\n", "b|\\n"}},
       {"lone cr (progress bar)", {"10%\r20%\r", "30%\n"}, 64, {"10%|\\r", "20%|\\r", "30%|\\n"}},
       {"cr at eof", {"50%\r"}, 64, {"50%|\\r"}},
-      {"eof flush", {"abc\nlast"}, 64, {"abc|\\n", "last|\\n!"}},
-      {"eof flush only partial", {"x"}, 64, {"x|\\n!"}},
-      {"overlong line in pieces", {"abcdefghij\n"}, 4, {"abcd|\\n!", "efgh|\\n!", "ij|\\n"}},
+      {"eof flush", {"abc\nlast"}, 64, {"abc|\\n", "last|"}},
+      {"eof flush only partial", {"x"}, 64, {"x|"}},
+      {"overlong line in pieces", {"abcdefghij\n"}, 4, {"abcd|", "efgh|+", "ij|\\n+"}},
       {"exactly max then newline", {"abcd\n"}, 4, {"abcd|\\n"}},
       {"exactly max then crlf split", {"abcd\r", "\n"}, 4, {"abcd|\\r\\n"}},
-      {"overlong across chunks", {"abc", "def", "ghi"}, 4, {"abcd|\\n!", "efgh|\\n!", "i|\\n!"}},
-      {"overlong then eof", {"abcdef"}, 4, {"abcd|\\n!", "ef|\\n!"}},
+      {"overlong across chunks", {"abc", "def", "ghi"}, 4, {"abcd|", "efgh|+", "i|+"}},
+      {"overlong then eof", {"abcdef"}, 4, {"abcd|", "ef|+"}},
+      {"overlong then next line", {"abcdefg\nxy\n"}, 4, {"abcd|", "efg|\\n+", "xy|\\n"}},
+      {"nul and invalid utf-8",
+       {std::string("a\0b\xff\xc3(\n", 7)},
+       64,
+       {std::string("a\0b\xff\xc3(|\\n", 9)}},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -74,6 +80,38 @@ TEST_CASE("LineSplitter keeps only the partial line pending", "[line_splitter]")
   CHECK(s.feed("\n").size() == 1);
   CHECK(s.pending() == 0);
   CHECK(s.finish().empty());
+}
+
+TEST_CASE("LineSplitter pieces concatenate to exactly the input bytes", "[line_splitter]") {
+  // Every byte value, long and short lines, "\r\n" across chunk boundaries, no final
+  // newline: text + end of every piece, in order, must give back the input.
+  std::string input;
+  unsigned seed = 12345;
+  auto rnd = [&] { return seed = seed * 1103515245 + 12345, (seed >> 16) & 0x7fff; };
+  for (int i = 0; i < 20000; ++i) {
+    const unsigned r = rnd() % 100;
+    input += r < 5 ? '\n' : r < 8 ? '\r' : static_cast<char>(rnd() & 0xff);
+  }
+  for (std::size_t max_line : {1, 3, 64, 1000}) {
+    LineSplitter s(max_line);
+    std::string back;
+    bool open = false;
+    auto take = [&](const std::vector<Line>& lines) {
+      for (const Line& l : lines) {
+        CHECK(l.continued == open);
+        CHECK(l.text.size() <= max_line);
+        back.append(l.text).append(l.end);
+        open = !l.complete();
+      }
+    };
+    for (std::size_t pos = 0; pos < input.size();) {
+      const std::size_t n = std::min<std::size_t>(1 + rnd() % 700, input.size() - pos);
+      take(s.feed(std::string_view(input).substr(pos, n)));
+      pos += n;
+    }
+    take(s.finish());
+    CHECK(back == input);
+  }
 }
 
 TEST_CASE("LineSplitter default cap is 64 KiB", "[line_splitter]") {

@@ -4,8 +4,11 @@
 
 #include <sys/wait.h>
 
+#include <cstdlib>
+
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/supervisor.h"
+#include "tests/launcher/process/daemon_util.h"
 #include "tests/launcher/process/process_test_util.h"
 
 using namespace ddprun::launcher;
@@ -33,7 +36,7 @@ FakeAgent start_fake_agent(int workers, const std::string& script, bool exit_nor
     try {
       agent_signal_setup();
       SupervisorOptions o;
-      o.orphan_guard_fd = start_orphan_guard();  // while single-threaded
+      o.orphan_guard = start_orphan_guard();  // while single-threaded
       {
         ProcessSupervisor sup(o);
         std::vector<WorkerSpec> specs;
@@ -115,6 +118,33 @@ TEST_CASE("orphan guard: kill -9 of the agent kills every worker group", "[orpha
   for (const auto& p : processes_in_groups(agent.groups)) {
     UNSCOPED_INFO("left alive: " << p.pid << " " << p.comm);
   }
+}
+
+TEST_CASE("orphan guard: kill -9 of the agent also kills daemons that left their group",
+          "[orphan_guard][descendants]") {
+  char tmpl[] = "/tmp/ddprun-guard-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  FakeAgent agent = start_fake_agent(1,
+                                     daemon_command("setsid", dir + "/setsid", 600) + "; " +
+                                         daemon_command("setpgid", dir + "/setpgid", 600) +
+                                         "; exec sleep 1000",
+                                     false);
+  const pid_t setsid_daemon = wait_for_pidfile(dir + "/setsid");
+  const pid_t setpgid_daemon = wait_for_pidfile(dir + "/setpgid");
+  REQUIRE(setsid_daemon > 0);
+  REQUIRE(setpgid_daemon > 0);
+  CHECK(alive(setsid_daemon));
+  CHECK(alive(setpgid_daemon));
+  ::kill(agent.pid, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(agent.pid, &status, 0) == agent.pid);
+  CHECK(eventually([&] { return !alive(setsid_daemon) && !alive(setpgid_daemon); }, 5s));
+  CHECK(eventually([&] { return processes_in_groups(agent.groups).empty(); }, 3s));
+  for (pid_t p : {setsid_daemon, setpgid_daemon}) {
+    if (alive(p)) ::kill(p, SIGKILL);
+  }
+  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST_CASE("orphan guard: ignores terminal signals and exits after a normal agent exit",

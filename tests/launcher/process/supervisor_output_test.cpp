@@ -6,7 +6,9 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <regex>
 
@@ -83,7 +85,7 @@ TEST_CASE("supervisor: the last lines of a crashing worker come before its exit 
   CHECK(ev.exit.signal == SIGKILL);
   // The supervisor wrote them before releasing the event; the capture thread may still be
   // reading them from the pipe.
-  CHECK(eventually([&] { return h.out->contains("line2999\nline3000\npartial-last\n"); }, 2s));
+  CHECK(eventually([&] { return h.out->contains("line2999\nline3000\npartial-last"); }, 2s));
   CHECK(eventually([&] { return h.err->contains("fatal-error\n"); }, 2s));
 }
 
@@ -151,9 +153,9 @@ TEST_CASE("supervisor: redirect and tee write files - the prefix only on the con
   for (int i = 0; i < 2; ++i) REQUIRE(h.next().kind == Kind::kWorkerExited);
   REQUIRE(h.next().kind == Kind::kAllSucceeded);
   h.sup.reset();
-  CHECK(h.out->finish() == "[default0]:out1\n[default0]:out2\n[default0]:no-newline\n");
+  CHECK(h.out->finish() == "[default0]:out1\n[default0]:out2\n[default0]:no-newline");
   CHECK(h.err->finish().empty());
-  CHECK(slurp(w.out.file) == "out1\nout2\nno-newline\n");
+  CHECK(slurp(w.out.file) == "out1\nout2\nno-newline");
   CHECK(slurp(w.err.file) == "err1\n");
   CHECK(slurp(hidden.out.file) == "secret\n");
 }
@@ -264,4 +266,135 @@ TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[sup
     console.reset();  // the master then reads EIO and the reader ends
     reader.join();
   }
+}
+
+namespace {
+
+// What tests/launcher/process workers print below: a 200 KiB line (three splitter pieces
+// and a bit), every byte value (NUL, invalid UTF-8, a lone '\r'), and a last line
+// without a newline. Made by `printf` from this octal-escaped format.
+std::string hostile_bytes(std::string* printf_format) {
+  std::string bytes(200 * 1024, 'a');
+  bytes += "\n";
+  std::string format = "\\n";
+  for (int c = 1; c < 256; ++c) {
+    bytes += static_cast<char>(c);
+    char esc[8];
+    std::snprintf(esc, sizeof esc, "\\%03o", c);
+    format += esc;
+  }
+  bytes += std::string("\0mid\0\n", 6);
+  format += "\\000mid\\000\\n";
+  bytes += "last line, no newline \xff";
+  format += "last line, no newline \\377";
+  *printf_format = format;
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("supervisor: files and the unprefixed console get the worker's bytes unchanged",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  std::string format;
+  const std::string want = hostile_bytes(&format);
+  // The big line comes from head/tr, the rest from printf.
+  const std::string script =
+      "head -c " + std::to_string(200 * 1024) + " /dev/zero | tr '\\0' a; printf '" + format + "'";
+  WorkerSpec w = sh(0, script + "; (" + script + ") >&2", "[default0]:");
+  w.err.mode = StreamMode::kRedirect;  // stdout to the console, stderr to a file
+  w.err.file = dir.path + "/0/stderr.log";
+  WorkerSpec both = sh(1, script + "; (" + script + ") >&2", "[default1]:");
+  both.out.mode = both.err.mode = StreamMode::kRedirect;
+  both.out.file = dir.path + "/1/stdout.log";
+  both.err.file = dir.path + "/1/stderr.log";
+  h.sup->start({w, both});
+  for (int i = 0; i < 2; ++i) REQUIRE(h.next().kind == Kind::kWorkerExited);
+  REQUIRE(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  const std::string out = h.out->finish();
+  CHECK(out.size() == want.size());
+  CHECK(out == want);
+  CHECK(h.err->finish().empty());
+  CHECK(slurp(w.err.file) == want);
+  CHECK(slurp(both.out.file) == want);
+  CHECK(slurp(both.err.file) == want);
+}
+
+TEST_CASE("supervisor: a long tee'd line comes out whole under one prefix", "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  // Rank 0: 300 KB lines; rank 1: short lines at the same time. Console lines must each
+  // be one worker's whole line; the long lines must be intact.
+  WorkerSpec big = sh(0,
+                      "l=$(head -c 300000 /dev/zero | tr '\\0' b); i=0; "
+                      "while [ $i -lt 5 ]; do echo \"$l\"; i=$((i+1)); done",
+                      "[default0]:");
+  WorkerSpec small =
+      sh(1, "i=0; while [ $i -lt 3000 ]; do echo short$i; i=$((i+1)); done", "[default1]:");
+  for (WorkerSpec* w : {&big, &small}) {
+    w->out.mode = StreamMode::kTee;
+    w->out.file = dir.path + "/" + std::to_string(w->local_rank) + "/stdout.log";
+  }
+  h.sup->start({big, small});
+  for (int i = 0; i < 2; ++i) REQUIRE(h.next().kind == Kind::kWorkerExited);
+  REQUIRE(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  // Rank 1's lines wait behind a long line in progress, and would cut it only after
+  // ConsoleWriter::kMaxWait (possible on a loaded machine): so rank 0's console lines are
+  // its 5 lines, give or take a few cuts, never one per 64 KiB piece (25).
+  const std::vector<std::string> lines = split_lines(h.out->finish());
+  std::string payload;
+  int pieces = 0, shorts = 0, bad = 0;
+  for (const std::string& line : lines) {
+    if (line.rfind("[default0]:", 0) == 0 && line.size() > 11 &&
+        line.find_first_not_of('b', 11) == std::string::npos) {
+      payload += line.substr(11);
+      ++pieces;
+    } else if (line == "[default1]:short" + std::to_string(shorts)) {
+      ++shorts;
+    } else {
+      ++bad;
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(payload == std::string(5 * 300000, 'b'));
+  CHECK(pieces >= 5);
+  CHECK(pieces < 15);
+  CHECK(shorts == 3000);
+  std::string file;
+  for (int i = 0; i < 5; ++i) file += std::string(300000, 'b') + "\n";
+  CHECK(slurp(big.out.file) == file);
+}
+
+TEST_CASE("supervisor: a line held open too long is cut, and resumes under its prefix",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  // Rank 0 writes 100 KB of a line and then waits (for the test's go-ahead) before its
+  // end; rank 1's line must not wait for it forever.
+  const std::string go = dir.path + "/go";
+  WorkerSpec slow = sh(0,
+                       "head -c 100000 /dev/zero | tr '\\0' c; while [ ! -e " + go +
+                           " ]; do sleep 0.05; done; echo END",
+                       "[default0]:");
+  WorkerSpec other = sh(1, "sleep 0.3; echo w1; exec sleep 30", "[default1]:");
+  for (WorkerSpec* w : {&slow, &other}) {
+    w->out.mode = StreamMode::kTee;
+    w->out.file = dir.path + "/" + std::to_string(w->local_rank) + "/stdout.log";
+  }
+  h.sup->start({slow, other});
+  CHECK(eventually([&] { return h.out->contains("[default1]:w1\n"); }, 20s));
+  std::ofstream(go).put('x');
+  SupervisorEvent ev = h.next(20s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(ev.exit.local_rank == 0);
+  h.sup->stop(SIGTERM, 1s);
+  h.sup.reset();
+  // The first 64 KiB piece held the console; w1 cut it; the rest (held back in the
+  // splitter until its line ended) resumes under the prefix.
+  CHECK(h.out->finish() == "[default0]:" + std::string(65536, 'c') + "\n[default1]:w1\n" +
+                               "[default0]:" + std::string(100000 - 65536, 'c') + "END\n");
+  CHECK(slurp(slow.out.file) == std::string(100000, 'c') + "END\n");
 }
