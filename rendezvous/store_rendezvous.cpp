@@ -426,17 +426,27 @@ std::vector<int> StoreRendezvous::assign_group_ranks(const std::vector<NodeDesc>
   const auto note = [](const NodeDesc& x) {
     return x.label() + (x.node_rank_defaulted ? " (no --node-rank given: 0 assumed)" : "");
   };
+  // The automatic order, (address, host, pid): the fallback, and the order in which the
+  // node ranks are checked, so that every agent reports the same conflicts.
+  std::vector<int> automatic(static_cast<std::size_t>(n));
+  std::iota(automatic.begin(), automatic.end(), 0);
+  std::sort(automatic.begin(), automatic.end(), [&](int a, int b) {
+    const NodeDesc& x = descs[a];
+    const NodeDesc& y = descs[b];
+    return std::tie(x.addr, x.host, x.pid, x.slot) < std::tie(y.addr, y.host, y.pid, y.slot);
+  });
   std::map<int, const NodeDesc*> by_node_rank;
   int given = 0;
-  std::string conflict;  // c10d: why the given node ranks cannot be honoured
-  for (const auto& d : descs) {
+  std::string conflict;  // c10d: every reason the given node ranks cannot be honoured
+  for (int i : automatic) {
+    const NodeDesc& d = descs[static_cast<std::size_t>(i)];
     if (d.node_rank < 0) continue;
     ++given;
     if (d.node_rank >= limit) {
       std::string why = "node " + d.label() + " has --node-rank " + std::to_string(d.node_rank) +
                         ", outside [0, " + std::to_string(limit) + ")";
       if (config_.static_ranks) throw RendezvousStateError(where() + ": " + why);
-      if (conflict.empty()) conflict = why;
+      conflict += (conflict.empty() ? "" : "; ") + why;
       continue;
     }
     auto [it, inserted] = by_node_rank.emplace(d.node_rank, &d);
@@ -448,11 +458,10 @@ std::vector<int> StoreRendezvous::assign_group_ranks(const std::vector<NodeDesc>
                                    "; give every node a distinct --node-rank in [0, " +
                                    std::to_string(limit) + ")");
       }
-      if (conflict.empty()) conflict = why;
+      conflict += (conflict.empty() ? "" : "; ") + why;
     }
   }
-  std::vector<int> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<int> order = automatic;
   if (given == n && conflict.empty()) {
     // Every node gave a distinct --node-rank: honour it (in an elastic round with fewer
     // than max nodes the ranks are compacted, keeping their order).
@@ -471,11 +480,6 @@ std::vector<int> StoreRendezvous::assign_group_ranks(const std::vector<NodeDesc>
               ? "only " + std::to_string(given) + " of " + std::to_string(n) + " nodes gave one"
               : conflict);
     }
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
-      const NodeDesc& x = descs[a];
-      const NodeDesc& y = descs[b];
-      return std::tie(x.addr, x.host, x.pid, x.slot) < std::tie(y.addr, y.host, y.pid, y.slot);
-    });
   }
   std::vector<int> ranks(static_cast<std::size_t>(n));
   for (int g = 0; g < n; ++g) ranks[static_cast<std::size_t>(order[g])] = g;
