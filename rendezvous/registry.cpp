@@ -161,6 +161,9 @@ StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& 
   c.min_nodes = p.min_nodes;
   c.max_nodes = p.max_nodes;
   c.local_world_size = p.local_world_size;
+  c.job_command = p.job_command;
+  // ddprun's own key: 0 = nodes of this run id may run different arguments (no check).
+  c.job_check = conf_bool(conf, "job_check").value_or(true);
   c.hostname = local_hostname();
   c.last_call_timeout = conf_seconds(conf, "last_call_timeout", 30);
   c.keep_alive_interval = conf_seconds(conf, "keep_alive_interval", 5);
@@ -193,9 +196,9 @@ std::unique_ptr<RendezvousHandler> finish(StoreRendezvous::Config config,
 std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
   const ConfMap& conf = p.conf;
   warn_unknown_conf_keys(conf,
-                         {"timeout", "join_timeout", "read_timeout", "rank",
-                          "keep_alive_interval", "keep_alive_max_attempt", "last_call_timeout",
-                          "workers_port", "use_agent_store"},
+                         {"timeout", "join_timeout", "read_timeout", "rank", "keep_alive_interval",
+                          "keep_alive_max_attempt", "last_call_timeout", "workers_port",
+                          "use_agent_store", "job_check"},
                          "static");
   if (p.min_nodes != p.max_nodes) {
     spdlog::warn("static rendezvous: --nnodes {}:{} is not elastic under the static backend; "
@@ -268,12 +271,12 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
 
 std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   const ConfMap& conf = p.conf;
-  warn_unknown_conf_keys(conf,
-                         {"join_timeout", "last_call_timeout", "close_timeout",
-                          "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt",
-                          "read_timeout", "is_host", "store_type", "timeout", "workers_port",
-                          "use_agent_store"},
-                         "c10d");
+  warn_unknown_conf_keys(
+      conf,
+      {"join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
+       "keep_alive_interval", "keep_alive_max_attempt", "read_timeout", "is_host", "store_type",
+       "timeout", "workers_port", "use_agent_store", "job_check"},
+      "c10d");
   if (p.endpoint.empty()) {
     throw RendezvousError("--rdzv-backend c10d with --nnodes " + std::to_string(p.min_nodes) +
                           ":" + std::to_string(p.max_nodes) +

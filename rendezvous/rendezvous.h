@@ -48,6 +48,11 @@ struct RendezvousParams {
   std::string local_addr;           // --local-addr if given, else empty
   int local_world_size = 1;         // this node's --nproc-per-node
   std::map<std::string, std::string> conf;  // --rdzv-conf key=value pairs
+  // What the workers run, as the user wrote it after the launcher's options: the entry
+  // form ("-m" for a module, "--no-python" for an executable, nothing for a script),
+  // then the script / module / executable and its arguments. The job's fingerprint:
+  // nodes of one run id must agree on it (docs/multinode.md, "Same job").
+  std::vector<std::string> job_command;
 };
 
 // Errors, all one line naming the endpoint and the cause.

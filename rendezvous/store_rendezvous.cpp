@@ -21,6 +21,8 @@ using Ms = StoreRendezvous::Ms;
 
 // Key layout, relative to the handler's prefix (see docs/multinode.md):
 //   closed                 set once the job has ended
+//   job                    the job's fingerprint (JSON array: the workers' command), set
+//                          once by the first agent of the run id
 //   round                  hint: the latest formed round (fresh agents start there)
 //   r<r>/joined            ADD counter: slots of round r
 //   r<r>/node/<slot>       descriptor JSON of the agent holding the slot
@@ -43,6 +45,9 @@ std::vector<std::string> slot_keys(int r, const char* what, int n) {
   return keys;
 }
 
+// How often the heartbeat thread wakes (to beat when due, and to look at the others).
+Ms heartbeat_tick(Ms keep_alive_interval) { return std::min<Ms>(keep_alive_interval, Ms(1000)); }
+
 long long secs_left(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count();
   return std::max<long long>(left, 0);
@@ -58,6 +63,31 @@ int parse_count(const std::string& v, const std::string& what) {
   throw RendezvousStateError("corrupt rendezvous key " + what + " = '" + v + "'");
 }
 
+// `words` as one line for messages, quoted like a shell would need them.
+std::string command_line(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) {
+    if (!out.empty()) out += ' ';
+    if (!w.empty() && w.find_first_of(" \t\n'\"\\$`;&|<>()*?") == std::string::npos) {
+      out += w;
+      continue;
+    }
+    out += '\'';
+    for (char c : w) {
+      if (c == '\'') {
+        out += "'\\''";
+      } else if (c == '\n') {
+        out += "\\n";  // keeps the message on one line
+      } else {
+        out += c;
+      }
+    }
+    out += '\'';
+  }
+  if (out.size() > 400) out = out.substr(0, 400) + "...";
+  return out.empty() ? "(no command)" : out;
+}
+
 }  // namespace
 
 std::string StoreRendezvous::NodeDesc::label() const {
@@ -68,10 +98,22 @@ std::string StoreRendezvous::NodeDesc::label() const {
 }
 
 std::vector<StoreRendezvous::Member> StoreRendezvous::Liveness::observe(
-    int r, const std::vector<std::string>& values, Clock::time_point now, Ms threshold) {
+    int r, const std::vector<std::string>& values, Clock::time_point asked) {
+  // A heartbeat that did not move while this observer could not look proves nothing:
+  // the store was frozen (its host stopped: nobody could beat) or this thread was (the
+  // peers' beats are then all in at once, or not yet). So the time between two looks
+  // counts for at most max_gap: the clocks skip the rest; and after a whole threshold
+  // without a look they start afresh. (Steadily slow looks still add up, so a dead node
+  // is found however loaded the observer is, only later.)
+  const auto gap = last_look ? asked - *last_look : Clock::duration{0};
+  last_look = std::max(asked, last_look.value_or(asked));  // two threads' looks interleave
   if (round != r || last.size() != values.size()) {
     round = r;
-    last.assign(values.size(), {std::string("\x01"), now});
+    last.assign(values.size(), {std::string("\x01"), asked});
+  } else if (gap >= threshold) {
+    for (auto& l : last) l.second = asked;
+  } else if (gap > max_gap) {
+    for (auto& l : last) l.second = std::min(asked, l.second + (gap - max_gap));
   }
   std::vector<Member> out(values.size(), Member::kAlive);
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -80,8 +122,8 @@ std::vector<StoreRendezvous::Member> StoreRendezvous::Liveness::observe(
     } else if (values[i] == "done") {
       out[i] = Member::kDone;
     } else if (values[i] != last[i].first) {
-      last[i] = {values[i], now};
-    } else if (now - last[i].second >= threshold) {
+      last[i] = {values[i], asked};
+    } else if (asked - last[i].second >= threshold) {
       out[i] = Member::kDead;
     }
   }
@@ -95,7 +137,12 @@ StoreRendezvous::StoreRendezvous(Config config, Connect connect, std::function<v
       connect_(std::move(connect)),
       on_shutdown_(std::move(on_shutdown)),
       hosts_store_(std::move(hosts_store)),
-      clear_worker_keys_(std::move(clear_worker_keys)) {}
+      clear_worker_keys_(std::move(clear_worker_keys)) {
+  liveness_.threshold = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  // Looks come every heartbeat tick (at most 1 s) plus a few store round trips: time
+  // beyond two ticks between two looks is time the observer was blind.
+  liveness_.max_gap = 2 * heartbeat_tick(config_.keep_alive_interval);
+}
 
 StoreRendezvous::~StoreRendezvous() { shutdown(); }
 
@@ -137,6 +184,7 @@ std::string StoreRendezvous::desc_json() const {
   j["node_rank"] = config_.node_rank;
   j["node_rank_defaulted"] = config_.node_rank_defaulted;
   j["nproc"] = config_.local_world_size;
+  if (config_.job_check) j["job"] = config_.job_command;
   return j.dump();
 }
 
@@ -165,7 +213,30 @@ RendezvousInfo StoreRendezvous::next_rendezvous() {
   }
 }
 
+void StoreRendezvous::check_same_job() {
+  if (job_checked_) return;
+  // One round trip: sets the key only where it is missing (the first agent of the run
+  // id); an existing fingerprint is left as it is, so a refused node writes nothing.
+  const std::string mine = nlohmann::json(config_.job_command).dump();
+  const std::string published = store_->compare_set("job", "", mine);
+  if (published != mine) {
+    auto j = nlohmann::json::parse(published, nullptr, false);
+    if (j.is_discarded() || !j.is_array() ||
+        !std::all_of(j.begin(), j.end(), [](const auto& w) { return w.is_string(); })) {
+      throw RendezvousStateError(where() + ": corrupt job fingerprint '" + published +
+                                 "' (is a non-ddprun agent using this run id?)");
+    }
+    throw RendezvousStateError(
+        where() + " belongs to another job: its nodes run `" +
+        command_line(j.get<std::vector<std::string>>()) + "`, this node would run `" +
+        command_line(config_.job_command) +
+        "`; give each job its own --rdzv-id (the nodes of one job run the same command)");
+  }
+  job_checked_ = true;
+}
+
 RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
+  if (config_.job_check) check_same_job();  // before this node writes anything
   int r = 0;
   if (in_round_) {
     // Leaving: peers of the old round see "left" and re-rendezvous too; waiters of the
@@ -389,10 +460,10 @@ bool StoreRendezvous::round_retired(int r) {
   if (r < 0) return true;
   if (!store_->check({rk(r, "final")})) return true;  // never formed: nobody runs in it
   int n = parse_count(store_->get(rk(r, "final")), "final");
+  const auto asked = Clock::now();
   auto values = store_->multi_get(slot_keys(r, "hb", n));
   std::lock_guard lock(mu_);
-  auto members = liveness_.observe(r, values, Clock::now(),
-                                   config_.keep_alive_interval * config_.keep_alive_max_attempt);
+  auto members = liveness_.observe(r, values, asked);
   return std::all_of(members.begin(), members.end(),
                      [](Member m) { return m != Member::kAlive; });
 }
@@ -415,6 +486,12 @@ std::vector<StoreRendezvous::NodeDesc> StoreRendezvous::read_descs(int r, int co
     d.node_rank = j.value("node_rank", -1);
     d.node_rank_defaulted = j.value("node_rank_defaulted", false);
     d.nproc = j.value("nproc", 1);
+    if (config_.job_check && j.contains("job") && j["job"] != nlohmann::json(config_.job_command)) {
+      // check_same_job() keeps other jobs out; this is what a merge would have been.
+      throw RendezvousStateError(where() + ": node " + d.label() + " of round " +
+                                 std::to_string(r) + " runs another job (" + j["job"].dump() +
+                                 "), this node `" + command_line(config_.job_command) + "`");
+    }
     out.push_back(std::move(d));
   }
   return out;
@@ -565,12 +642,13 @@ void StoreRendezvous::stop_heartbeats() {
 }
 
 std::string StoreRendezvous::watch_round(store::Store& s, int r, int n) {
-  const Ms threshold = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  const auto asked = Clock::now();
   auto values = s.multi_get(slot_keys(r, "hb", n));
   int waiting = static_cast<int>(s.add(rk(r + 1, "joined"), 0));
   std::string reason;
   std::lock_guard lock(mu_);
-  auto members = liveness_.observe(r, values, Clock::now(), threshold);
+  auto members = liveness_.observe(r, values, asked);
+  const Ms threshold = liveness_.threshold;
   for (int i = 0; i < n && reason.empty(); ++i) {
     if (i == slot_) continue;
     const auto& d = members_[static_cast<std::size_t>(i)];
@@ -595,7 +673,7 @@ std::string StoreRendezvous::watch_round(store::Store& s, int r, int n) {
 }
 
 void StoreRendezvous::heartbeat_loop(int r, int slot, int n) {
-  const Ms tick = std::min<Ms>(config_.keep_alive_interval, Ms(1000));
+  const Ms tick = heartbeat_tick(config_.keep_alive_interval);
   auto next_beat = Clock::now();
   bool reported = false;
   for (;;) {
@@ -680,17 +758,17 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   stop_heartbeats();
   exited_ = true;
   const auto deadline = Clock::now() + timeout;
-  const Ms threshold = config_.keep_alive_interval * config_.keep_alive_max_attempt;
   try {
     store_->set(rk(round_, "hb", slot_), "done");
     const auto keys = slot_keys(round_, "hb", nodes_);
     auto next_log = Clock::now() + config_.progress_interval;
     for (;;) {
+      const auto asked = Clock::now();
       auto values = store_->multi_get(keys);
       std::vector<Member> members;
       {
         std::lock_guard lock(mu_);
-        members = liveness_.observe(round_, values, Clock::now(), threshold);
+        members = liveness_.observe(round_, values, asked);
       }
       std::string pending;
       bool any_alive = false;

@@ -45,6 +45,12 @@ class StoreRendezvous final : public RendezvousHandler {
     int node_rank = -1;          // -1 = not given
     bool node_rank_defaulted = false;  // static: --node-rank absent, 0 assumed
     int local_world_size = 1;
+    // The job's fingerprint (RendezvousParams::job_command): the first agent of the run
+    // id publishes it; a later one with a different one is refused before it joins.
+    // job_check = false (--rdzv-conf job_check=0): nodes that deliberately run
+    // different arguments; this node neither checks nor publishes one.
+    std::vector<std::string> job_command;
+    bool job_check = true;
     std::string advertise_addr;  // this node's address: descriptor and MASTER_ADDR
     std::string bind_addr;       // where this node's workers' store binds ("" = all)
     int workers_port = 0;        // port of that store (0 = OS-chosen)
@@ -120,15 +126,24 @@ class StoreRendezvous final : public RendezvousHandler {
     std::string label() const;
   };
   enum class Member { kAlive, kLeft, kDone, kDead };
-  // Remembers when each heartbeat counter of one round last changed (local clock).
+  // Remembers when each heartbeat counter of one round last changed (local clock), as
+  // far as this observer could see: time in which it could not look (its thread was
+  // starved or stopped, or the store did not answer) is not held against anyone.
   struct Liveness {
+    Ms threshold{15'000};  // unchanged this long while observed: dead
+    Ms max_gap{2'000};     // longer between two looks: the observer was blind
     int round = -1;
+    std::optional<Clock::time_point> last_look;
     std::vector<std::pair<std::string, Clock::time_point>> last;
+    // `values` were requested at `asked` (they are at least that fresh).
     std::vector<Member> observe(int r, const std::vector<std::string>& values,
-                                Clock::time_point now, Ms threshold);
+                                Clock::time_point asked);
   };
 
   void ensure_connected(Clock::time_point deadline);
+  // Publishes this job's fingerprint, or compares it with the one already published;
+  // throws RendezvousStateError on a mismatch, having written nothing.
+  void check_same_job();
   RendezvousInfo join(Clock::time_point deadline);
   int wait_for_final(int r, int slot, Clock::time_point deadline);
   bool round_retired(int r);
@@ -176,6 +191,7 @@ class StoreRendezvous final : public RendezvousHandler {
   std::atomic<bool> closed_{false};
   bool announced_ = false;  // "left" already published for the current round
   bool shut_down_ = false;
+  bool job_checked_ = false;       // check_same_job() passed once
   bool node_rank_warned_ = false;  // c10d: "--node-rank ignored" said once per agent
 };
 

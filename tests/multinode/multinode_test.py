@@ -70,12 +70,13 @@ class Agent:
         self.log = os.path.join(cluster.dir, name + ".log")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PET_", "TORCHELASTIC_", "LOGLEVEL", "MASTER_"))}
-        env.update(PYTHON_EXEC=PYTHON, TMPDIR=cluster.dir)
+        # The output directory goes by environment: every node runs the same command.
+        env.update(PYTHON_EXEC=PYTHON, TMPDIR=cluster.dir, MN_OUT=self.out)
         if prefix:
             env["GLOO_SOCKET_IFNAME"] = "mn0"  # gloo would resolve the host name otherwise
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [*prefix, cluster.ddprun, *args, WORKER, self.out, *worker_args], env=env,
+                [*prefix, cluster.ddprun, *args, WORKER, *worker_args], env=env,
                 cwd=cluster.dir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def records(self):
@@ -276,6 +277,51 @@ def endpoint_host_killed(c):
     rc = agents[1].wait(90)
     check(rc != 0, "the survivor must fail", c.logs())
     check(f"127.0.0.1:{port}" in agents[1].text(), "the error names the endpoint", c.logs())
+
+
+@test
+def store_host_stopped(c):
+    """The agent that hosts the rendezvous store (and the workers' store) is SIGSTOPped for
+    longer than the heartbeat threshold, then SIGCONTed. Nobody left: no node may be
+    declared dead, and the job finishes in its first round."""
+    port = free_port()
+    # Dead after 6 s without a beat; beats every 3 s, looks every 1 s, so an agent's call
+    # that hangs on the frozen store is more often a look than a beat.
+    conf = "keep_alive_interval=3,keep_alive_max_attempt=2,last_call_timeout=1.5,join_timeout=60"
+    wargs = ["--steps", "300", "--step-sleep", "0.1"]  # 30 s and more of all_reduce steps
+    agents = [c.start(f"node{i}", c10d_args(i, port, 3, "stopped", ["--max-restarts=0"], conf),
+                      wargs) for i in range(3)]
+    poll(lambda: all(a.records() for a in agents), 90, "three nodes running", c.logs)
+    os.kill(agents[0].proc.pid, signal.SIGSTOP)  # the agent only: its workers run on
+    try:
+        time.sleep(12)  # two heartbeat thresholds
+    finally:
+        os.kill(agents[0].proc.pid, signal.SIGCONT)
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    for a in agents:
+        check(len(a.records()) == 1, f"{a.name}: one attempt, no new round", c.logs())
+        check("missed its heartbeats" not in a.text(), f"{a.name} blamed a node", c.logs())
+
+
+@test
+def other_job_same_rdzv_id(c):
+    """A second job's node with the same --rdzv-id and endpoint but another program is
+    refused with one line naming both commands; the running job goes on undisturbed."""
+    port = free_port()
+    wargs = ["--steps", "60", "--step-sleep", "0.1"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "shared_id", ["--max-restarts=0"]),
+                      wargs) for i in range(2)]
+    poll(lambda: all(a.records() for a in agents), 90, "two nodes running", c.logs)
+    other = c.start("other", c10d_args(2, port, "2:3", "shared_id"), ["--steps", "7"])
+    check(other.wait(60) == 1, "the other job's node exits 1", c.logs())
+    errors = [l for l in other.text().splitlines() if "belongs to another job" in l]
+    check(len(errors) == 1 and "'shared_id'" in errors[0] and "--steps 60 --step-sleep 0.1`"
+          in errors[0] and "mn_worker.py --steps 7`" in errors[0],
+          "one line naming the run id and both commands", other.text())
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+        check(len(a.records()) == 1, f"{a.name}: one attempt, undisturbed", c.logs())
 
 
 @test

@@ -3,8 +3,11 @@
 // rendezvous store at the endpoint, the others connect to it.
 #include "rendezvous/store_rendezvous.h"
 
+#include <signal.h>
+#include <spawn.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <future>
@@ -108,6 +111,50 @@ std::unique_ptr<store::TcpStore> connect(const std::string& host, std::uint16_t 
   o.wait_for_workers = false;
   return std::make_unique<store::TcpStore>(o);
 }
+
+// A real ddprun-store process on an OS-chosen loopback port, which a test can SIGSTOP:
+// a frozen rendezvous store, as when the agent that hosts it is stopped.
+class StoreProcess {
+ public:
+  StoreProcess() {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    posix_spawn_file_actions_addclose(&actions, fds[1]);
+    std::vector<std::string> args{DDPRUN_STORE_BIN, "serve", "--host", "127.0.0.1", "--port", "0"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    std::string line;  // "ddprun-store listening on 127.0.0.1:PORT"
+    char c = 0;
+    while (rc == 0 && read(fds[0], &c, 1) == 1 && c != '\n') line += c;
+    close(fds[0]);
+    REQUIRE(rc == 0);
+    INFO(line);
+    REQUIRE(line.rfind(':') != std::string::npos);
+    port_ = static_cast<std::uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+  }
+  ~StoreProcess() {
+    kill(pid_, SIGCONT);
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  StoreProcess(const StoreProcess&) = delete;
+  StoreProcess& operator=(const StoreProcess&) = delete;
+  std::uint16_t port() const { return port_; }
+  void freeze() { kill(pid_, SIGSTOP); }
+  void thaw() { kill(pid_, SIGCONT); }
+
+ private:
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
 
 }  // namespace
 
@@ -609,4 +656,98 @@ TEST_CASE("needs_new_round announces leaving - needs_new_round_now sees a peer a
   auto il = fl.get();
   CHECK(il.group_world_size == 3);
   CHECK(again[0].round == 2);
+}
+
+TEST_CASE("c10d: a node of another job with the same run id is refused without a trace",
+          "[c10d][fingerprint]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 3; ++i) {
+    ps.push_back(node_params("c10d", i, port, 2, 3));
+    ps.back().job_command = {"train.py", "--lr", "0.1"};
+  }
+  Handlers hs;
+  hs.push_back(make_rendezvous_handler(ps[0]));
+  hs.push_back(make_rendezvous_handler(ps[1]));
+  auto infos = rendezvous_all(hs);
+  REQUIRE(infos[0].group_world_size == 2);
+
+  // Same run id and endpoint, another program: refused before it takes a slot.
+  RendezvousParams other = node_params("c10d", 3, port, 2, 3);
+  other.job_command = {"-m", "other.mod", "--name", "it's mine"};
+  other.conf["join_timeout"] = "3";
+  auto intruder = make_rendezvous_handler(other);
+  try {
+    intruder->next_rendezvous();
+    FAIL("expected a refusal");
+  } catch (const RendezvousStateError& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("'test_job'") && Catch::Contains("another job") &&
+                         Catch::Contains("`train.py --lr 0.1`") &&
+                         Catch::Contains("`-m other.mod --name 'it'\\''s mine'`"));
+    CHECK(what.find('\n') == std::string::npos);
+  }
+  intruder->shutdown();
+  auto raw = connect("127.0.0.1", port);
+  CHECK(raw->add("ddprun/rdzv/test_job/r1/joined", 0) == 0);  // no slot taken
+  std::this_thread::sleep_for(1s);  // ten heartbeat ticks: nothing must have changed
+  CHECK(hs[0]->num_nodes_waiting() == 0);
+  CHECK_FALSE(hs[0]->needs_new_round_now());
+  CHECK_FALSE(hs[1]->needs_new_round_now());
+
+  // The same command with another --nproc-per-node is the same job: it gets in.
+  ps[2].local_world_size = 2;
+  auto late = make_rendezvous_handler(ps[2]);
+  auto fl = std::async(std::launch::async, [&] { return late->next_rendezvous(); });
+  REQUIRE(test::eventually([&] { return hs[0]->needs_new_round(); }, 10s));
+  auto again = rendezvous_all(hs);
+  CHECK(fl.get().world_size == 4);
+  CHECK(again[0].world_size == 4);
+}
+
+TEST_CASE("c10d: a frozen rendezvous store blames no one - the round goes on", "[c10d][liveness]") {
+  StoreProcess store;
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 3; ++i) {
+    ps.push_back(node_params("c10d", i, store.port(), 3, 3));
+    ps.back().conf["is_host"] = "0";  // every node is a client of the store process
+    // Dead after 4 s without a beat. Beats every 2 s, looks every 1 s: when the store
+    // freezes, a node's pending call is as often a look as a beat.
+    ps.back().conf["keep_alive_interval"] = "2";
+    ps.back().conf["keep_alive_max_attempt"] = "2";
+  }
+  Handlers hs = make_all(ps);
+  auto infos = rendezvous_all(hs);
+  REQUIRE(infos[0].group_world_size == 3);
+  auto raw = connect("127.0.0.1", store.port());
+  const std::vector<std::string> hb_keys{"ddprun/rdzv/test_job/r0/hb/0",
+                                         "ddprun/rdzv/test_job/r0/hb/1",
+                                         "ddprun/rdzv/test_job/r0/hb/2"};
+  auto beats = [&] {
+    std::vector<long> out;
+    for (const auto& v : raw->multi_get(hb_keys)) out.push_back(std::atol(v.c_str()));
+    return out;
+  };
+
+  store.freeze();  // longer than the heartbeat threshold: nobody can beat
+  std::this_thread::sleep_for(6s);
+  store.thaw();
+  // Every node beats (and so looks at the others) a few more times after the thaw.
+  const auto thawed = beats();
+  REQUIRE(test::eventually(
+      [&] {
+        auto now = beats();
+        for (std::size_t i = 0; i < now.size(); ++i) {
+          if (now[i] < thawed[i] + 3) return false;
+        }
+        return true;
+      },
+      30s));
+  for (auto& h : hs) {
+    INFO(dynamic_cast<StoreRendezvous&>(*h).new_round_reason());
+    CHECK_FALSE(h->needs_new_round());
+  }
+  // And the watch still works: a node that stops beating is found.
+  hs[2].reset();  // its shutdown says "left"; a silent death is covered above
+  REQUIRE(test::eventually([&] { return hs[0]->needs_new_round(); }, 10s));
 }

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """A gloo worker for the multi-node tests.
 
-    mn_worker.py OUT_DIR [--until-world N] [--steps K] [--step-sleep S] [--fail-rank R]
+    MN_OUT=OUT_DIR mn_worker.py [--until-world N] [--steps K] [--step-sleep S] [--fail-rank R]
                  [--fail-once]
 
 Joins the process group (env://), checks an all_reduce of the ranks, records its
 environment in OUT_DIR/<restart>_<rank>.json, then runs K steps (all_reduce + sleep).
 With --until-world N it keeps stepping (for up to 90 s) while the world size is not N,
 so that an elastic test can add or remove nodes while it runs; it exits 0 after K steps in
-a world of N.
+a world of N. OUT_DIR comes from the environment, so that every node runs the same
+command (ddprun refuses nodes of one run id whose commands differ).
 """
 import argparse
 import faulthandler
@@ -27,7 +28,6 @@ KEYS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("out")
     ap.add_argument("--until-world", type=int, default=0)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--step-sleep", type=float, default=0.05)
@@ -45,7 +45,7 @@ def main():
     rec = {k: os.environ.get(k) for k in KEYS}
     rec.update(pid=os.getpid(), allreduce_ok=ok, dist_rank=rank, dist_world=world)
     name = f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}_{rank}_{os.getpid()}.json"
-    with open(os.path.join(a.out, name), "w") as f:
+    with open(os.path.join(os.environ["MN_OUT"], name), "w") as f:
         json.dump(rec, f)
     first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     if not ok or (rank == a.fail_rank and (first or not a.fail_once)):
