@@ -637,7 +637,9 @@ int self_test(const Options& o) {
     ++checks;
   };
   const std::string k = o.prefix + "/selftest", ctr = o.prefix + "/selftest-ctr";
-  const std::string val = "value\x00\xff" + std::string(300, 'x');
+  // Binary-safe: the NUL and 0xff bytes are part of the value (a plain literal would stop
+  // at the NUL).
+  const std::string val = std::string("value\x00\xff", 7) + std::string(300, 'x');
   std::string b, raw;
   std::int64_t v = 0;
 
@@ -769,6 +771,8 @@ int run(const Options& o) {
 
 }  // namespace
 
+// NOLINTNEXTLINE(bugprone-exception-escape): only building the CLI11 app, before any
+// work, can throw (allocation); terminating then is right.
 int main(int argc, char** argv) {
   CLI::App app{
       "ddprun-loadgen: closed-loop load for c10d TCPStore servers (legacy/modern dialect) "

@@ -57,7 +57,9 @@ std::optional<bool> conf_bool(const ConfMap& conf, const std::string& key) {
 
 void warn_unknown_conf_keys(const ConfMap& conf, std::initializer_list<const char*> known,
                             const std::string& backend) {
-  for (const auto& [key, value] : conf) {
+  for (const auto& entry : conf) {
+    // Not a structured binding: clang 14 (scripts/tidy) cannot capture one in a lambda.
+    const std::string& key = entry.first;
     bool found = std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; });
     if (!found) {
       std::string list;

@@ -184,7 +184,7 @@ StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& 
 }
 
 std::unique_ptr<RendezvousHandler> finish(StoreRendezvous::Config config,
-                                          std::shared_ptr<TcpRendezvousStore> rs) {
+                                          const std::shared_ptr<TcpRendezvousStore>& rs) {
   auto connect = [rs](Clock::time_point deadline, const std::atomic<bool>& interrupted) {
     return rs->connect(deadline, interrupted);
   };

@@ -168,6 +168,8 @@ int run_client(const std::string& command, const ClientArgs& args) {
 
 }  // namespace
 
+// NOLINTNEXTLINE(bugprone-exception-escape): only building the logger and the CLI11 app,
+// before any work, can throw (allocation); terminating then is right.
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun-store"));
 

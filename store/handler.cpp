@@ -33,7 +33,7 @@ bool has_fields(const Request& r) {
   }
 }
 
-HandleResult close_with(const Request& req, std::string why) {
+HandleResult close_with(const Request& req, const std::string& why) {
   HandleResult r;
   r.kind = HandleResult::Kind::kClose;
   r.error = std::string(op_name(req.op)) + ": " + why;
@@ -120,7 +120,7 @@ HandleResult handle_request(KvState& kv, KvState::ClientId who, Request& req, st
     }
     case Op::kAdd: {
       const auto v = kv.add(req.keys[0], req.number, fx, error);
-      if (!v) return close_with(req, std::move(error));
+      if (!v) return close_with(req, error);
       e.i64(*v);
       break;
     }
@@ -184,7 +184,7 @@ HandleResult handle_request(KvState& kv, KvState::ClientId who, Request& req, st
     }
     case Op::kBarrier: {
       const auto r = kv.barrier(req.keys[0], req.number, who, fx, error);
-      if (!r) return close_with(req, std::move(error));
+      if (!r) return close_with(req, error);
       if (*r == KvState::WaitResult::kPending) {
         res.kind = HandleResult::Kind::kPending;
       } else {

@@ -142,7 +142,7 @@ struct ServerState {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(ServerState& server, tcp::socket socket, KvState::ClientId id, tcp::endpoint peer)
-      : server_(server), socket_(std::move(socket)), id_(id), peer_(peer) {}
+      : server_(server), socket_(std::move(socket)), id_(id), peer_(std::move(peer)) {}
   ~Session() {
     if (!closed_) server_.session_closed(id_);
     account(0);

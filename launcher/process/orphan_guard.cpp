@@ -36,13 +36,14 @@ constexpr int kTokenRounds = 100;
 constexpr int kTokenRoundMs = 20;
 
 [[noreturn]] void run_guard(int read_fd, const std::string& token) {
+  // Ctrl-C in the terminal reaches the agent's foreground group; the guard must outlive
+  // the agent's orderly shutdown, so these are ignored (SIGKILL still works). First of
+  // all: once it has its name, the guard can be found and signalled.
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(s, SIG_IGN);
   // Own session: a kill of the agent's process group (or the terminal's hang-up) must
   // not take the guard down with the agent; it exits by itself on EOF.
   ::setsid();
   ::prctl(PR_SET_NAME, "ddprun-guard", 0, 0, 0);
-  // Ctrl-C in the terminal reaches the agent's foreground group; the guard must outlive
-  // the agent's orderly shutdown, so these are ignored (SIGKILL still works).
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(s, SIG_IGN);
   // Keep nothing of the agent open (a `ddprun | tee` pipeline must not wait for the
   // guard): the pipe moves to a high number, 0..2 become /dev/null, the rest is closed.
   int keep = ::fcntl(read_fd, F_DUPFD, 100);
