@@ -2,6 +2,8 @@
 // transitions stay in one file so that the table maps onto it.
 #include "launcher/agent.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -13,9 +15,6 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "base/sys_error.h"
 #include "launcher/error_file.h"
@@ -55,7 +54,8 @@ std::int64_t seconds_since_epoch(std::chrono::system_clock::time_point t) {
 
 std::string expand_prefix(std::string text, const std::string& role, int rank, int local_rank) {
   const std::pair<std::string, std::string> macros[] = {
-      {"${role_name}", role}, {"${rank}", std::to_string(rank)},
+      {"${role_name}", role},
+      {"${rank}", std::to_string(rank)},
       {"${local_rank}", std::to_string(local_rank)}};
   for (const auto& [macro, value] : macros) {
     for (auto pos = text.find(macro); pos != std::string::npos;
@@ -188,11 +188,10 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
     return std::nullopt;
   }
   const auto& info = *pending->info;
-  spdlog::info(
-      "rendezvous complete: round {}, group_rank {}/{}, ranks {}..{} of {}, master {}:{}",
-      info.round, info.group_rank, info.group_world_size, info.rank_base,
-      info.rank_base + config_.nproc_per_node - 1, info.world_size, info.master_addr,
-      info.master_port);
+  spdlog::info("rendezvous complete: round {}, group_rank {}/{}, ranks {}..{} of {}, master {}:{}",
+               info.round, info.group_rank, info.group_world_size, info.rank_base,
+               info.rank_base + config_.nproc_per_node - 1, info.world_size, info.master_addr,
+               info.master_port);
   return pending->info;
 }
 
@@ -232,9 +231,9 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
       // Redirected only: the log file holds the sole copy of this output; keep it.
       if (s.mode == StreamMode::kRedirect && !files_disabled_) keep_default_log_dir_ = true;
       if (s.mode != StreamMode::kConsole) {
-        s.file = files_disabled_ ? "/dev/null"
-                                 : (logs / std::to_string(lr) / (std::string(name) + ".log"))
-                                       .string();
+        s.file = files_disabled_
+                     ? "/dev/null"
+                     : (logs / std::to_string(lr) / (std::string(name) + ".log")).string();
       }
       s.show_on_console = shown;
       return s;
@@ -251,9 +250,7 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
   return specs;
 }
 
-std::vector<WorkerExit> Agent::stop_workers(int signo) {
-  return supervisor_.stop(signo, grace_);
-}
+std::vector<WorkerExit> Agent::stop_workers(int signo) { return supervisor_.stop(signo, grace_); }
 
 bool Agent::membership_changed(bool fresh) {
   try {
@@ -268,15 +265,16 @@ Agent::Step Agent::monitor(RunResult& result) {
   auto next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
   while (true) {
     const auto now = std::chrono::steady_clock::now();
-    const SupervisorEvent ev = supervisor_.next_event(
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::max(next_poll - now,
-                                                                       now - now)));
+    const SupervisorEvent ev =
+        supervisor_.next_event(std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::max(next_poll - now, now - now)));
     switch (ev.kind) {
       case Kind::kTimeout: {
         next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
         if (membership_changed()) {
-          spdlog::warn("membership changed; restarting the workers in a new rendezvous round "
-                       "(no restart spent)");
+          spdlog::warn(
+              "membership changed; restarting the workers in a new rendezvous round "
+              "(no restart spent)");
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
@@ -286,9 +284,10 @@ Agent::Step Agent::monitor(RunResult& result) {
         if (ev.exit.failed() && membership_changed(/*fresh=*/true)) {
           // Peers that already left for the new round break this round's collectives, so
           // a failure now is most likely that, not a fault: no restart is spent on it.
-          spdlog::warn("local rank {} failed while the rendezvous needs a new round; "
-                       "restarting the workers in a new round (no restart spent)",
-                       ev.exit.local_rank);
+          spdlog::warn(
+              "local rank {} failed while the rendezvous needs a new round; "
+              "restarting the workers in a new round (no restart spent)",
+              ev.exit.local_rank);
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
@@ -314,8 +313,10 @@ Agent::Step Agent::monitor(RunResult& result) {
           supervisor_.forward_signal(ev.signo);
           break;
         }
-        spdlog::warn("received {}; forwarding it to the workers and stopping them "
-                     "(SIGKILL after {} s)", signal_name(ev.signo), config_.shutdown_timeout_s);
+        spdlog::warn(
+            "received {}; forwarding it to the workers and stopping them "
+            "(SIGKILL after {} s)",
+            signal_name(ev.signo), config_.shutdown_timeout_s);
         stop_workers(ev.signo);
         std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(ev.signo).c_str());
         return finish(result, RunResult::Outcome::kStopped);
@@ -390,8 +391,7 @@ void Agent::remove_default_log_dir() {
 
 void Agent::report(const RunResult& result) {
   const auto& failures = result.failures;
-  const std::string text =
-      format_failure_report(config_.training_script, failures, host_fqdn());
+  const std::string text = format_failure_report(config_.training_script, failures, host_fqdn());
   std::fprintf(stderr, "%s\n", text.c_str());
   const Failure& root = failures[root_cause_index(failures)];
   if (const std::string hint = failure_hint(root); !hint.empty()) {

@@ -9,21 +9,24 @@
 //
 //   state       | event                                  | action                       | next
 //   ------------+----------------------------------------+------------------------------+------------
-//   INIT        | -                                      | create the run log dir       | RENDEZVOUS
-//   RENDEZVOUS  | next_rendezvous() returned             | wipe/create attempt dir,     | HEALTHY
+//   INIT        | -                                      | create the run log dir       |
+//   RENDEZVOUS RENDEZVOUS  | next_rendezvous() returned             | wipe/create attempt dir, |
+//   HEALTHY
 //               |                                        | start workers                |
 //   RENDEZVOUS  | RendezvousError / SpawnError           | log one line                 | FAILED
 //   RENDEZVOUS  | terminating signal                     | log; abandon the rendezvous  | STOPPED
 //   HEALTHY     | a worker exited 0                      | -                            | HEALTHY
 //   HEALTHY     | all workers exited 0                   | exit_barrier, set_closed,    | SUCCEEDED
 //               |                                        | shutdown                     |
-//   HEALTHY     | a worker failed, restarts left         | collect failures, stop(TERM) | RENDEZVOUS
+//   HEALTHY     | a worker failed, restarts left         | collect failures, stop(TERM) |
+//   RENDEZVOUS
 //               |                                        | restart_count += 1           |
 //   HEALTHY     | a worker failed, no restart left       | collect, stop(TERM), report  | FAILED
-//   HEALTHY     | needs_new_round() (polled every 1 s)   | stop(TERM), same restart_cnt | RENDEZVOUS
-//   HEALTHY     | a worker failed, needs_new_round_now() | stop(TERM), same restart_cnt | RENDEZVOUS
-//   HEALTHY     | SIGUSR1/SIGUSR2 (if handled)           | forward to the workers       | HEALTHY
-//   HEALTHY     | other handled signal (TERM/INT/HUP/..) | stop(that signal, grace)     | STOPPED
+//   HEALTHY     | needs_new_round() (polled every 1 s)   | stop(TERM), same restart_cnt |
+//   RENDEZVOUS HEALTHY     | a worker failed, needs_new_round_now() | stop(TERM), same restart_cnt
+//   | RENDEZVOUS HEALTHY     | SIGUSR1/SIGUSR2 (if handled)           | forward to the workers |
+//   HEALTHY HEALTHY     | other handled signal (TERM/INT/HUP/..) | stop(that signal, grace)     |
+//   STOPPED
 //
 //   Exit codes: SUCCEEDED 0; FAILED and STOPPED 1 (as torchrun).
 //   TORCHELASTIC_RESTART_COUNT: restarts spent (one node, as torchrun); the rendezvous
@@ -105,9 +108,9 @@ class Agent {
   std::string run_log_dir_;
   std::string default_log_dir_;        // the torchelastic_XXXXXX dir made here (no --log-dir)
   bool keep_default_log_dir_ = false;  // a stream went only to a file in it
-  bool files_disabled_ = false;  // --log-dir /dev/null: run dir in TMPDIR, error.json only
-  int restart_count_ = 0;  // restarts spent on failures
-  int attempt_ = 0;         // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt
+  bool files_disabled_ = false;        // --log-dir /dev/null: run dir in TMPDIR, error.json only
+  int restart_count_ = 0;              // restarts spent on failures
+  int attempt_ = 0;                    // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt
   int remaining_restarts_ = 0;
   int pending_signal_ = 0;  // a terminating signal seen while collecting failures
 };

@@ -3,12 +3,11 @@
 // about a value comes from one place.
 #include "launcher/cli.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -94,10 +93,10 @@ constexpr OptionDef kOptions[] = {
      "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)"},
     {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank", true, kLaunch,
      "LOCAL_RANK=0 and one CUDA device per worker via CUDA_VISIBLE_DEVICES"},
-    {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters",
-     false, kCompat, "Duplicate matching stdout lines (no effect)"},
-    {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters",
-     false, kCompat, "Duplicate matching stderr lines (no effect)"},
+    {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters", false,
+     kCompat, "Duplicate matching stdout lines (no effect)"},
+    {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters", false,
+     kCompat, "Duplicate matching stderr lines (no effect)"},
     {"--legacy-launch,--legacy_launch", "legacy_launch", true, kLaunch,
      "Behave like python -m torch.distributed.launch: pass --local_rank=N to the script"},
     {"--use-env,--use_env", "use_env", true, kLaunch,
@@ -106,13 +105,20 @@ constexpr OptionDef kOptions[] = {
 
 // The value placeholder shown by --help.
 const char* metavar(const std::string& dest) {
-  static const std::map<std::string, const char*> kMetavars = {
-      {"nnodes", "N|MIN:MAX"}, {"nproc_per_node", "N|cpu|gpu|auto"},
-      {"rdzv_endpoint", "HOST[:PORT]"}, {"rdzv_conf", "K=V,..."}, {"max_restarts", "N"},
-      {"monitor_interval", "SECONDS"}, {"log_dir", "DIR"}, {"redirects", "0-3|LR:V,..."},
-      {"tee", "0-3|LR:V,..."}, {"local_ranks_filter", "LR,..."}, {"node_rank", "N"},
-      {"master_port", "PORT"}, {"signals_to_handle", "SIG,..."},
-      {"shutdown_timeout", "SECONDS"}};
+  static const std::map<std::string, const char*> kMetavars = {{"nnodes", "N|MIN:MAX"},
+                                                               {"nproc_per_node", "N|cpu|gpu|auto"},
+                                                               {"rdzv_endpoint", "HOST[:PORT]"},
+                                                               {"rdzv_conf", "K=V,..."},
+                                                               {"max_restarts", "N"},
+                                                               {"monitor_interval", "SECONDS"},
+                                                               {"log_dir", "DIR"},
+                                                               {"redirects", "0-3|LR:V,..."},
+                                                               {"tee", "0-3|LR:V,..."},
+                                                               {"local_ranks_filter", "LR,..."},
+                                                               {"node_rank", "N"},
+                                                               {"master_port", "PORT"},
+                                                               {"signals_to_handle", "SIG,..."},
+                                                               {"shutdown_timeout", "SECONDS"}};
   const auto it = kMetavars.find(dest);
   return it == kMetavars.end() ? "TEXT" : it->second;
 }
@@ -287,8 +293,8 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
             v = std::stoll(env->second, &used);
             if (used != env->second.size()) throw std::invalid_argument("trailing");
           } catch (const std::exception&) {
-            throw UsageError(fmt::format("{}={}: expected an integer (0 or 1)", env_name,
-                                         env->second));
+            throw UsageError(
+                fmt::format("{}={}: expected an integer (0 or 1)", env_name, env->second));
           }
           if (v != 0) raw.flags.insert(def->dest);
         }

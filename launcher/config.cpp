@@ -1,12 +1,12 @@
 // config.cpp: interpretation and checks of the raw option strings (see config.h).
 #include "launcher/config.h"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "launcher/process/signals.h"
 
@@ -64,8 +64,8 @@ int int_in_range(const std::string& flag, const std::string& text, long long lo,
 double seconds_value(const std::string& flag, const std::string& text) {
   const auto v = to_double(text);
   if (!v || *v < 0) {
-    throw UsageError(fmt::format("{}: expected a non-negative number of seconds, got '{}'",
-                                 flag, text));
+    throw UsageError(
+        fmt::format("{}: expected a non-negative number of seconds, got '{}'", flag, text));
   }
   return *v;
 }
@@ -125,9 +125,9 @@ StdStreams parse_std_streams(const std::string& flag, const std::string& text) {
   StdStreams out;
   const std::string t = trim(text);
   const auto bad = [&] {
-    return UsageError(fmt::format(
-        "{}: invalid value '{}' (expected 0-3 or local_rank:value pairs like 0:1,1:3)", flag,
-        text));
+    return UsageError(
+        fmt::format("{}: invalid value '{}' (expected 0-3 or local_rank:value pairs like 0:1,1:3)",
+                    flag, text));
   };
   if (t.find(':') == std::string::npos) {
     const auto v = to_int(t);
@@ -206,12 +206,12 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   if (const auto* s = find(v, "rdzv_conf")) c.rdzv_conf = parse_rdzv_conf(*s);
   if (c.rdzv_backend != "static" && c.rdzv_backend != "c10d" && c.rdzv_backend != "etcd" &&
       c.rdzv_backend != "etcd-v2") {
-    throw UsageError(fmt::format(
-        "--rdzv-backend: unknown backend '{}' (expected static or c10d)", c.rdzv_backend));
+    throw UsageError(fmt::format("--rdzv-backend: unknown backend '{}' (expected static or c10d)",
+                                 c.rdzv_backend));
   }
   if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-    throw UsageError(fmt::format(
-        "--rdzv-backend: '{}' is not supported by ddprun; use c10d", c.rdzv_backend));
+    throw UsageError(
+        fmt::format("--rdzv-backend: '{}' is not supported by ddprun; use c10d", c.rdzv_backend));
   }
   if (const auto* s = find(v, "max_restarts")) {
     c.max_restarts = int_in_range("--max-restarts", *s, 0, 1000000);
@@ -319,8 +319,8 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
     if (!explicit_id) c.rdzv_id = random_uuid();
   }
   if (c.rdzv_backend == "static" && c.node_rank && *c.node_rank >= c.max_nodes) {
-    throw UsageError(fmt::format("--node-rank: {} must be less than --nnodes ({})",
-                                 *c.node_rank, c.max_nodes));
+    throw UsageError(
+        fmt::format("--node-rank: {} must be less than --nnodes ({})", *c.node_rank, c.max_nodes));
   }
 
   // Positionals: the script, then everything after it belongs to the script.

@@ -2,9 +2,8 @@
 #include "launcher/error_file.h"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace ddprun::launcher {
 namespace {
@@ -61,9 +60,8 @@ ErrorFileInfo read_error_file(const std::string& path) {
     if (j.contains("timestamp")) info.timestamp = as_timestamp(j["timestamp"]);
   } else if (msg.is_object()) {
     std::string text = "<N/A>";
-    const json* extra = msg.contains("extraInfo") && msg["extraInfo"].is_object()
-                            ? &msg["extraInfo"]
-                            : nullptr;
+    const json* extra =
+        msg.contains("extraInfo") && msg["extraInfo"].is_object() ? &msg["extraInfo"] : nullptr;
     if (extra && extra->contains("py_callstack") && (*extra)["py_callstack"].is_string()) {
       text = (*extra)["py_callstack"].get<std::string>();
     } else if (msg.contains("message") && msg["message"].is_string()) {
@@ -99,12 +97,13 @@ bool copy_error_file(const std::string& from, const std::string& to, int exit_co
   return write_json(to, j, why);
 }
 
-bool write_error_file(const std::string& to, const std::string& message,
-                      std::int64_t timestamp, int exit_code, std::string* why) {
-  json j = {{"message",
-             {{"message", message},
-              {"errorCode", exit_code},
-              {"extraInfo", {{"py_callstack", message}, {"timestamp", std::to_string(timestamp)}}}}}};
+bool write_error_file(const std::string& to, const std::string& message, std::int64_t timestamp,
+                      int exit_code, std::string* why) {
+  json j = {
+      {"message",
+       {{"message", message},
+        {"errorCode", exit_code},
+        {"extraInfo", {{"py_callstack", message}, {"timestamp", std::to_string(timestamp)}}}}}};
   return write_json(to, j, why);
 }
 

@@ -30,7 +30,7 @@ bool copy_error_file(const std::string& from, const std::string& to, int exit_co
                      std::string* why);
 
 // Writes an @record-style error file at `to` for a failure without a worker error file.
-bool write_error_file(const std::string& to, const std::string& message,
-                      std::int64_t timestamp, int exit_code, std::string* why);
+bool write_error_file(const std::string& to, const std::string& message, std::int64_t timestamp,
+                      int exit_code, std::string* why);
 
 }  // namespace ddprun::launcher

@@ -1,6 +1,7 @@
 // failure_report.cpp: torchrun's ChildFailedError text (see failure_report.h).
 #include "launcher/failure_report.h"
 
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,8 +12,6 @@
 #include <ctime>
 #include <sstream>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "launcher/error_file.h"
 #include "launcher/process/signals.h"
@@ -117,9 +116,8 @@ std::string format_failure_report(const std::string& entrypoint,
   std::string other_text;
   for (const auto& b : others) other_text += (other_text.empty() ? "" : "\n") + b;
   if (other_text.empty()) other_text = "  <NO_OTHER_FAILURES>";
-  return fmt::format(
-      "{}\n{}\n{}\nFailures:\n{}\n{}\nRoot Cause (first observed failure):\n{}\n{}", border,
-      title, section, other_text, section, root_block, border);
+  return fmt::format("{}\n{}\n{}\nFailures:\n{}\n{}\nRoot Cause (first observed failure):\n{}\n{}",
+                     border, title, section, other_text, section, root_block, border);
 }
 
 std::string failure_hint(const Failure& failure) {
@@ -155,8 +153,8 @@ std::string host_fqdn() {
     addr = &reinterpret_cast<sockaddr_in6*>(res->ai_addr)->sin6_addr;
     len = sizeof(in6_addr);
   }
-  if (addr && ::gethostbyaddr_r(addr, len, res->ai_family, &he, buf, sizeof buf, &result,
-                                &err) == 0 &&
+  if (addr &&
+      ::gethostbyaddr_r(addr, len, res->ai_family, &he, buf, sizeof buf, &result, &err) == 0 &&
       result && result->h_name) {
     out = result->h_name;
     std::vector<std::string> names = {result->h_name};

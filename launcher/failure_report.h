@@ -17,10 +17,10 @@ struct Failure {
   int global_rank = 0;
   int local_rank = 0;
   pid_t pid = 0;
-  int exitcode = 0;          // torchrun's convention: -signo for a worker killed by a signal
-  std::string error_file;    // the path if the worker wrote it, else "<N/A>"
+  int exitcode = 0;             // torchrun's convention: -signo for a worker killed by a signal
+  std::string error_file;       // the path if the worker wrote it, else "<N/A>"
   std::string error_file_path;  // where the worker was told to write it (always set)
-  std::string message;       // the "traceback" field
+  std::string message;          // the "traceback" field
   std::int64_t timestamp = 0;   // seconds since the epoch
 };
 

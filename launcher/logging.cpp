@@ -1,11 +1,11 @@
 // logging.cpp: the agent's log setup (see logging.h).
 #include "launcher/logging.h"
 
-#include <algorithm>
-#include <cctype>
-
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
 
 namespace ddprun::launcher {
 

@@ -4,10 +4,10 @@
 // Used by main.cpp. Thread-safety: call once, before other threads log.
 #pragma once
 
+#include <spdlog/common.h>
+
 #include <map>
 #include <string>
-
-#include <spdlog/common.h>
 
 namespace ddprun::launcher {
 

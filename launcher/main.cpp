@@ -2,12 +2,12 @@
 // (single-threaded), block the handled signals and start the orphan guard before any
 // thread exists, then run the Agent and map its result to torchrun's exit codes
 // (0 success, 1 failure, 2 bad usage).
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "launcher/agent.h"
 #include "launcher/cli.h"

@@ -51,8 +51,8 @@ bool defaults_omp_num_threads(const LaunchConfig& config, const EnvMap& agent_en
   return agent_env.count("OMP_NUM_THREADS") == 0 && config.nproc_per_node > 1;
 }
 
-EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt,
-                  const EnvMap& agent_env, int local_rank, const std::string& error_file) {
+EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const EnvMap& agent_env,
+                  int local_rank, const std::string& error_file) {
   EnvMap env = agent_env;
   const auto& info = attempt.info;
   const int rank = info.rank_base + local_rank;

@@ -19,14 +19,14 @@ using EnvMap = std::map<std::string, std::string>;
 // Per-attempt facts that are not in the config.
 struct AttemptFacts {
   rdzv::RendezvousInfo info;
-  std::string run_id;       // TORCHELASTIC_RUN_ID (the handler's run id)
-  int restart_count = 0;    // TORCHELASTIC_RESTART_COUNT
+  std::string run_id;     // TORCHELASTIC_RUN_ID (the handler's run id)
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
 };
 
 // The complete environment of local worker `local_rank`: `agent_env` plus torchrun's
 // variables (see docs/usage.md). `error_file` becomes TORCHELASTIC_ERROR_FILE.
-EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt,
-                  const EnvMap& agent_env, int local_rank, const std::string& error_file);
+EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const EnvMap& agent_env,
+                  int local_rank, const std::string& error_file);
 
 // True when torchrun would print its OMP_NUM_THREADS notice and default it to 1: the
 // variable is unset in the agent and there is more than one worker per node.

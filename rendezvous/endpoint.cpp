@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include "rendezvous/rendezvous.h"

@@ -42,14 +42,13 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
     try {
       server->start();
     } catch (const std::exception& e) {
-      throw RendezvousError("cannot host the workers' store at " +
-                            Endpoint{options.host.empty() ? "*" : options.host, options.port}
-                                .to_string() +
-                            ": " + e.what() +
-                            (params_.master_port >= 0
-                                 ? " (is another job using --master-port? omit it to let the "
-                                   "OS choose a free port)"
-                                 : ""));
+      throw RendezvousError(
+          "cannot host the workers' store at " +
+          Endpoint{options.host.empty() ? "*" : options.host, options.port}.to_string() + ": " +
+          e.what() +
+          (params_.master_port >= 0 ? " (is another job using --master-port? omit it to let the "
+                                      "OS choose a free port)"
+                                    : ""));
     }
     server_ = std::move(server);
     spdlog::debug("workers' store listening on {}",

@@ -64,9 +64,10 @@ void warn_unknown_conf_keys(const ConfMap& conf, std::initializer_list<const cha
     if (!found) {
       std::string list;
       for (const char* k : known) list += std::string(list.empty() ? "" : ", ") + k;
-      spdlog::warn("--rdzv-conf key '{}' is not used by the {} rendezvous and is ignored "
-                   "(known keys: {})",
-                   key, backend, list);
+      spdlog::warn(
+          "--rdzv-conf key '{}' is not used by the {} rendezvous and is ignored "
+          "(known keys: {})",
+          key, backend, list);
     }
   }
 }

@@ -49,12 +49,12 @@ struct TcpRendezvousStore {
       spdlog::info("{}: this node hosts the rendezvous store", where());
     } catch (const std::exception& e) {
       if (must_host) {
-        throw RendezvousError(where() + ": node rank 0 cannot host the rendezvous store: " +
-                              e.what());
+        throw RendezvousError(where() +
+                              ": node rank 0 cannot host the rendezvous store: " + e.what());
       }
       // Another agent on this machine (or a leftover) holds the port: join as a client.
-      spdlog::info("{}: could not host the rendezvous store ({}); joining as a client",
-                   where(), e.what());
+      spdlog::info("{}: could not host the rendezvous store ({}); joining as a client", where(),
+                   e.what());
     }
   }
 
@@ -96,8 +96,7 @@ struct TcpRendezvousStore {
     };
     for (;;) {
       if (interrupted.load()) {
-        throw RendezvousInterruptedError(where() +
-                                         ": interrupted while connecting to the store");
+        throw RendezvousInterruptedError(where() + ": interrupted while connecting to the store");
       }
       auto now = Clock::now();
       if (now >= deadline) {
@@ -129,8 +128,7 @@ struct TcpRendezvousStore {
         last_error = e.what();
       } catch (const store::StoreError& e) {
         throw RendezvousConnectionError(where() + ": " + endpoint.to_string() +
-                                        " does not look like a ddprun/TCPStore store: " +
-                                        e.what());
+                                        " does not look like a ddprun/TCPStore store: " + e.what());
       }
       log_waiting();
       // TcpStore already backs off within connect_timeout; a short pause on instant
@@ -201,9 +199,10 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
                           "use_agent_store", "job_check"},
                          "static");
   if (p.min_nodes != p.max_nodes) {
-    spdlog::warn("static rendezvous: --nnodes {}:{} is not elastic under the static backend; "
-                 "waiting for exactly {} nodes (use --rdzv-backend c10d for MIN:MAX)",
-                 p.min_nodes, p.max_nodes, p.max_nodes);
+    spdlog::warn(
+        "static rendezvous: --nnodes {}:{} is not elastic under the static backend; "
+        "waiting for exactly {} nodes (use --rdzv-backend c10d for MIN:MAX)",
+        p.min_nodes, p.max_nodes, p.max_nodes);
   }
   int nnodes = p.max_nodes;
   int node_rank = p.node_rank;
@@ -230,10 +229,11 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
                           " needs a fixed port, not 0 (the other nodes must know it)");
   }
   if (is_loopback_host(ep.host) && p.local_addr.empty()) {
-    spdlog::warn("static rendezvous: the endpoint {} is a loopback address, reachable from "
-                 "this machine only; set --master-addr to node rank 0's address for a "
-                 "multi-machine job",
-                 ep.to_string());
+    spdlog::warn(
+        "static rendezvous: the endpoint {} is a loopback address, reachable from "
+        "this machine only; set --master-addr to node rank 0's address for a "
+        "multi-machine job",
+        ep.to_string());
   }
   StoreRendezvous::Config c = common_config(p, conf);
   c.backend = "static";
@@ -278,8 +278,8 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
        "timeout", "workers_port", "use_agent_store", "job_check"},
       "c10d");
   if (p.endpoint.empty()) {
-    throw RendezvousError("--rdzv-backend c10d with --nnodes " + std::to_string(p.min_nodes) +
-                          ":" + std::to_string(p.max_nodes) +
+    throw RendezvousError("--rdzv-backend c10d with --nnodes " + std::to_string(p.min_nodes) + ":" +
+                          std::to_string(p.max_nodes) +
                           " needs --rdzv-endpoint host[:port] (the address of the node that "
                           "hosts the rendezvous store; default port 29400)");
   }
@@ -297,8 +297,8 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   c.endpoint = ep.to_string();
   c.node_rank = p.node_rank;
   c.join_timeout = conf_seconds(conf, "join_timeout", 600);
-  conf_seconds(conf, "close_timeout", 30);      // validated; closing is a single SET
-  conf_seconds(conf, "heartbeat_timeout", 5);   // validated; heartbeats are single ADDs
+  conf_seconds(conf, "close_timeout", 30);     // validated; closing is a single SET
+  conf_seconds(conf, "heartbeat_timeout", 5);  // validated; heartbeats are single ADDs
   std::optional<bool> is_host = conf_bool(conf, "is_host");
   bool host = is_host ? *is_host : is_this_host(ep.host, p.local_addr);
   if (!p.local_addr.empty()) {
@@ -308,13 +308,15 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
     c.advertise_addr = !routed.empty() ? routed : c.hostname;
   }
   if (is_loopback_host(ep.host) && p.local_addr.empty()) {
-    spdlog::warn("c10d rendezvous: the endpoint {} is a loopback address: only agents on this "
-                 "machine can join; use an address the other nodes can reach",
-                 ep.to_string());
+    spdlog::warn(
+        "c10d rendezvous: the endpoint {} is a loopback address: only agents on this "
+        "machine can join; use an address the other nodes can reach",
+        ep.to_string());
   } else if (is_loopback_host(c.advertise_addr) && !is_loopback_host(ep.host)) {
-    spdlog::warn("c10d rendezvous: this node would advertise the loopback address {}; set "
-                 "--local-addr to an address the other nodes can reach",
-                 c.advertise_addr);
+    spdlog::warn(
+        "c10d rendezvous: this node would advertise the loopback address {}; set "
+        "--local-addr to an address the other nodes can reach",
+        c.advertise_addr);
   }
   c.bind_addr = is_ip_literal(p.local_addr) ? p.local_addr : "";
   auto rs = std::make_shared<TcpRendezvousStore>();

@@ -20,33 +20,33 @@ namespace ddprun::rdzv {
 
 // Everything the agent needs to start one attempt's workers.
 struct RendezvousInfo {
-  int round = 0;               // rendezvous round (changes on membership changes)
-                               // Identical on every node of a round (and = the restart
-                               // count of a one-node job): the safe value for workers'
-                               // TORCHELASTIC_RESTART_COUNT, which PyTorch 1.13 workers
-                               // put into their store keys, so nodes must agree on it.
-  int group_rank = 0;          // this node's rank, 0..group_world_size-1 (GROUP_RANK)
-  int group_world_size = 1;    // number of nodes (GROUP_WORLD_SIZE)
-  int rank_base = 0;           // global rank of this node's local rank 0
-  int world_size = 1;          // total workers across nodes (WORLD_SIZE)
-  std::string master_addr;     // the workers' store (MASTER_ADDR / MASTER_PORT)
+  int round = 0;             // rendezvous round (changes on membership changes)
+                             // Identical on every node of a round (and = the restart
+                             // count of a one-node job): the safe value for workers'
+                             // TORCHELASTIC_RESTART_COUNT, which PyTorch 1.13 workers
+                             // put into their store keys, so nodes must agree on it.
+  int group_rank = 0;        // this node's rank, 0..group_world_size-1 (GROUP_RANK)
+  int group_world_size = 1;  // number of nodes (GROUP_WORLD_SIZE)
+  int rank_base = 0;         // global rank of this node's local rank 0
+  int world_size = 1;        // total workers across nodes (WORLD_SIZE)
+  std::string master_addr;   // the workers' store (MASTER_ADDR / MASTER_PORT)
   std::uint16_t master_port = 0;
-  bool use_agent_store = true; // TORCHELASTIC_USE_AGENT_STORE: an agent hosts that store
+  bool use_agent_store = true;          // TORCHELASTIC_USE_AGENT_STORE: an agent hosts that store
   std::vector<std::string> node_names;  // per group rank, for logs and failure reports
 };
 
 // What the launcher knows that the rendezvous needs (parsed from the command line).
 struct RendezvousParams {
-  std::string backend = "static";   // "static" | "c10d" (| "etcd" later)
-  std::string endpoint;             // --rdzv-endpoint, "host[:port]", may be empty
-  std::string run_id = "none";      // --rdzv-id
+  std::string backend = "static";  // "static" | "c10d" (| "etcd" later)
+  std::string endpoint;            // --rdzv-endpoint, "host[:port]", may be empty
+  std::string run_id = "none";     // --rdzv-id
   int min_nodes = 1;
   int max_nodes = 1;
-  int node_rank = -1;               // --node-rank if given explicitly, else -1
-  std::string master_addr;          // --master-addr if given, else empty
-  int master_port = -1;             // --master-port if given, else -1
-  std::string local_addr;           // --local-addr if given, else empty
-  int local_world_size = 1;         // this node's --nproc-per-node
+  int node_rank = -1;                       // --node-rank if given explicitly, else -1
+  std::string master_addr;                  // --master-addr if given, else empty
+  int master_port = -1;                     // --master-port if given, else -1
+  std::string local_addr;                   // --local-addr if given, else empty
+  int local_world_size = 1;                 // this node's --nproc-per-node
   std::map<std::string, std::string> conf;  // --rdzv-conf key=value pairs
   // What the workers run, as the user wrote it after the launcher's options: the entry
   // form ("-m" for a module, "--no-python" for an executable, nothing for a script),

@@ -269,9 +269,10 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
     spdlog::debug("{}: joined round {} in slot {}", where(), r, slot);
     int n = wait_for_final(r, slot, deadline);
     if (slot >= n) {
-      spdlog::warn("{}: round {} formed with {} nodes without this one (max {}); waiting for "
-                   "the next round",
-                   where(), r, n, config_.max_nodes);
+      spdlog::warn(
+          "{}: round {} formed with {} nodes without this one (max {}); waiting for "
+          "the next round",
+          where(), r, n, config_.max_nodes);
       ++r;
       continue;
     }
@@ -294,8 +295,8 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
       }
     }
     if (!have_all) {
-      spdlog::warn("{}: a node of round {} never described itself; starting round {}", where(),
-                   r, r + 1);
+      spdlog::warn("{}: a node of round {} never described itself; starting round {}", where(), r,
+                   r + 1);
       store_->set(rk(r, "hb", slot), "left");
       ++r;
       continue;
@@ -347,11 +348,10 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
         try {
           server->start();
         } catch (const std::exception& e) {
-          throw RendezvousError(where() + ": cannot host the workers' store on " +
-                                Endpoint{options.host.empty() ? "*" : options.host,
-                                         options.port}
-                                    .to_string() +
-                                ": " + e.what());
+          throw RendezvousError(
+              where() + ": cannot host the workers' store on " +
+              Endpoint{options.host.empty() ? "*" : options.host, options.port}.to_string() + ": " +
+              e.what());
         }
         workers_server_ = std::move(server);
       }
@@ -377,9 +377,10 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
       }
     }
     if (!have_master) {
-      spdlog::warn("{}: group rank 0 ({}) of round {} did not publish the workers' store; "
-                   "starting round {}",
-                   where(), by_rank[0]->label(), r, r + 1);
+      spdlog::warn(
+          "{}: group rank 0 ({}) of round {} did not publish the workers' store; "
+          "starting round {}",
+          where(), by_rank[0]->label(), r, r + 1);
       store_->set(rk(r, "hb", slot), "left");
       ++r;
       continue;
@@ -399,11 +400,12 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
     slot_ = slot;
     nodes_ = n;
     members_ = descs;
-    spdlog::info("{}: round {} complete: {} nodes, this node is group rank {} of {} (ranks "
-                 "{}..{} of {}); workers' store at {}",
-                 where(), r, n, info.group_rank, n, info.rank_base,
-                 info.rank_base + config_.local_world_size - 1, info.world_size,
-                 Endpoint{info.master_addr, info.master_port}.to_string());
+    spdlog::info(
+        "{}: round {} complete: {} nodes, this node is group rank {} of {} (ranks "
+        "{}..{} of {}); workers' store at {}",
+        where(), r, n, info.group_rank, n, info.rank_base,
+        info.rank_base + config_.local_world_size - 1, info.world_size,
+        Endpoint{info.master_addr, info.master_port}.to_string());
     start_heartbeats();
     return info;
   }
@@ -442,10 +444,10 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
       store_->set(rk(r, "hb", slot), "left");
       throw RendezvousTimeoutError(
           where() + ": timed out after join_timeout " +
-          std::to_string(config_.join_timeout.count() / 1000) + " s in round " +
-          std::to_string(r) + " with " + std::to_string(count) + " of min " +
-          std::to_string(config_.min_nodes) + " / max " + std::to_string(config_.max_nodes) +
-          " nodes" + (retired ? "" : " (the previous round's nodes never left it)"));
+          std::to_string(config_.join_timeout.count() / 1000) + " s in round " + std::to_string(r) +
+          " with " + std::to_string(count) + " of min " + std::to_string(config_.min_nodes) +
+          " / max " + std::to_string(config_.max_nodes) + " nodes" +
+          (retired ? "" : " (the previous round's nodes never left it)"));
     }
     if (now >= next_log) {
       log_progress(r, deadline, retired);
@@ -464,8 +466,7 @@ bool StoreRendezvous::round_retired(int r) {
   auto values = store_->multi_get(slot_keys(r, "hb", n));
   std::lock_guard lock(mu_);
   auto members = liveness_.observe(r, values, asked);
-  return std::all_of(members.begin(), members.end(),
-                     [](Member m) { return m != Member::kAlive; });
+  return std::all_of(members.begin(), members.end(), [](Member m) { return m != Member::kAlive; });
 }
 
 std::vector<StoreRendezvous::NodeDesc> StoreRendezvous::read_descs(int r, int count) {
@@ -627,9 +628,8 @@ void StoreRendezvous::start_heartbeats() {
     std::lock_guard lock(mu_);
     hb_stop_ = false;
   }
-  hb_thread_ = std::thread([this, r = round_, slot = slot_, n = nodes_] {
-    heartbeat_loop(r, slot, n);
-  });
+  hb_thread_ =
+      std::thread([this, r = round_, slot = slot_, n = nodes_] { heartbeat_loop(r, slot, n); });
 }
 
 void StoreRendezvous::stop_heartbeats() {
@@ -786,8 +786,7 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
         try {
           std::int64_t seen = store_->add(rk(round_, "exit_seen"), 1);
           if (hosts_store_ && hosts_store_()) {
-            auto ack_deadline =
-                Clock::now() + std::max<Ms>(config_.keep_alive_interval, Ms(5000));
+            auto ack_deadline = Clock::now() + std::max<Ms>(config_.keep_alive_interval, Ms(5000));
             while (seen < nodes_ && Clock::now() < ack_deadline && sleep_slice(Ms(20))) {
               seen = store_->add(rk(round_, "exit_seen"), 0);
             }

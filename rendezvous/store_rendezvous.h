@@ -37,12 +37,12 @@ class StoreRendezvous final : public RendezvousHandler {
   struct Config {
     std::string backend = "c10d";  // for messages and backend_name()
     std::string run_id = "none";
-    std::string endpoint;           // "host:port" of the rendezvous store, for messages
+    std::string endpoint;  // "host:port" of the rendezvous store, for messages
     int min_nodes = 1;
     int max_nodes = 1;
     // static: every node must give a node rank; group rank = node rank.
     bool static_ranks = false;
-    int node_rank = -1;          // -1 = not given
+    int node_rank = -1;                // -1 = not given
     bool node_rank_defaulted = false;  // static: --node-rank absent, 0 assumed
     int local_world_size = 1;
     // The job's fingerprint (RendezvousParams::job_command): the first agent of the run
@@ -181,9 +181,9 @@ class StoreRendezvous final : public RendezvousHandler {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool hb_stop_ = false;       // guarded by mu_
-  Liveness liveness_;          // guarded by mu_
-  std::string reason_;         // guarded by mu_
+  bool hb_stop_ = false;  // guarded by mu_
+  Liveness liveness_;     // guarded by mu_
+  std::string reason_;    // guarded by mu_
   std::thread hb_thread_;
   std::atomic<int> waiting_{0};
   std::atomic<bool> needs_new_round_{false};

@@ -26,10 +26,11 @@ struct HandleResult {
 
 // The number of bytes handle_request would answer `req` with if applied to `kv` now,
 // counting the `00` that a pending WAIT or BARRIER gets later (a request that then
-// closes the connection, e.g. ADD on a non-number, gets nothing). A few hundred request bytes can ask for a huge reply (MULTI_GET
-// can name one 8 MiB value 131072 times), so servers call this first, to refuse a reply
-// over their cap or to defer it while their output is full (docs/protocol.md "Output
-// limits"). Cost: one lookup per key named (LIST_KEYS: a pass over every key).
+// closes the connection, e.g. ADD on a non-number, gets nothing). A few hundred request bytes can
+// ask for a huge reply (MULTI_GET can name one 8 MiB value 131072 times), so servers call this
+// first, to refuse a reply over their cap or to defer it while their output is full
+// (docs/protocol.md "Output limits"). Cost: one lookup per key named (LIST_KEYS: a pass over every
+// key).
 std::size_t reply_size(const KvState& kv, const Request& req);
 
 // Applies `req` from client `who`. Appends this client's reply bytes to `reply` (as many
@@ -37,8 +38,8 @@ std::size_t reply_size(const KvState& kv, const Request& req);
 // the command numbers differ, and parse_request has mapped those to Op. Adds released
 // waiters and watch notifications (for this or other clients) to `fx`. `req` may be
 // moved from.
-HandleResult handle_request(KvState& kv, KvState::ClientId who, Request& req,
-                            std::string& reply, KvState::Effects& fx);
+HandleResult handle_request(KvState& kv, KvState::ClientId who, Request& req, std::string& reply,
+                            KvState::Effects& fx);
 
 // Appends the bytes that complete one released WAIT/BARRIER (STOP_WAITING, `00`).
 void encode_release(std::string& out);

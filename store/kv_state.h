@@ -35,7 +35,10 @@ class KvState {
   struct Effects {
     std::vector<ClientId> released;
     std::vector<Notification> notifications;
-    void clear() { released.clear(); notifications.clear(); }
+    void clear() {
+      released.clear();
+      notifications.clear();
+    }
   };
 
   enum class WaitResult : std::uint8_t { kReady, kPending };
@@ -53,8 +56,8 @@ class KvState {
   // key present -> replace iff the current value equals `expected`; return the current
   // value after any replacement. A created or changed key releases waiters (as PyTorch's
   // libuv server does; 1.13 did not, which only ever delayed a waiter).
-  std::string compare_set(std::string_view key, std::string_view expected,
-                          std::string desired, Effects& fx);
+  std::string compare_set(std::string_view key, std::string_view expected, std::string desired,
+                          Effects& fx);
 
   // GET: the value, or nullptr when the key is missing (the server answers an empty
   // value, as the libuv server does). The pointer is valid until the next mutation.

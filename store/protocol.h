@@ -20,9 +20,26 @@ inline constexpr std::uint32_t kValidationMagic = 0x3C85F7CE;
 
 // Dialect-independent operation. Wire numbers live in protocol.cpp, per dialect.
 enum class Op : std::uint8_t {
-  kValidate, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kGetNumKeys, kWatchKey,
-  kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop,
-  kQueueLen, kListKeys, kBarrier,
+  kValidate,
+  kSet,
+  kCompareSet,
+  kGet,
+  kAdd,
+  kCheck,
+  kWait,
+  kGetNumKeys,
+  kWatchKey,
+  kDeleteKey,
+  kAppend,
+  kMultiGet,
+  kMultiSet,
+  kCancelWait,
+  kPing,
+  kQueuePush,
+  kQueuePop,
+  kQueueLen,
+  kListKeys,
+  kBarrier,
 };
 const char* op_name(Op op);
 
@@ -93,7 +110,7 @@ void encode_request(const Request& req, Dialect dialect, std::string& out);
 // Reply values shared by both dialects.
 inline constexpr std::uint8_t kCheckReady = 0, kCheckNotReady = 1;
 inline constexpr std::uint8_t kStopWaiting = 0, kWaitCanceled = 1;
-inline constexpr std::uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1,
-                              kWatchKeyDeleted = 2, kWatchCallbackRegistered = 3;
+inline constexpr std::uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDeleted = 2,
+                              kWatchCallbackRegistered = 3;
 
 }  // namespace ddprun::store

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -11,8 +12,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <stdexcept>
-
-#include <spdlog/spdlog.h>
 
 namespace ddprun::launcher {
 namespace {
@@ -196,7 +195,8 @@ void ConsoleWriter::on_writable() {
     if (left > PIPE_BUF) {
       const char* stop = data + PIPE_BUF;
       const char* last = std::find_if(std::make_reverse_iterator(stop),
-                                      std::make_reverse_iterator(data), is_line_end).base();
+                                      std::make_reverse_iterator(data), is_line_end)
+                             .base();
       if (last != data) {
         chunk = static_cast<std::size_t>(last - data);
       } else {
@@ -261,8 +261,7 @@ StreamRoute::StreamRoute(const StreamSpec& spec, std::string prefix, ConsoleWrit
   std::filesystem::path path(spec.file);
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  file_.reset(::open(spec.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-                     0644));
+  file_.reset(::open(spec.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
   if (!file_) throw_errno("cannot create log file '" + spec.file + "'");
 }
 

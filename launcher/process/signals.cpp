@@ -18,15 +18,15 @@ namespace {
 // Standard Linux signal names (without "SIG"); SIGIOT/SIGPOLL/SIGCLD are aliases whose
 // numbers map back to their canonical names.
 constexpr std::array<std::pair<std::string_view, int>, 34> kNames = {{
-    {"HUP", SIGHUP},       {"INT", SIGINT},       {"QUIT", SIGQUIT},   {"ILL", SIGILL},
-    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},     {"BUS", SIGBUS},     {"FPE", SIGFPE},
-    {"KILL", SIGKILL},     {"USR1", SIGUSR1},     {"SEGV", SIGSEGV},   {"USR2", SIGUSR2},
-    {"PIPE", SIGPIPE},     {"ALRM", SIGALRM},     {"TERM", SIGTERM},   {"STKFLT", SIGSTKFLT},
-    {"CHLD", SIGCHLD},     {"CONT", SIGCONT},     {"STOP", SIGSTOP},   {"TSTP", SIGTSTP},
-    {"TTIN", SIGTTIN},     {"TTOU", SIGTTOU},     {"URG", SIGURG},     {"XCPU", SIGXCPU},
-    {"XFSZ", SIGXFSZ},     {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF},   {"WINCH", SIGWINCH},
-    {"IO", SIGIO},         {"PWR", SIGPWR},       {"SYS", SIGSYS},     {"IOT", SIGIOT},
-    {"POLL", SIGPOLL},     {"CLD", SIGCHLD},
+    {"HUP", SIGHUP},   {"INT", SIGINT},       {"QUIT", SIGQUIT}, {"ILL", SIGILL},
+    {"TRAP", SIGTRAP}, {"ABRT", SIGABRT},     {"BUS", SIGBUS},   {"FPE", SIGFPE},
+    {"KILL", SIGKILL}, {"USR1", SIGUSR1},     {"SEGV", SIGSEGV}, {"USR2", SIGUSR2},
+    {"PIPE", SIGPIPE}, {"ALRM", SIGALRM},     {"TERM", SIGTERM}, {"STKFLT", SIGSTKFLT},
+    {"CHLD", SIGCHLD}, {"CONT", SIGCONT},     {"STOP", SIGSTOP}, {"TSTP", SIGTSTP},
+    {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},     {"URG", SIGURG},   {"XCPU", SIGXCPU},
+    {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH},
+    {"IO", SIGIO},     {"PWR", SIGPWR},       {"SYS", SIGSYS},   {"IOT", SIGIOT},
+    {"POLL", SIGPOLL}, {"CLD", SIGCHLD},
 }};
 
 sigset_t make_set(const std::vector<int>& signals) {
@@ -74,7 +74,9 @@ UniqueFd make_signalfd(const std::vector<int>& signals) {
 
 int signal_from_name(std::string_view name) {
   std::string_view text = trim(name);
-  auto unknown = [&] { return std::invalid_argument("unknown signal '" + std::string(name) + "'"); };
+  auto unknown = [&] {
+    return std::invalid_argument("unknown signal '" + std::string(name) + "'");
+  };
   if (text.empty()) throw unknown();
   if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     if (text.size() > 3) throw unknown();

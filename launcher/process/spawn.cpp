@@ -134,8 +134,8 @@ std::string resolve_program(const std::string& name, const std::vector<std::stri
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
     denied = true;
   }
-  throw SpawnError("cannot execute '" + name + "': " +
-                   (denied ? "Permission denied" : "No such file or directory"));
+  throw SpawnError("cannot execute '" + name +
+                   "': " + (denied ? "Permission denied" : "No such file or directory"));
 }
 
 pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)>& on_forked) {
@@ -172,8 +172,8 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
   const bool scan_proc = options.scan_proc_fds;
 
   pid_t pid = ::fork();
-  if (pid < 0) throw SpawnError("cannot execute '" + options.argv[0] + "': fork failed: " +
-                                errno_text(errno));
+  if (pid < 0)
+    throw SpawnError("cannot execute '" + options.argv[0] + "': fork failed: " + errno_text(errno));
   if (pid == 0) {
     // --- child: async-signal-safe calls only from here to execve ---
     if (::setsid() < 0) child_fail(report_fd, Step::kSetsid);

@@ -61,7 +61,6 @@ std::string resolve_program(const std::string& name, const std::vector<std::stri
 //
 // PR_SET_PDEATHSIG fires when the *thread* that forked exits, not the process: call this
 // only from a thread that lives as long as the child (the supervisor's own thread).
-pid_t spawn_process(const SpawnOptions& options,
-                    const std::function<void(pid_t)>& on_forked = {});
+pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)>& on_forked = {});
 
 }  // namespace ddprun::launcher

@@ -5,12 +5,12 @@
 // wiring); the real process supervision is tested in tests/launcher/process. Two
 // transitions a one-node rendezvous never takes (a membership change, a rendezvous
 // error) are driven by a thin handler that delegates to the real one.
-#include <catch2/catch.hpp>
+#include "launcher/agent.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -20,7 +20,6 @@
 #include <set>
 #include <thread>
 
-#include "launcher/agent.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/supervisor.h"
 #include "rendezvous/registry.h"

@@ -1,10 +1,9 @@
 // Command-line parsing: both spellings, PET_* fallbacks, defaults, and every bad input
 // giving one line that names the flag or file.
-#include <catch2/catch.hpp>
-
-#include <csignal>
-
 #include "launcher/cli.h"
+
+#include <catch2/catch.hpp>
+#include <csignal>
 
 using namespace ddprun::launcher;
 
@@ -107,7 +106,8 @@ TEST_CASE("every option in both spellings", "[cli]") {
           CHECK(c.rdzv_backend == "static");  // an explicit port keeps static
         }
         if (row.dash == "--local-addr") CHECK(*c.local_addr == "127.0.0.3");
-        if (row.dash == "--signals-to-handle") CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1});
+        if (row.dash == "--signals-to-handle")
+          CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1});
         if (row.dash == "--shutdown-timeout") CHECK(c.shutdown_timeout_s == 7);
         if (row.dash == "--numa-binding") CHECK(c.numa_binding == "node");
         if (row.dash == "--numa-binding") {
@@ -146,8 +146,8 @@ TEST_CASE("flags in both spellings", "[cli]") {
 }
 
 TEST_CASE("everything after the script belongs to the script", "[cli]") {
-  const LaunchConfig c = ok({"--nproc-per-node=2", "train.py", "--nproc-per-node", "5",
-                             "--help", "-m", "--lr=0.1", "${local_rank}", "--", "x"});
+  const LaunchConfig c = ok({"--nproc-per-node=2", "train.py", "--nproc-per-node", "5", "--help",
+                             "-m", "--lr=0.1", "${local_rank}", "--", "x"});
   CHECK(c.nproc_per_node == 2);
   CHECK(c.training_script == "train.py");
   CHECK(c.script_args == std::vector<std::string>{"--nproc-per-node", "5", "--help", "-m",
@@ -157,8 +157,8 @@ TEST_CASE("everything after the script belongs to the script", "[cli]") {
 
 TEST_CASE("PET_ environment fallbacks - the command line wins", "[cli]") {
   const std::map<std::string, std::string> env = {
-      {"PET_NPROC_PER_NODE", "3"},   {"PET_MAX_RESTARTS", "2"}, {"PET_NNODES", "1:1"},
-      {"PET_RDZV_ID", "fromenv"},    {"PET_STANDALONE", "0"},   {"PET_NO_PYTHON", "0"},
+      {"PET_NPROC_PER_NODE", "3"},     {"PET_MAX_RESTARTS", "2"}, {"PET_NNODES", "1:1"},
+      {"PET_RDZV_ID", "fromenv"},      {"PET_STANDALONE", "0"},   {"PET_NO_PYTHON", "0"},
       {"PET_VIRTUAL_LOCAL_RANK", "1"}, {"PET_TEE", "3"}};
   const LaunchConfig c = ok({"train.py"}, env);
   CHECK(c.nproc_per_node == 3);
@@ -180,9 +180,9 @@ TEST_CASE("torchrun's own environment knobs", "[cli]") {
   CHECK(c.python_exec == "/usr/bin/python3");
   CHECK(c.signals_to_handle == std::vector<int>{SIGUSR2, SIGTERM});
   CHECK(c.shutdown_timeout_s == 3);
-  const LaunchConfig d = ok({"--shutdown-timeout=9", "--signals-to-handle=SIGINT", "train.py"},
-                            {{"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGUSR2"},
-                             {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "3"}});
+  const LaunchConfig d =
+      ok({"--shutdown-timeout=9", "--signals-to-handle=SIGINT", "train.py"},
+         {{"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGUSR2"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "3"}});
   CHECK(d.shutdown_timeout_s == 9);
   CHECK(d.signals_to_handle == std::vector<int>{SIGINT});
 }
@@ -272,9 +272,9 @@ TEST_CASE("modules and --no-python programs need not be files here", "[cli]") {
 TEST_CASE("help and version print and exit 0", "[cli]") {
   const CliOutcome help = parse({"--help"});
   REQUIRE(help.kind == CliOutcome::Kind::kPrint);
-  for (const char* needle : {"--nproc-per-node", "--nproc_per_node", "--rdzv-endpoint",
-                             "--max-restarts", "--standalone", "-t", "--tee", "training_script",
-                             "Rendezvous related arguments", "PET_"}) {
+  for (const char* needle :
+       {"--nproc-per-node", "--nproc_per_node", "--rdzv-endpoint", "--max-restarts", "--standalone",
+        "-t", "--tee", "training_script", "Rendezvous related arguments", "PET_"}) {
     CAPTURE(needle);
     CHECK(help.text.find(needle) != std::string::npos);
   }

@@ -1,11 +1,10 @@
 // @record error files: both message forms, malformed files, the agent's copy.
+#include "launcher/error_file.h"
+
 #include <catch2/catch.hpp>
-
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
-#include "launcher/error_file.h"
 #include "tests/launcher/temp_dir.h"
 
 using namespace ddprun::launcher;

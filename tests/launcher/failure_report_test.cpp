@@ -1,13 +1,13 @@
 // torchrun's failure report, golden text (reference C.2), and failure construction.
-#include <catch2/catch.hpp>
+#include "launcher/failure_report.h"
 
 #include <stdlib.h>
 
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
 
-#include "launcher/failure_report.h"
 #include "tests/launcher/temp_dir.h"
 
 using namespace ddprun::launcher;
@@ -56,7 +56,8 @@ TEST_CASE("one failure with a traceback: golden text", "[failure_report]") {
   CHECK(format_failure_report("train.py", {f}, "localhost") == expected);
 }
 
-TEST_CASE("several failures: root cause is the earliest - border shrinks to fit", "[failure_report]") {
+TEST_CASE("several failures: root cause is the earliest - border shrinks to fit",
+          "[failure_report]") {
   utc();
   Failure a;
   a.global_rank = 0;
@@ -124,8 +125,9 @@ TEST_CASE("make_failure: signals, plain exits, error files", "[failure_report]")
         "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
   CHECK(failure_hint(plain).empty());
 
-  const std::string file = dir.write("error.json", R"({"message": {"message": "ValueError: bad", "extraInfo": )"
-                         R"({"py_callstack": "Traceback:\nValueError: bad\n", "timestamp": "77"}}})");
+  const std::string file = dir.write(
+      "error.json", R"({"message": {"message": "ValueError: bad", "extraInfo": )"
+                    R"({"py_callstack": "Traceback:\nValueError: bad\n", "timestamp": "77"}}})");
   const Failure rec = make_failure(1, 1, 9, 1, 0, 1000, file);
   CHECK(rec.error_file == file);
   CHECK(rec.timestamp == 77);

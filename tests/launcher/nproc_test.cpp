@@ -1,9 +1,9 @@
 // GPU counting for --nproc-per-node gpu|auto, over a fake /proc and /dev root.
-#include <catch2/catch.hpp>
+#include "launcher/nproc.h"
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "launcher/nproc.h"
 #include "tests/launcher/temp_dir.h"
 
 using namespace ddprun::launcher;
@@ -40,7 +40,7 @@ TEST_CASE("CUDA_VISIBLE_DEVICES narrows the count like the CUDA runtime", "[npro
   CHECK(visible_gpu_count(4, std::string("")) == 0);
   CHECK(visible_gpu_count(4, std::string("0,2")) == 2);
   CHECK(visible_gpu_count(4, std::string("3, 1")) == 2);
-  CHECK(visible_gpu_count(4, std::string("1,7,2")) == 1);   // stops at the invalid 7
+  CHECK(visible_gpu_count(4, std::string("1,7,2")) == 1);  // stops at the invalid 7
   CHECK(visible_gpu_count(4, std::string("-1")) == 0);
   CHECK(visible_gpu_count(4, std::string("0,0")) == 1);
   CHECK(visible_gpu_count(2, std::string("GPU-abc,GPU-def,GPU-x")) == 2);

@@ -1,7 +1,7 @@
 // The worker environment and command line, table-tested against torchrun's (reference C).
-#include <catch2/catch.hpp>
-
 #include "launcher/worker_env.h"
+
+#include <catch2/catch.hpp>
 
 using namespace ddprun::launcher;
 
@@ -69,8 +69,8 @@ TEST_CASE("torchrun's worker variables", "[worker_env]") {
 }
 
 TEST_CASE("user values are kept - OMP only defaulted for several workers", "[worker_env]") {
-  const EnvMap base = {{"NCCL_ASYNC_ERROR_HANDLING", "0"}, {"OMP_NUM_THREADS", "8"},
-                       {"RANK", "99"}};
+  const EnvMap base = {
+      {"NCCL_ASYNC_ERROR_HANDLING", "0"}, {"OMP_NUM_THREADS", "8"}, {"RANK", "99"}};
   const EnvMap env = worker_env(config(2), attempt(), base, 0, "e");
   CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
@@ -85,7 +85,8 @@ TEST_CASE("user values are kept - OMP only defaulted for several workers", "[wor
   CHECK(worker_env(config(1), c10d, {}, 0, "e").at("TORCHELASTIC_USE_AGENT_STORE") == "False");
 }
 
-TEST_CASE("virtual local rank (--virtual-local-rank): LOCAL_RANK 0 and one device each", "[worker_env]") {
+TEST_CASE("virtual local rank (--virtual-local-rank): LOCAL_RANK 0 and one device each",
+          "[worker_env]") {
   LaunchConfig c = config(3);
   c.virtual_local_rank = true;
   const EnvMap with = {{"CUDA_VISIBLE_DEVICES", "5,6,7"}};

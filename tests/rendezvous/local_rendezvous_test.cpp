@@ -75,8 +75,7 @@ TEST_CASE("one node / any backend: no rendezvous traffic / --master-port honoure
   }
 }
 
-TEST_CASE("one node: --local-addr is what MASTER_ADDR advertises and where it binds",
-          "[local]") {
+TEST_CASE("one node: --local-addr is what MASTER_ADDR advertises and where it binds", "[local]") {
   RendezvousParams p;
   p.local_addr = "127.0.0.2";
   auto h = make_rendezvous_handler(p);

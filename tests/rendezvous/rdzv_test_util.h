@@ -52,8 +52,8 @@ inline RendezvousParams node_params(const std::string& backend, int i, std::uint
   p.max_nodes = max_nodes;
   p.local_addr = "127.0.0." + std::to_string(i + 1);
   p.local_world_size = nproc;
-  p.conf = {{"join_timeout", "20"},      {"timeout", "20"},
-            {"last_call_timeout", "0.3"}, {"keep_alive_interval", "0.1"},
+  p.conf = {{"join_timeout", "20"},           {"timeout", "20"},
+            {"last_call_timeout", "0.3"},     {"keep_alive_interval", "0.1"},
             {"keep_alive_max_attempt", "10"}, {"read_timeout", "10"}};
   return p;
 }

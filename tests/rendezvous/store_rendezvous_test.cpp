@@ -158,8 +158,7 @@ class StoreProcess {
 
 }  // namespace
 
-TEST_CASE("c10d: 4 nodes complete - node 0 hosts - workers' store reachable and shared",
-          "[c10d]") {
+TEST_CASE("c10d: 4 nodes complete - node 0 hosts - workers' store reachable and shared", "[c10d]") {
   auto port = test::free_port();
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 4; ++i) ps.push_back(node_params("c10d", i, port, 4, 4));
@@ -296,9 +295,8 @@ TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejecte
     }
   }));
   auto h1 = make_rendezvous_handler(ps[1]);
-  CHECK_THROWS_WITH(h1->next_rendezvous(),
-                    Catch::Contains("127.0.0.1:" + std::to_string(port)) &&
-                        Catch::Contains("cannot host"));
+  CHECK_THROWS_WITH(h1->next_rendezvous(), Catch::Contains("127.0.0.1:" + std::to_string(port)) &&
+                                               Catch::Contains("cannot host"));
   h0->interrupt();
   CHECK_THAT(f0.get(), Catch::Contains("interrupted"));
 }
@@ -392,11 +390,11 @@ TEST_CASE("c10d: a participant that stops heartbeating is detected - survivors g
       return false;
     }
   }));
-  auto ghost = std::make_shared<store::PrefixStore>("ddprun/rdzv/test_job",
-                                                    connect("127.0.0.1", port));
+  auto ghost =
+      std::make_shared<store::PrefixStore>("ddprun/rdzv/test_job", connect("127.0.0.1", port));
   int slot = static_cast<int>(ghost->add("r0/joined", 1)) - 1;
-  nlohmann::json d{{"addr", "127.0.0.9"}, {"host", "ghost"}, {"pid", 1},
-                   {"node_rank", -1}, {"nproc", 1}};
+  nlohmann::json d{
+      {"addr", "127.0.0.9"}, {"host", "ghost"}, {"pid", 1}, {"node_rank", -1}, {"nproc", 1}};
   ghost->multi_set({"r0/node/" + std::to_string(slot), "r0/hb/" + std::to_string(slot)},
                    {d.dump(), "1"});
   auto infos = fut.get();
@@ -405,8 +403,8 @@ TEST_CASE("c10d: a participant that stops heartbeating is detected - survivors g
   for (auto& h : hs) REQUIRE(test::eventually([&] { return h->needs_new_round(); }, 5s));
   auto* sr = dynamic_cast<StoreRendezvous*>(hs[0].get());
   REQUIRE(sr != nullptr);
-  CHECK_THAT(sr->new_round_reason(), Catch::Contains("127.0.0.9") &&
-                                         Catch::Contains("missed its heartbeats"));
+  CHECK_THAT(sr->new_round_reason(),
+             Catch::Contains("127.0.0.9") && Catch::Contains("missed its heartbeats"));
   auto again = rendezvous_all(hs);
   check_consistent(again, {1, 1});
   CHECK(again[0].round == 1);
@@ -442,8 +440,7 @@ TEST_CASE("c10d: a node that shuts down is noticed at once - too few nodes time 
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
 }
 
-TEST_CASE("closed rendezvous rejects joiners - exit barrier waits for every node",
-          "[c10d]") {
+TEST_CASE("closed rendezvous rejects joiners - exit barrier waits for every node", "[c10d]") {
   auto port = test::free_port();
   Handlers hs = two_c10d_nodes_formed(port);
   auto barrier0 = std::async(std::launch::async, [&] { return hs[0]->exit_barrier(10s); });
@@ -453,9 +450,8 @@ TEST_CASE("closed rendezvous rejects joiners - exit barrier waits for every node
   hs[1]->set_closed();
   CHECK(hs[0]->is_closed());
   auto late = make_rendezvous_handler(node_params("c10d", 2, port, 2, 2));
-  CHECK_THROWS_WITH(late->next_rendezvous(),
-                    Catch::Contains("is closed: the job has ended") &&
-                        Catch::Contains("'test_job'"));
+  CHECK_THROWS_WITH(late->next_rendezvous(), Catch::Contains("is closed: the job has ended") &&
+                                                 Catch::Contains("'test_job'"));
   hs[1]->shutdown();
   hs[0]->shutdown();
 }
@@ -535,10 +531,9 @@ TEST_CASE("StoreRendezvous over a MemoryStore: 16 nodes form one round", "[memor
     c.hostname = "n" + std::to_string(i);
     c.keep_alive_interval = 100ms;
     c.poll_slice = 20ms;
-    hs.push_back(std::make_unique<StoreRendezvous>(
-        c, [mem](auto, const auto&) {
-          return std::make_shared<store::PrefixStore>("ddprun/rdzv/mem", mem);
-        }));
+    hs.push_back(std::make_unique<StoreRendezvous>(c, [mem](auto, const auto&) {
+      return std::make_shared<store::PrefixStore>("ddprun/rdzv/mem", mem);
+    }));
   }
   auto infos = rendezvous_all(hs);
   check_consistent(infos, std::vector<int>(16, 1));
@@ -552,15 +547,15 @@ void scale_test(int n) {
   for (int i = 0; i < n; ++i) {
     ps.push_back(node_params("c10d", 0, port, n, n));
     ps.back().local_addr =
-        i == 0 ? "127.0.0.1" : "127.0." + std::to_string(1 + i / 250) + "." +
-                                   std::to_string(1 + i % 250);
+        i == 0 ? "127.0.0.1"
+               : "127.0." + std::to_string(1 + i / 250) + "." + std::to_string(1 + i % 250);
     ps.back().conf["keep_alive_interval"] = "2";
   }
   auto hs = make_all(ps);
   auto t0 = std::chrono::steady_clock::now();
   auto infos = rendezvous_all(hs);
-  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - t0);
+  auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   WARN(n << " agents rendezvoused in " << took.count() << " ms");
   check_consistent(infos, std::vector<int>(static_cast<std::size_t>(n), 1));
   for (auto it = hs.rbegin(); it != hs.rend(); ++it) (*it)->shutdown();  // host last
@@ -574,8 +569,7 @@ TEST_CASE("scale: 128 c10d agents rendezvous on loopback", "[c10d][scale]") { sc
 //   test_rendezvous "[scale256]"
 TEST_CASE("scale: 256 c10d agents rendezvous on loopback", "[.][scale256]") { scale_test(256); }
 
-TEST_CASE("the store host stays in the exit barrier past its timeout while peers run",
-          "[c10d]") {
+TEST_CASE("the store host stays in the exit barrier past its timeout while peers run", "[c10d]") {
   auto port = test::free_port();
   Handlers hs = two_c10d_nodes_formed(port);
   auto host = std::async(std::launch::async, [&] { return hs[0]->exit_barrier(100ms); });

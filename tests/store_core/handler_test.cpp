@@ -254,8 +254,7 @@ TEST_CASE("reply_size is the size of the reply, for every command", "[handler]")
     INFO(op_name(r.op));
     const std::size_t predicted = reply_size(kv, r);
     std::string reply;
-    REQUIRE(handle_request(kv, 1, r, reply, fx).kind ==
-            HandleResult::Kind::kDone);
+    REQUIRE(handle_request(kv, 1, r, reply, fx).kind == HandleResult::Kind::kDone);
     CHECK(reply.size() == predicted);
   }
 }

@@ -28,8 +28,7 @@ TEST_CASE("ReplyStream: the bytes of handle_request's reply, in pieces of any si
   const Request req = multi_get({"/a", "/missing", "/b", "/c", "/a"});
   std::string whole;
   Request copy = req;
-  REQUIRE(handle_request(kv, 1, copy, whole, fx).kind ==
-          HandleResult::Kind::kDone);
+  REQUIRE(handle_request(kv, 1, copy, whole, fx).kind == HandleResult::Kind::kDone);
   for (std::size_t piece :
        {std::size_t{1}, std::size_t{8}, std::size_t{9}, std::size_t{100}, std::size_t{1 << 20}}) {
     INFO("piece " << piece);

@@ -1,10 +1,9 @@
 // Table-driven tests of LineSplitter: chunks in, whole lines out.
-#include <catch2/catch.hpp>
+#include "launcher/process/line_splitter.h"
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include "launcher/process/line_splitter.h"
 
 using ddprun::launcher::Line;
 using ddprun::launcher::LineSplitter;

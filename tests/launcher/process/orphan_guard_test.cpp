@@ -1,12 +1,12 @@
 // The orphan guard: `kill -9` of the agent leaves no process of the job alive,
 // grandchildren included; a normal agent exit lets the guard exit too.
-#include <catch2/catch.hpp>
+#include "launcher/process/orphan_guard.h"
 
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "launcher/process/orphan_guard.h"
 #include "launcher/process/supervisor.h"
 #include "tests/launcher/process/daemon_util.h"
 #include "tests/launcher/process/process_test_util.h"
@@ -125,11 +125,11 @@ TEST_CASE("orphan guard: kill -9 of the agent also kills daemons that left their
   char tmpl[] = "/tmp/ddprun-guard-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
   const std::string dir = tmpl;
-  FakeAgent agent = start_fake_agent(1,
-                                     daemon_command("setsid", dir + "/setsid", 600) + "; " +
-                                         daemon_command("setpgid", dir + "/setpgid", 600) +
-                                         "; exec sleep 1000",
-                                     false);
+  FakeAgent agent =
+      start_fake_agent(1,
+                       daemon_command("setsid", dir + "/setsid", 600) + "; " +
+                           daemon_command("setpgid", dir + "/setpgid", 600) + "; exec sleep 1000",
+                       false);
   const pid_t setsid_daemon = wait_for_pidfile(dir + "/setsid");
   const pid_t setpgid_daemon = wait_for_pidfile(dir + "/setpgid");
   REQUIRE(setsid_daemon > 0);

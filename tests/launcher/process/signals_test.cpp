@@ -1,10 +1,9 @@
 // Signal names <-> numbers (--signals-to-handle) and the 128+n mapping.
-#include <catch2/catch.hpp>
+#include "launcher/process/signals.h"
 
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <stdexcept>
-
-#include "launcher/process/signals.h"
 
 using namespace ddprun::launcher;
 

@@ -1,15 +1,15 @@
 // spawn_process with real /bin/sh children: exec failures, environment, fds, session,
 // death signal and signal state as the child sees them.
-#include <catch2/catch.hpp>
+#include "launcher/process/spawn.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <set>
 #include <thread>
 
-#include "launcher/process/spawn.h"
 #include "tests/launcher/process/process_test_util.h"
 
 using namespace ddprun::launcher;
@@ -24,8 +24,9 @@ struct Result {
 };
 
 // Spawns `argv` with `env` and stdout to a pipe; reads it to EOF and reaps the child.
-Result run_child(std::vector<std::string> argv, std::vector<std::string> env = {"PATH=/usr/bin:/bin"},
-                 std::string cwd = {}, bool scan_proc_fds = false) {
+Result run_child(std::vector<std::string> argv,
+                 std::vector<std::string> env = {"PATH=/usr/bin:/bin"}, std::string cwd = {},
+                 bool scan_proc_fds = false) {
   int fds[2];
   REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
   UniqueFd read_end(fds[0]), write_end(fds[1]);
@@ -134,7 +135,8 @@ TEST_CASE("spawn: empty signal mask, default dispositions, stdin inherited", "[s
   Result r = run_child({"/bin/cat", "/proc/self/status"});
   CHECK(sh_field(r.out, "SigBlk") == "0000000000000000");
   CHECK(sh_field(r.out, "SigIgn") == "0000000000000000");
-  struct stat ours {}, theirs {};
+  struct stat ours {
+  }, theirs{};
   ::fstat(0, &ours);
   Result link = run_child({"/bin/sh", "-c", "stat -L -c '%d:%i' /proc/self/fd/0"});
   CHECK(link.out == std::to_string(ours.st_dev) + ":" + std::to_string(ours.st_ino) + "\n");

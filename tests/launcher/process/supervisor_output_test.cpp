@@ -1,11 +1,10 @@
 // ProcessSupervisor's output path with real shell workers, and pipes, files and a
 // terminal standing in for the agent's stdout/stderr: whole lines, prefixes, files,
 // back-pressure, and exits released only after the worker's output.
-#include <catch2/catch.hpp>
-
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -28,10 +27,10 @@ TEST_CASE("supervisor: concurrent workers' console lines never interleave mid-li
   std::vector<WorkerSpec> workers;
   for (int r = 0; r < 4; ++r) {
     // Lines of ~1000 bytes (more than PIPE_BUF in flight at once from 4 writers).
-    std::string script = "pad=$(printf '%0990d' 0); i=0; while [ $i -lt " +
-                         std::to_string(kLines) + " ]; do echo \"R" + std::to_string(r) +
-                         " L$i $pad\"; i=$((i+1)); done; echo \"err R" +
-                         std::to_string(r) + "\" >&2";
+    std::string script = "pad=$(printf '%0990d' 0); i=0; while [ $i -lt " + std::to_string(kLines) +
+                         " ]; do echo \"R" + std::to_string(r) +
+                         " L$i $pad\"; i=$((i+1)); done; echo \"err R" + std::to_string(r) +
+                         "\" >&2";
     WorkerSpec w = sh(r, script, "[default" + std::to_string(r) + "]:");
     // Tee'd (-t 3), so console lines carry the prefix that tells the workers apart.
     w.out.mode = w.err.mode = StreamMode::kTee;
@@ -160,8 +159,7 @@ TEST_CASE("supervisor: redirect and tee write files - the prefix only on the con
   CHECK(slurp(hidden.out.file) == "secret\n");
 }
 
-TEST_CASE("supervisor: only tee'd streams are prefixed (-t 1 leaves stderr bare)",
-          "[supervisor]") {
+TEST_CASE("supervisor: only tee'd streams are prefixed (-t 1 leaves stderr bare)", "[supervisor]") {
   Harness h;
   TempDir dir;
   WorkerSpec w = sh(0, "echo out; echo err >&2", "[default0]:");

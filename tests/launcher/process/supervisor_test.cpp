@@ -1,16 +1,16 @@
 // ProcessSupervisor's life cycle with real shell workers and real signals: exits and
 // their reporting, stop and its SIGKILL escalation, signals, start failures, shutdown.
 // Its output path is tested in supervisor_output_test.cpp.
-#include <catch2/catch.hpp>
+#include "launcher/process/supervisor.h"
 
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
 #include <regex>
 
-#include "launcher/process/supervisor.h"
 #include "tests/launcher/process/supervisor_harness.h"
 
 using namespace ddprun::launcher;
@@ -41,8 +41,7 @@ TEST_CASE("supervisor: exit codes and ranks are reported - no kAllSucceeded on f
   CHECK(h.sup->stop(SIGTERM, 1s).empty());
 }
 
-TEST_CASE("supervisor: a worker killed by a signal is reported with the signal",
-          "[supervisor]") {
+TEST_CASE("supervisor: a worker killed by a signal is reported with the signal", "[supervisor]") {
   Harness h;
   h.sup->start({sh(0, "kill -SEGV $$")});
   SupervisorEvent ev = h.next();
@@ -227,8 +226,8 @@ TEST_CASE("supervisor: the destructor kills and reaps leftover workers", "[super
   std::vector<pid_t> pids;
   {
     const bool pidfd = GENERATE(true, false);  // false: the SIGCHLD fallback
-  INFO("use_pidfd=" << pidfd);
-  Harness h(pidfd);
+    INFO("use_pidfd=" << pidfd);
+    Harness h(pidfd);
     h.sup->start({sh(0, "exec sleep 30"), sh(1, "trap '' TERM; exec sleep 30")});
     pids = h.sup->live_pids();
     REQUIRE(pids.size() == 2);
@@ -239,4 +238,3 @@ TEST_CASE("supervisor: the destructor kills and reaps leftover workers", "[super
     CHECK(errno == ESRCH);
   }
 }
-
