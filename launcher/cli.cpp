@@ -225,7 +225,8 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
   app.footer(
       "positional arguments:\n"
       "  training_script       the script (or module with -m, program with --no-python)\n"
-      "  training_script_args  passed through untouched; ${local_rank} becomes the local rank\n"
+      "  training_script_args  passed through; ${local_rank} or $local_rank becomes the\n"
+      "                        local rank and $$ becomes $ (as torchrun)\n"
       "\nenvironment: PYTHON_EXEC (python for workers, default python3), LOGLEVEL\n"
       "(DEBUG, INFO, WARNING, ERROR), TORCHELASTIC_SIGNALS_TO_HANDLE,\n"
       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.\n"

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -177,17 +178,43 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
 }
 
 std::string substitute_local_rank(const std::string& arg, int local_rank) {
-  static const std::string kMacro = "${local_rank}";
+  // torchrun passes every argument through Python's string.Template.safe_substitute with
+  // the one name local_rank; its rules, reproduced: "$$" is a literal "$"; "$name" and
+  // "${name}" (name: [_A-Za-z][_A-Za-z0-9]*, longest match) are replaced when name is
+  // exactly local_rank and kept otherwise; any other "$" is kept.
+  const auto is_start = [](char c) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');  // ASCII only
+  };
+  const auto is_rest = [&](char c) { return is_start(c) || (c >= '0' && c <= '9'); };
+  const std::string value = std::to_string(local_rank);
   std::string out;
-  std::string::size_type start = 0;
-  while (true) {
-    const auto pos = arg.find(kMacro, start);
-    if (pos == std::string::npos) break;
-    out.append(arg, start, pos - start);
-    out += std::to_string(local_rank);
-    start = pos + kMacro.size();
+  std::string::size_type i = 0;
+  while (i < arg.size()) {
+    const auto dollar = arg.find('$', i);
+    if (dollar == std::string::npos || dollar + 1 == arg.size()) break;
+    out.append(arg, i, dollar - i);
+    std::string::size_type at = dollar + 1;
+    if (arg[at] == '$') {
+      out += '$';
+      i = at + 1;
+      continue;
+    }
+    const bool braced = arg[at] == '{';
+    if (braced) ++at;
+    auto end = at;
+    if (end < arg.size() && is_start(arg[end])) {
+      while (end < arg.size() && is_rest(arg[end])) ++end;
+    }
+    const bool closed = !braced || (end < arg.size() && arg[end] == '}');
+    if (end > at && closed && arg.compare(at, end - at, "local_rank") == 0) {
+      out += value;
+      i = end + (braced ? 1 : 0);
+    } else {
+      out += '$';  // an unknown or malformed placeholder stays as written
+      i = dollar + 1;
+    }
   }
-  out.append(arg, start, std::string::npos);
+  out.append(arg, std::min(i, arg.size()), std::string::npos);
   return out;
 }
 

@@ -128,7 +128,9 @@ std::pair<int, int> parse_nnodes(const std::string& text);
 // malformed pair.
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& text);
 
-// Replaces every "${local_rank}" in `arg` with `local_rank`.
+// Expands `arg` as torchrun does (Python's string.Template.safe_substitute with the one
+// name local_rank): "${local_rank}" and "$local_rank" become `local_rank`, "$$" becomes
+// "$", every other "$" stays.
 std::string substitute_local_rank(const std::string& arg, int local_rank);
 
 }  // namespace ddprun::launcher

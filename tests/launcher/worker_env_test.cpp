@@ -125,11 +125,39 @@ TEST_CASE("worker command lines", "[worker_env]") {
   CHECK(worker_argv(c, 0) == V{"/usr/bin/python3", "-u", "-m", "train.py", "--out=run0", "x"});
 }
 
-TEST_CASE("${local_rank} substitution", "[worker_env]") {
-  CHECK(substitute_local_rank("${local_rank}", 3) == "3");
-  CHECK(substitute_local_rank("a${local_rank}b${local_rank}", 12) == "a12b12");
-  CHECK(substitute_local_rank("${local_rank", 1) == "${local_rank");
-  CHECK(substitute_local_rank("$local_rank", 1) == "$local_rank");
-  CHECK(substitute_local_rank("", 1).empty());
+TEST_CASE("${local_rank} substitution follows torchrun's string.Template rules", "[worker_env]") {
+  // Expected values printed by Python 3.11's Template(arg).safe_substitute(local_rank="7"),
+  // which is what torchrun 1.13 and 2.6 apply to every script argument.
+  const std::vector<std::pair<std::string, std::string>> table{
+      {"${local_rank}", "7"},
+      {"a${local_rank}b${local_rank}", "a7b7"},
+      {"${local_rank", "${local_rank"},
+      {"$local_rank", "7"},
+      {"", ""},
+      {"$$", "$"},
+      {"$$local_rank", "$local_rank"},
+      {"$local_rank_x", "$local_rank_x"},
+      {"$local_rank-x", "7-x"},
+      {"${other}", "${other}"},
+      {"$other", "$other"},
+      {"$LOCAL_RANK", "$LOCAL_RANK"},
+      {"$1", "$1"},
+      {"trailing$", "trailing$"},
+      {"${", "${"},
+      {"${}", "${}"},
+      {"$${local_rank}", "${local_rank}"},
+      {"$$$local_rank", "$7"},
+      {"--out=run$local_rank.log", "--out=run7.log"},
+      {"a$b$local_rank", "a$b7"},
+      {"${local_rank}}", "7}"},
+      {"\xc3\xa9$local_rank",
+       "\xc3\xa9"
+       "7"},
+  };
+  for (const auto& [arg, want] : table) {
+    INFO("argument: " << arg);
+    CHECK(substitute_local_rank(arg, 7) == want);
+  }
+  CHECK(substitute_local_rank("a${local_rank}b", 12) == "a12b");
   CHECK(to_env_strings({{"A", "1"}, {"B", "x=y"}}) == std::vector<std::string>{"A=1", "B=x=y"});
 }
