@@ -408,6 +408,7 @@ def bench_launch(bins, cfg, tmp, results):
 
     fail = results.setdefault("failure", {})
     rss = results.setdefault("rss", {})
+    orphans = results.setdefault("orphans", {})
     for rep in range(cfg.failure_reps):
         for tool, prefix in tools.items():
             if isinstance(prefix, str):
@@ -415,7 +416,8 @@ def bench_launch(bins, cfg, tmp, results):
             fail.setdefault(tool, []).append(failure_latency(tool, prefix, tmp))
             if rep < cfg.rss_reps:
                 rss.setdefault(tool, []).append(agent_rss(tool, prefix, tmp))
-        log(f"failure/rss: rep {rep + 1}/{cfg.failure_reps} done")
+                orphans.setdefault(tool, []).append(orphans_after_kill9(tool, prefix, tmp))
+        log(f"failure/rss/orphans: rep {rep + 1}/{cfg.failure_reps} done")
 
     rdzv = results.setdefault("rdzv", {})
     for rep in range(cfg.rdzv_reps):
@@ -469,6 +471,49 @@ def agent_rss(tool, prefix, tmp):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+        kill_tree(proc)
+
+
+ORPHAN_WORKERS = 4
+ORPHAN_GRACE_S = 3.0
+
+
+def orphans_after_kill9(tool, prefix, tmp):
+    """K=4 sleeping workers, rank 0 with a setsid() daemon: SIGKILL of the agent process
+    alone; how many of the 5 are still alive ORPHAN_GRACE_S later (then they are killed)."""
+    d = Path(tempfile.mkdtemp(dir=tmp, prefix="orphan-"))
+    k = ORPHAN_WORKERS
+    worker = ["/bin/bash", str(BENCH / "orphan_worker.sh"), str(d)]
+    proc = subprocess.Popen(standalone_argv(tool, prefix, k, worker), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    pids = []
+    try:
+        if not wait_for(lambda: len(list(d.glob("w.[0-9]*"))) == k and (d / "daemon").exists(),
+                        60, 0.01):
+            return "failed: workers did not start"
+        pids = [int(f.read_text()) for f in list(d.glob("w.[0-9]*")) + [d / "daemon"]]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+        def alive():
+            n = 0
+            for pid in pids:
+                try:
+                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                except OSError:
+                    continue
+                n += state != "Z"
+            return n
+        wait_for(lambda: alive() == 0, ORPHAN_GRACE_S, 0.01)
+        return alive()
+    except (OSError, ValueError) as e:
+        return f"failed: {e}"
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         kill_tree(proc)
 
 
@@ -609,6 +654,13 @@ def report(results, cfg, m):
     for t, name in torchruns:
         rd_, rt = med(ok_values(rs.get("ddprun", []))), med(ok_values(rs.get(t, [])))
         head.append([f"agent peak RSS: {name} / ddprun", "-", fmt_ratio(ratio(rt, rd_)), ""])
+    orph = results.get("orphans", {})
+    for t, name in (("ddprun", "ddprun"),) + torchruns:
+        got = ok_values(orph.get(t, []))
+        head.append([f"kill -9 of the agent: processes of the job alive {ORPHAN_GRACE_S:g} s later, "
+                     f"{name} (of {ORPHAN_WORKERS + 1})", "0" if t == "ddprun" else "-",
+                     str(max(got)) if got else pt_status(orph.get(t)),
+                     verdict(max(got) if got else None, lambda x: x == 0) if t == "ddprun" else ""])
     rz = results.get("rdzv", {})
     for n in cfg.rdzv_n:
         if n > cfg.torchrun_rdzv_max:
@@ -748,12 +800,17 @@ def report(results, cfg, m):
     out("K = 4 workers (`bench/fail_worker.sh`): after a start barrier rank 0 stamps "
         "`$EPOCHREALTIME` and exits 1; the other ranks trap SIGTERM and stamp the time it "
         "arrives. Latency = last peer's stamp - rank 0's exit stamp. Peak RSS is VmHWM of the "
-        "agent process (the process the user started) while K = 8 workers sleep.\n")
+        "agent process (the process the user started) while K = 8 workers sleep. Orphans: K = 4 "
+        "sleeping workers, rank 0 also starts a `setsid` daemon; the agent process alone gets "
+        "SIGKILL (as from the OOM killer or `kill -9`), and the row counts the workers and the "
+        f"daemon still alive {ORPHAN_GRACE_S:g} s later (worst of the repetitions).\n")
     tools = ("ddprun", "torchrun", "torchrun-2.6")
     out(table(["", "ddprun", "torchrun 1.13", "torchrun 2.6"], [
         ["failure → all peers signalled"] + [fmt_stat(fl.get(t, []), " ms", 1e3)
                                              for t in tools],
         ["agent peak RSS (VmHWM)"] + [fmt_stat(rs.get(t, []), " MiB") for t in tools],
+        [f"alive {ORPHAN_GRACE_S:g} s after kill -9 of the agent (of {ORPHAN_WORKERS + 1})"] +
+        [fmt_orphans(orph.get(t, [])) for t in tools],
     ]))
     out("")
     out("## Rendezvous of N agents on one machine (c10d backend)\n")
@@ -778,6 +835,13 @@ def report(results, cfg, m):
         "Raw results: build/bench/results.json. The store benchmark alone: "
         "`build/bench/bench/ddprun-loadgen --help`.")
     return "\n".join(L) + "\n"
+
+
+def fmt_orphans(xs):
+    got = ok_values(xs)
+    if not got:
+        return pt_status(xs) if xs else "-"
+    return f"{max(got)}"
 
 
 def pt_status(rs):
