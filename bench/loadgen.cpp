@@ -771,8 +771,9 @@ int run(const Options& o) {
 
 }  // namespace
 
-// NOLINTNEXTLINE(bugprone-exception-escape): only building the CLI11 app, before any
-// work, can throw (allocation); terminating then is right.
+// Only building the CLI11 app, before any work, can throw (allocation); terminating then
+// is right.
+// NOLINTNEXTLINE(bugprone-exception-escape)
 int main(int argc, char** argv) {
   CLI::App app{
       "ddprun-loadgen: closed-loop load for c10d TCPStore servers (legacy/modern dialect) "

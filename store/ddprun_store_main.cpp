@@ -168,8 +168,9 @@ int run_client(const std::string& command, const ClientArgs& args) {
 
 }  // namespace
 
-// NOLINTNEXTLINE(bugprone-exception-escape): only building the logger and the CLI11 app,
-// before any work, can throw (allocation); terminating then is right.
+// Only building the logger and the CLI11 app, before any work, can throw (allocation);
+// terminating then is right.
+// NOLINTNEXTLINE(bugprone-exception-escape)
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun-store"));
 
