@@ -425,7 +425,8 @@ def exit_codes(job):
     check(rc == 1, f"a worker exiting 3 gave {rc}, expected 1", err)
     check("  exitcode  : 3 (pid: " in err and "To enable traceback see:" in err, "report", err)
     check("  error_file: <N/A>" in err, "no error file", err)
-    rc, out, err = job.run(["--nproc-per-node=1", "--no-python", "sh", "-c", "kill -9 $$"])
+    # "$$$$": script arguments are expanded as torchrun does, where "$$" stands for "$".
+    rc, out, err = job.run(["--nproc-per-node=1", "--no-python", "sh", "-c", "kill -9 $$$$"])
     check(rc == 1, f"a SIGKILLed worker gave {rc}", err)
     check("  exitcode  : -9 (pid: " in err, "negative signal exit code", err)
     check("Signal 9 (SIGKILL) received by PID" in err, "signal message", err)

@@ -336,6 +336,9 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
   for (int i = 0; i < 4; ++i) {
     ps.push_back(node_params("c10d", i, port, 2, 4));
     ps.back().conf["keep_alive_max_attempt"] = "30";  // no false death in the sleep below
+    // Each round must hold every node that is meant for it: under CI load three threads
+    // took longer than the default 0.3 s last call to rejoin, and round 1 formed without one.
+    ps.back().conf["last_call_timeout"] = "3";
   }
   Handlers first;
   for (int i = 0; i < 3; ++i) first.push_back(make_rendezvous_handler(ps[i]));
@@ -357,6 +360,7 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
   // At MAX, a fifth node waits without forcing a restart.
   auto p5 = node_params("c10d", 4, port, 2, 4);
   p5.conf["keep_alive_max_attempt"] = "30";
+  p5.conf["last_call_timeout"] = "3";
   auto fifth = make_rendezvous_handler(p5);
   auto fifth_f = std::async(std::launch::async, [&] {
     try {
@@ -366,7 +370,7 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
       return std::string(e.what());
     }
   });
-  std::this_thread::sleep_for(600ms);  // > last_call and several heartbeat ticks
+  std::this_thread::sleep_for(600ms);  // several heartbeat ticks
   for (auto& h : first) CHECK_FALSE(h->needs_new_round());
   CHECK(first[0]->num_nodes_waiting() == 0);
   fifth->interrupt();
