@@ -460,6 +460,7 @@ def bad_command_lines(job):
         (["--nproc-per-node=many", marker_script], "--nproc-per-node"),
         (["--max-restarts=-1", marker_script], "--max-restarts"),
         (["--rdzv-conf=a=1,broken", marker_script], "broken"),
+        (["--numa-binding=", marker_script], "--numa-binding: invalid choice ''"),
         ([], "training_script"),
         ([os.path.join(job.dir, "nope.py")], "nope.py"),
         (["--no-python", "-m", marker_script], "--no-python"),
