@@ -74,7 +74,7 @@ double seconds_value(const std::string& flag, const std::string& text) {
 // argparse's choices=: the trimmed `text` if it is one of `choices`.
 std::string choice(const std::string& flag, const std::string& text,
                    std::initializer_list<const char*> choices) {
-  const std::string t = trim(text);
+  std::string t = trim(text);
   std::string all;
   for (const char* c : choices) {
     if (t == c) return t;
