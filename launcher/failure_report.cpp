@@ -95,7 +95,14 @@ Failure make_failure(const WorkerExit& exit, const std::string& error_file_path)
   shown.insert(shown.end(), excerpt.lines.begin(), excerpt.lines.end());
   if (shown.empty()) shown.push_back(kNoTracebackHint);
   for (const auto& line : shown) f.message += (f.message.empty() ? "" : "\n  ") + line;
-  f.summary = !excerpt.exception.empty() ? excerpt.exception : shown.front();
+  // @record's "message" is the exception line; else the signal, the last stderr line.
+  if (!excerpt.exception.empty()) {
+    f.summary = excerpt.exception;
+  } else if (exit.signal != 0 || excerpt.lines.empty()) {
+    f.summary = shown.front();
+  } else {
+    f.summary = excerpt.lines.back();
+  }
   if (f.callstack.empty()) f.callstack = f.summary;
   return f;
 }

@@ -27,8 +27,9 @@ struct Failure {
   std::string message;          // the "traceback" field (continuation lines indented)
   std::int64_t timestamp = 0;   // seconds since the epoch
   // Without an error file, what the agent's own error file says (@record's fields):
-  // "message" (the exception line, e.g. "ValueError: boom", or the signal or torchrun's
-  // hint) and "py_callstack" (the traceback or stderr lines, unindented; else = summary).
+  // "message" (the exception line, e.g. "ValueError: boom", else the signal, the last
+  // stderr line or torchrun's hint) and "py_callstack" (the traceback or stderr lines,
+  // unindented; else = summary).
   std::string summary;
   std::string callstack;
 };

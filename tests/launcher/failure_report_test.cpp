@@ -188,6 +188,11 @@ TEST_CASE("make_failure without an error file: the traceback from stderr", "[fai
   CHECK(abrt.summary == "Signal 6 (SIGABRT) received by PID 5");
   CHECK(abrt.callstack == "terminate called after throwing\n  what(): oops\n");
 
+  const Failure last =
+      make_failure(exit_of(0, 0, 5, 2, 0, 1000, "usage: x\nx: error: bad\n"), missing);
+  CHECK(last.message == "stderr (last 2 lines):\n  usage: x\n  x: error: bad");
+  CHECK(last.summary == "x: error: bad");
+
   // Blank lines only: torchrun's text.
   const Failure blank = make_failure(exit_of(0, 0, 5, 3, 0, 1000, "\n\n"), missing);
   CHECK(blank.message.rfind("To enable traceback see: ", 0) == 0);
