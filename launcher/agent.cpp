@@ -48,10 +48,6 @@ std::string temp_base() {
 
 bool forward_only(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
 
-std::int64_t seconds_since_epoch(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
-}
-
 std::string expand_prefix(std::string text, const std::string& role, int rank, int local_rank) {
   const std::pair<std::string, std::string> macros[] = {
       {"${role_name}", role},
@@ -345,8 +341,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
             [](const WorkerExit& a, const WorkerExit& b) { return a.global_rank < b.global_rank; });
   std::vector<Failure> failures;
   for (const auto& e : failed) {
-    failures.push_back(make_failure(e.global_rank, e.local_rank, e.pid, e.exit_code, e.signal,
-                                    seconds_since_epoch(e.when), error_file_path(e.local_rank)));
+    failures.push_back(make_failure(e, error_file_path(e.local_rank)));
   }
   const Failure& root = failures[root_cause_index(failures)];
 
@@ -405,7 +400,8 @@ void Agent::report(const RunResult& result) {
   std::string why;
   const bool ok = root.error_file == root.error_file_path
                       ? copy_error_file(root.error_file_path, own->second, root.exitcode, &why)
-                      : write_error_file(own->second, text, root.timestamp, root.exitcode, &why);
+                      : write_error_file(own->second, root.summary, root.callstack, root.timestamp,
+                                         root.exitcode, &why);
   if (!ok) spdlog::warn("could not write the agent error file: {}", why);
 }
 

@@ -157,6 +157,7 @@ std::vector<std::string> expand_abbreviations(const std::vector<std::string>& ar
     if (arg == "--" || arg.empty() || arg[0] != '-') break;  // the training script
     const auto eq = arg.find('=');
     const std::string name = arg.substr(0, eq);
+    const bool empty_value = eq != std::string::npos && eq + 1 == arg.size();
     const OptionDef* exact = nullptr;
     std::vector<std::pair<const OptionDef*, std::string>> matches;
     for (const auto& def : kOptions) {
@@ -180,6 +181,14 @@ std::vector<std::string> expand_abbreviations(const std::vector<std::string>& ar
     if (!exact && matches.size() == 1) {
       exact = matches.front().first;
       arg = matches.front().second + (eq == std::string::npos ? "" : arg.substr(eq));
+    }
+    // "--opt=" is an empty value (as in argparse). CLI11 would drop the empty part and
+    // take the next argument (the training script) as the value; give it "" instead.
+    if (exact && !exact->is_flag && empty_value && name.rfind("--", 0) == 0) {
+      arg.pop_back();
+      out.insert(out.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::string());
+      ++i;
+      continue;
     }
     // A value option given without '=' takes the next argument as its value.
     if (exact && !exact->is_flag && eq == std::string::npos && name.rfind("--", 0) == 0) ++i;

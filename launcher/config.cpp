@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <initializer_list>
 #include <random>
 
 #include "launcher/process/signals.h"
@@ -69,6 +70,18 @@ double seconds_value(const std::string& flag, const std::string& text) {
         fmt::format("{}: expected a non-negative number of seconds, got '{}'", flag, text));
   }
   return *v;
+}
+
+// argparse's choices=: the trimmed `text` if it is one of `choices`.
+std::string choice(const std::string& flag, const std::string& text,
+                   std::initializer_list<const char*> choices) {
+  std::string t = trim(text);
+  std::string all;
+  for (const char* c : choices) {
+    if (t == c) return t;
+    all += (all.empty() ? "" : ", ") + std::string(c);
+  }
+  throw UsageError(fmt::format("{}: invalid choice '{}' (choose from {})", flag, text, all));
 }
 
 // A random version-4 UUID, as torchrun uses for --standalone run ids.
@@ -247,11 +260,7 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
     c.monitor_interval_s = seconds_value("--monitor-interval", *s);
   }
   if (const auto* s = find(v, "start_method")) {
-    c.start_method = trim(*s);
-    if (c.start_method != "spawn" && c.start_method != "fork" && c.start_method != "forkserver") {
-      throw UsageError(fmt::format(
-          "--start-method: invalid choice '{}' (choose from spawn, fork, forkserver)", *s));
-    }
+    c.start_method = choice("--start-method", *s, {"spawn", "fork", "forkserver"});
   }
   if (const auto* s = find(v, "role")) c.role = *s;
 
@@ -327,6 +336,10 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   };
   compat("event_log_handler", "--event-log-handler", c.event_log_handler, "null");
   compat("logs_specs", "--logs-specs", c.logs_specs, "");
+  if (const auto* s = find(v, "numa_binding")) {
+    // torchrun's choices (torch.numa.binding.AffinityMode); "" is not one of them.
+    choice("--numa-binding", *s, {"node", "socket", "exclusive", "core-complex"});
+  }
   compat("numa_binding", "--numa-binding", c.numa_binding, "");
   compat("duplicate_stdout_filters", "--duplicate-stdout-filters", c.duplicate_stdout_filters, "");
   compat("duplicate_stderr_filters", "--duplicate-stderr-filters", c.duplicate_stderr_filters, "");

@@ -32,7 +32,8 @@ std::string indent_continuations(const std::string& text) {
 
 bool write_json(const std::string& to, const json& j, std::string* why) {
   std::ofstream out(to, std::ios::trunc);
-  if (out) out << j.dump() << '\n';
+  // Worker output need not be UTF-8; dump() would throw on it.
+  if (out) out << j.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
   if (!out) {
     if (why) *why = "cannot write " + to;
     return false;
@@ -97,13 +98,14 @@ bool copy_error_file(const std::string& from, const std::string& to, int exit_co
   return write_json(to, j, why);
 }
 
-bool write_error_file(const std::string& to, const std::string& message, std::int64_t timestamp,
-                      int exit_code, std::string* why) {
-  json j = {
-      {"message",
-       {{"message", message},
-        {"errorCode", exit_code},
-        {"extraInfo", {{"py_callstack", message}, {"timestamp", std::to_string(timestamp)}}}}}};
+bool write_error_file(const std::string& to, const std::string& message,
+                      const std::string& py_callstack, std::int64_t timestamp, int exit_code,
+                      std::string* why) {
+  json j = {{"message",
+             {{"message", message},
+              {"errorCode", exit_code},
+              {"extraInfo",
+               {{"py_callstack", py_callstack}, {"timestamp", std::to_string(timestamp)}}}}}};
   return write_json(to, j, why);
 }
 

@@ -29,8 +29,11 @@ ErrorFileInfo read_error_file(const std::string& path);
 bool copy_error_file(const std::string& from, const std::string& to, int exit_code,
                      std::string* why);
 
-// Writes an @record-style error file at `to` for a failure without a worker error file.
-bool write_error_file(const std::string& to, const std::string& message, std::int64_t timestamp,
-                      int exit_code, std::string* why);
+// Writes an @record-style error file at `to` for a failure without a worker error file:
+// "message" (e.g. "ValueError: boom"), "errorCode", and "extraInfo" with "py_callstack"
+// (the traceback) and "timestamp". Bytes that are not UTF-8 become U+FFFD.
+bool write_error_file(const std::string& to, const std::string& message,
+                      const std::string& py_callstack, std::int64_t timestamp, int exit_code,
+                      std::string* why);
 
 }  // namespace ddprun::launcher

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <ctime>
 #include <sstream>
@@ -15,11 +16,14 @@
 
 #include "launcher/error_file.h"
 #include "launcher/process/signals.h"
+#include "launcher/stderr_excerpt.h"
 
 namespace ddprun::launcher {
 namespace {
 
 constexpr const char* kNotAvailable = "<N/A>";
+constexpr const char* kNoTracebackHint =
+    "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
 constexpr std::size_t kMaxWidth = 60;
 
 // datetime.fromtimestamp(ts).isoformat(sep="_") for an integer timestamp.
@@ -54,16 +58,16 @@ std::size_t widest_line(const std::string& text) {
 
 }  // namespace
 
-Failure make_failure(int global_rank, int local_rank, pid_t pid, int exit_code, int signo,
-                     std::int64_t observed_at, const std::string& error_file_path) {
+Failure make_failure(const WorkerExit& exit, const std::string& error_file_path) {
   Failure f;
-  f.global_rank = global_rank;
-  f.local_rank = local_rank;
-  f.pid = pid;
-  f.exitcode = signo != 0 ? -signo : exit_code;
+  f.global_rank = exit.global_rank;
+  f.local_rank = exit.local_rank;
+  f.pid = exit.pid;
+  f.exitcode = exit.signal != 0 ? -exit.signal : exit.exit_code;
   f.error_file_path = error_file_path;
   f.error_file = kNotAvailable;
-  f.timestamp = observed_at;
+  f.timestamp =
+      std::chrono::duration_cast<std::chrono::seconds>(exit.when.time_since_epoch()).count();
   if (!error_file_path.empty()) {
     const ErrorFileInfo info = read_error_file(error_file_path);
     if (info.exists) {
@@ -74,14 +78,32 @@ Failure make_failure(int global_rank, int local_rank, pid_t pid, int exit_code, 
       } else {
         f.message = fmt::format("<error file not readable: {}>", info.parse_error);
       }
+      return f;
     }
   }
-  if (f.message.empty()) {
-    f.message = signo != 0 ? fmt::format("Signal {} ({}) received by PID {}", signo,
-                                         signal_name(signo), pid)
-                           : "To enable traceback see: "
-                             "https://pytorch.org/docs/stable/elastic/errors.html";
+  // No error file: torchrun's texts, and what the worker's stderr ended with.
+  std::vector<std::string> shown;
+  if (exit.signal != 0) {
+    shown.push_back(fmt::format("Signal {} ({}) received by PID {}", exit.signal,
+                                signal_name(exit.signal), exit.pid));
   }
+  const StderrExcerpt excerpt = excerpt_stderr(exit.stderr_tail, exit.stderr_tail_cut);
+  if (!excerpt.traceback && !excerpt.lines.empty()) {
+    shown.push_back(fmt::format("stderr (last {} lines):", excerpt.lines.size()));
+  }
+  for (const auto& line : excerpt.lines) f.callstack += line + '\n';
+  shown.insert(shown.end(), excerpt.lines.begin(), excerpt.lines.end());
+  if (shown.empty()) shown.push_back(kNoTracebackHint);
+  for (const auto& line : shown) f.message += (f.message.empty() ? "" : "\n  ") + line;
+  // @record's "message" is the exception line; else the signal, the last stderr line.
+  if (!excerpt.exception.empty()) {
+    f.summary = excerpt.exception;
+  } else if (exit.signal != 0 || excerpt.lines.empty()) {
+    f.summary = shown.front();
+  } else {
+    f.summary = excerpt.lines.back();
+  }
+  if (f.callstack.empty()) f.callstack = f.summary;
   return f;
 }
 

@@ -1,8 +1,10 @@
 // failure_report.h: the "<entrypoint> FAILED" summary torchrun prints when workers fail
 // (ChildFailedError), in its exact layout: borders, Failures, Root Cause (the failure
 // with the smallest timestamp), one block per failed worker with time, host, ranks,
-// exit code and pid, error file and traceback. Used by the Agent; golden-tested.
-// Thread-safety: pure functions (make_failure reads the worker's error file).
+// exit code and pid, error file and traceback. A worker without an error file (a plain
+// script, no @record) shows the traceback found at the end of its stderr instead of
+// torchrun's "To enable traceback see" (stderr_excerpt.h). Used by the Agent;
+// golden-tested. Thread-safety: pure functions (make_failure reads the worker's error file).
 #pragma once
 
 #include <sys/types.h>
@@ -10,6 +12,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "launcher/process/supervisor_interface.h"
 
 namespace ddprun::launcher {
 
@@ -20,15 +24,21 @@ struct Failure {
   int exitcode = 0;             // torchrun's convention: -signo for a worker killed by a signal
   std::string error_file;       // the path if the worker wrote it, else "<N/A>"
   std::string error_file_path;  // where the worker was told to write it (always set)
-  std::string message;          // the "traceback" field
+  std::string message;          // the "traceback" field (continuation lines indented)
   std::int64_t timestamp = 0;   // seconds since the epoch
+  // Without an error file, what the agent's own error file says (@record's fields):
+  // "message" (the exception line, e.g. "ValueError: boom", else the signal, the last
+  // stderr line or torchrun's hint) and "py_callstack" (the traceback or stderr lines,
+  // unindented; else = summary).
+  std::string summary;
+  std::string callstack;
 };
 
 // Builds a Failure from a worker's exit; reads `error_file_path` (TORCHELASTIC_ERROR_FILE)
-// for the traceback and timestamp, else uses `observed_at` and torchrun's fallback texts.
-// `signo` != 0 means the worker was killed by that signal.
-Failure make_failure(int global_rank, int local_rank, pid_t pid, int exit_code, int signo,
-                     std::int64_t observed_at, const std::string& error_file_path);
+// for the traceback and timestamp. Without that file: the exit's time, and the traceback
+// (else the last lines) of its stderr tail after torchrun's texts for signals; torchrun's
+// "To enable traceback see" only when stderr held nothing.
+Failure make_failure(const WorkerExit& exit, const std::string& error_file_path);
 
 // Index of the root cause: smallest timestamp, the earliest listed on a tie.
 // REQUIRES: !failures.empty().

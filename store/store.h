@@ -32,7 +32,7 @@ class StoreConnectionError : public StoreError {
   using StoreError::StoreError;
 };
 // The other side sent something this client cannot accept, or the store refused the
-// request (e.g. ADD on a value that is not a decimal integer).
+// request (e.g. ADD on a value that is not a decimal integer, in-process).
 class StoreProtocolError : public StoreError {
  public:
   using StoreError::StoreError;
@@ -69,8 +69,9 @@ class Store {
   virtual std::string get(std::string_view key) = 0;
 
   // Adds `delta` to the ASCII-decimal value (missing = 0) and returns the new value.
-  // Throws StoreProtocolError when the value is not a decimal integer (a TcpStore's
-  // connection is then closed by the server and unusable).
+  // When the value is not a decimal integer, in-process stores throw StoreProtocolError;
+  // a TcpStore's server refuses by closing the connection, which the client cannot tell
+  // from a store that went away: StoreConnectionError naming both (connection unusable).
   virtual std::int64_t add(std::string_view key, std::int64_t delta) = 0;
 
   // True iff every key exists now (true for an empty list). Never blocks.

@@ -98,7 +98,7 @@ class TcpStore::Connection {
         continue;
       }
       if (errno == EPIPE || errno == ECONNRESET) fail(closed_message(errno));
-      fail("send failed: " + errno_text(errno));
+      fail("send failed: " + errno_text(errno) + " (" + awaiting_ + ")");
     }
   }
 
@@ -156,6 +156,7 @@ class TcpStore::Connection {
   void send(const Request& req, Deadline deadline) {
     wbuf_.clear();
     encode_request(req, Dialect::kModern, wbuf_);
+    awaiting(req);
     send(wbuf_, deadline);
   }
 
@@ -204,6 +205,8 @@ class TcpStore::Connection {
     request(Op::kPing).nonce = nonce;
     encode_request(req, Dialect::kModern, bytes);
     try {
+      awaiting_ = "the handshake (VALIDATE, PING)";
+      awaiting_op_ = Op::kValidate;
       send(bytes, deadline);
       std::uint32_t echo = read_u32(deadline);
       if (echo != nonce) {
@@ -269,7 +272,7 @@ class TcpStore::Connection {
         rlen_ += static_cast<std::size_t>(got);
         continue;
       }
-      if (got == 0) fail("the store closed the connection");
+      if (got == 0) fail(closed_message(0));
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         if (!poll_fd(POLLIN, deadline)) fail_timeout("waiting for a reply");
@@ -280,11 +283,34 @@ class TcpStore::Connection {
     }
   }
 
-  // A server that rejects a request closes at once, while the rest of what we sent is
-  // still unread on its side; its kernel then resets instead of closing cleanly. Both
-  // mean the same to the user: the store closed the connection (its log says why).
-  static std::string closed_message(int err) {
-    return "the store closed the connection (" + errno_text(err) + ")";
+  // The peer closed (err 0) or reset (a server that rejects a request closes at once,
+  // while the rest of what we sent is still unread on its side; its kernel then resets
+  // instead of closing cleanly). Both mean the same to the user: the store closed the
+  // connection, before answering the request named. ADD and BARRIER also say the one
+  // refusal a store answers that way (the client cannot tell it from a store that left).
+  std::string closed_message(int err) const {
+    std::string msg = "the store closed the connection";
+    if (err != 0) msg += " (" + errno_text(err) + ")";
+    msg += " before replying to " + awaiting_;
+    if (awaiting_op_ == Op::kAdd || awaiting_op_ == Op::kBarrier) {
+      msg +=
+          "; it went away, or it refused the request (a store closes the connection to "
+          "refuse " +
+          std::string(op_name(awaiting_op_)) + " on a key whose value is not a decimal integer)";
+    }
+    return msg;
+  }
+
+  // Notes the request whose reply comes next, for error messages: "ADD on key \"k\"".
+  void awaiting(const Request& req) {
+    awaiting_op_ = req.op;
+    awaiting_ = op_name(req.op);
+    if (req.keys.size() == 1) {
+      awaiting_ += " on key \"" + escape_bytes(req.keys[0]) + "\"";
+    } else if (!req.keys.empty()) {
+      awaiting_ += " on " + std::to_string(req.keys.size()) + " keys (first \"" +
+                   escape_bytes(req.keys[0]) + "\")";
+    }
   }
 
   void close_fd() {
@@ -295,7 +321,10 @@ class TcpStore::Connection {
   int fd_ = -1;
   std::string addr_;
   std::string broken_;  // why the connection was given up
-  std::string rbuf_;    // reply bytes [rpos_, rlen_) not yet taken
+  // The request whose reply is awaited (awaiting()), for error messages.
+  std::string awaiting_ = "the handshake";
+  Op awaiting_op_ = Op::kValidate;
+  std::string rbuf_;  // reply bytes [rpos_, rlen_) not yet taken
   std::size_t rpos_ = 0;
   std::size_t rlen_ = 0;
   std::string wbuf_;
@@ -431,13 +460,7 @@ std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
   req.number = delta;
   Deadline deadline = reply_deadline(timeout());
   conn_->send(req, deadline);
-  try {
-    return conn_->read_i64(deadline);
-  } catch (const StoreConnectionError& e) {
-    // The server closes the connection instead of answering an invalid ADD.
-    throw StoreProtocolError("add on key " + escape_bytes(key) + " refused: " + e.what() +
-                             " (is the value a decimal integer?)");
-  }
+  return conn_->read_i64(deadline);
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
@@ -562,12 +585,7 @@ void TcpStore::barrier(std::string_view key, std::int64_t world_size) {
   Request& req = conn_->request(Op::kBarrier, key);
   req.number = world_size;
   conn_->send(req, reply_deadline(limit));
-  try {
-    await_release({std::string(key)}, limit, "barrier");
-  } catch (const StoreConnectionError& e) {
-    throw StoreProtocolError("barrier on key " + escape_bytes(key) + " refused: " + e.what() +
-                             " (is the counter a decimal integer?)");
-  }
+  await_release({std::string(key)}, limit, "barrier");
 }
 
 }  // namespace ddprun::store

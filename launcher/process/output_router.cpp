@@ -53,6 +53,7 @@ OutputRouter::ChildEnds OutputRouter::add(const WorkerSpec& spec) {
   ChildEnds ends;
   auto out = make(spec.out, out_, &ends.out);
   auto err = make(spec.err, err_, &ends.err);
+  err->tail_limit = WorkerExit::kStderrTailBytes;
   pipes_.push_back(std::move(out));
   pipes_.push_back(std::move(err));
   watch(*pipes_[pipes_.size() - 2]);
@@ -86,6 +87,22 @@ void OutputRouter::close_all() {
   pipes_.clear();
 }
 
+void OutputRouter::take_stderr_tail(std::size_t index, WorkerExit& exit) const {
+  const Pipe& pipe = *pipes_.at(2 * index + 1);
+  const std::size_t keep = std::min(pipe.tail.size(), pipe.tail_limit);
+  exit.stderr_tail = pipe.tail.substr(pipe.tail.size() - keep);
+  exit.stderr_tail_cut = pipe.tail_cut || keep < pipe.tail.size();
+}
+
+void OutputRouter::keep_tail(Pipe& pipe, std::string_view chunk) {
+  pipe.tail.append(chunk);
+  // Trimmed back to tail_limit once it holds twice that: each byte is copied at most twice.
+  if (pipe.tail.size() >= 2 * pipe.tail_limit) {
+    pipe.tail.erase(0, pipe.tail.size() - pipe.tail_limit);
+    pipe.tail_cut = true;
+  }
+}
+
 void OutputRouter::read(Pipe& pipe, bool drain) {
   if (!pipe.fd) return;
   if (!drain && pipe.paused) return;
@@ -102,7 +119,9 @@ void OutputRouter::read(Pipe& pipe, bool drain) {
     ssize_t n = ::read(pipe.fd.get(), buf, std::min(sizeof buf, budget));
     if (n > 0) {
       budget -= static_cast<std::size_t>(n);
-      pipe.route->on_data(std::string_view(buf, static_cast<std::size_t>(n)));
+      const std::string_view chunk(buf, static_cast<std::size_t>(n));
+      pipe.route->on_data(chunk);
+      if (pipe.tail_limit > 0) keep_tail(pipe, chunk);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

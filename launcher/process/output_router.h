@@ -1,8 +1,9 @@
 // output_router.h: OutputRouter, the supervisor's output side: each worker's stdout and
 // stderr pipe (read with a per-wakeup budget, drained when the worker exits), routed
 // line by line to the console writers and log files (log_fanout.h); back-pressure (a
-// console over its high-water mark pauses the pipes bound for it); and held events (a
-// worker's exit waits until the output queued before it has reached the console).
+// console over its high-water mark pauses the pipes bound for it); held events (a
+// worker's exit waits until the output queued before it has reached the console); and
+// the tail of each worker's stderr, for the failure report.
 // Used by ProcessSupervisor. Thread-safety: none; everything runs on the supervisor's
 // EventLoop thread.
 #pragma once
@@ -12,6 +13,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "launcher/process/event_loop.h"
@@ -48,6 +51,9 @@ class OutputRouter {
   // End of an attempt, every writer in the groups dead: drains every pipe, flushes the
   // last partial lines and forgets the pipes.
   void close_all();
+  // Puts into `exit` the last WorkerExit::kStderrTailBytes worker `index` wrote to stderr
+  // (kept for every worker of the attempt, whatever its routes; drain() first).
+  void take_stderr_tail(std::size_t index, WorkerExit& exit) const;
 
   // Queues `event` behind the console output queued so far (for at most kHoldLimit: a
   // console that stopped reading must not keep a failure from the agent).
@@ -74,6 +80,10 @@ class OutputRouter {
     ConsoleWriter* console = nullptr;  // the console this stream's lines may go to
     bool paused = false;
     EventLoop::Id id = 0;  // 0: not registered
+    // stderr only: the last bytes read (between tail_limit and twice that, then trimmed).
+    std::size_t tail_limit = 0;
+    std::string tail;
+    bool tail_cut = false;  // bytes before `tail` were dropped
   };
   struct Console {
     explicit Console(int fd) : writer(fd) {}
@@ -91,6 +101,7 @@ class OutputRouter {
   // what the pipe holds now plus one byte to see EOF. At EOF the pipe is closed.
   void read(Pipe& pipe, bool drain);
   void close(Pipe& pipe);
+  static void keep_tail(Pipe& pipe, std::string_view chunk);
   void watch(Pipe& pipe);
   void sync_console(Console& console);
 

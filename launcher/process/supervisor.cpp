@@ -168,6 +168,7 @@ void ProcessSupervisor::Impl::on_exit(std::size_t index, const WorkerExit& exit)
   SupervisorEvent ev;
   ev.kind = SupervisorEvent::Kind::kWorkerExited;
   ev.exit = exit;
+  if (exit.failed()) router.take_stderr_tail(index, ev.exit);
   router.hold(ev);
   if (!stopping && group.all_succeeded()) {
     SupervisorEvent all;

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -29,12 +30,19 @@ struct WorkerSpec {
 };
 
 struct WorkerExit {
+  // The most of a worker's stderr a failed exit carries (the failure report's traceback).
+  static constexpr std::size_t kStderrTailBytes = 64 * 1024;
+
   int local_rank = 0;
   int global_rank = 0;
   pid_t pid = 0;
   int exit_code = 0;                           // valid when signal == 0
   int signal = 0;                              // the terminating signal, or 0
   std::chrono::system_clock::time_point when;  // when the exit was observed
+  // Failed exits: the last kStderrTailBytes the worker wrote to stderr, byte-exact,
+  // whatever --redirects/--tee say; `stderr_tail_cut` when earlier bytes were dropped.
+  std::string stderr_tail;
+  bool stderr_tail_cut = false;
   bool failed() const { return signal != 0 || exit_code != 0; }
 };
 

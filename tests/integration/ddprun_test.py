@@ -277,8 +277,11 @@ def run_path_records_uncaught_exception(job):
         check(rc == 1, f"{args}: ddprun exited {rc}, expected 1", out, err)
         lines = err.splitlines()
         check("  rank      : 1 (local_rank: 1)" in lines, "root cause rank", err)
-        recorded = "  KeyError: 'rank 1 has no record decorator'" in lines
-        check(recorded == run_path, f"{args}: traceback in the report: {recorded}", err)
+        # --run-path: from the error file; without: from stderr (no error file).
+        check("  KeyError: 'rank 1 has no record decorator'" in lines,
+              f"{args}: traceback in the report", err)
+        recorded = any(l.startswith("  error_file: /") for l in lines)
+        check(recorded == run_path, f"{args}: error file in the report: {recorded}", err)
         if run_path:
             check(any("in inner" in l for l in lines), "the script's frames", err)
             check(not any("runpy" in l for l in lines[lines.index("Root Cause (first observed failure):"):]),
@@ -290,6 +293,53 @@ def run_path_records_uncaught_exception(job):
                        "file": script}, f"{args}: the script saw {seen}")
         # Python's own traceback still reaches stderr, and the exit code is Python's.
         check("KeyError: 'rank 1 has no record decorator'" in err, "stderr traceback", err)
+
+
+@test()
+def failure_report_plain_script_traceback(job):
+    """A plain script (no @record, so no error file) that raises: the report shows its
+    traceback, chain included, taken from its stderr, whatever -r/-t say; ddprun's own
+    error file gets it in @record's fields."""
+    unique = "boom-" + os.path.basename(job.dir)
+    script = os.path.join(job.dir, "plain_raise.py")
+    with open(script, "w") as f:
+        f.write("import os, sys, time\n"
+                "def fail():\n"
+                f"    raise ValueError({unique!r})\n"
+                "if os.environ['RANK'] == '1':\n"
+                "    print('rank 1 is about to fail', file=sys.stderr)\n"
+                "    try:\n"
+                "        {}['k']\n"
+                "    except KeyError:\n"
+                "        fail()\n"
+                "time.sleep(120)\n")
+    agent_file = os.path.join(job.dir, "agent_error.json")
+    for extra in ([], ["--redirects", "3"], ["--tee", "2"], ["--log-dir", "/dev/null", "-r", "2"]):
+        args = ["--nproc-per-node=2", *extra, script]
+        rc, out, err = job.run(args, env={"TORCHELASTIC_ERROR_FILE": agent_file})
+        check(rc == 1, f"{args}: ddprun exited {rc}, expected 1", out, err)
+        lines = err.splitlines()
+        check("Root Cause (first observed failure):" in lines, f"{args}: no report", err)
+        root = lines[lines.index("Root Cause (first observed failure):"):]
+        check("  <NO_OTHER_FAILURES>" in lines, f"{args}: rank 0 listed as failed", err)
+        check("  rank      : 1 (local_rank: 1)" in root, f"{args}: root cause rank", err)
+        check(any(l.startswith("  exitcode  : 1 (pid: ") for l in root), f"{args}: exitcode", err)
+        check("  error_file: <N/A>" in root, f"{args}: error_file", err)
+        check("  traceback : Traceback (most recent call last):" in root, f"{args}: header", err)
+        check(f'    File "{script}", line 3, in fail' in root, f"{args}: the script's line", err)
+        check(f"  ValueError: {unique}" in root, f"{args}: the exception", err)
+        check("  KeyError: 'k'" in root, f"{args}: the chained exception", err)
+        check("To enable traceback" not in err, f"{args}: torchrun's hint", err)
+        if "--redirects" in extra or "-r" in extra:
+            # Only the report shows it: rank 1's stderr went to its file alone.
+            check(err.count(f"ValueError: {unique}") == 1, f"{args}: on the console", err)
+        with open(agent_file) as f:
+            data = json.load(f)["message"]
+        check(data["message"] == f"ValueError: {unique}" and data["errorCode"] == 1,
+              f"{args}: agent error file", json.dumps(data))
+        check(data["extraInfo"]["py_callstack"].startswith("Traceback (most recent call last):\n")
+              and f'File "{script}", line 7, in <module>' in data["extraInfo"]["py_callstack"],
+              f"{args}: agent error file's py_callstack", json.dumps(data))
 
 
 @test(needs_torch=True)
@@ -461,6 +511,7 @@ def bad_command_lines(job):
         (["--nproc-per-node=many", marker_script], "--nproc-per-node"),
         (["--max-restarts=-1", marker_script], "--max-restarts"),
         (["--rdzv-conf=a=1,broken", marker_script], "broken"),
+        (["--numa-binding=", marker_script], "--numa-binding: invalid choice ''"),
         ([], "training_script"),
         ([os.path.join(job.dir, "nope.py")], "nope.py"),
         (["--no-python", "-m", marker_script], "--no-python"),

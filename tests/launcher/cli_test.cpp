@@ -231,6 +231,11 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
       {{"--signals-to-handle=SIGNOPE", "train.py"}, "--signals-to-handle"},
       {{"--shutdown-timeout=-3", "train.py"}, "--shutdown-timeout"},
       {{"--start-method=thread", "train.py"}, "--start-method"},
+      {{"--numa-binding=", "train.py"}, "--numa-binding: invalid choice ''"},
+      {{"--numa_binding=", "train.py"}, "--numa-binding: invalid choice ''"},
+      {{"--numa=", "train.py"}, "--numa-binding: invalid choice ''"},
+      {{"--numa-binding", "", "train.py"}, "--numa-binding: invalid choice ''"},
+      {{"--numa-binding=cores", "train.py"}, "--numa-binding: invalid choice 'cores'"},
       {{"--local-ranks-filter=a", "train.py"}, "--local-ranks-filter"},
       {{}, "training_script"},
       {{"--nproc-per-node=2"}, "training_script"},
@@ -254,6 +259,18 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
     CHECK(out.text.find(row.needle) != std::string::npos);
     CHECK(out.text.find('\n') == std::string::npos);
     CHECK(!out.text.empty());
+  }
+}
+
+TEST_CASE("an empty value after '=' is the value, never the next argument", "[cli]") {
+  // CLI11 alone would take "train.py" as the value of "--rdzv-id=".
+  const LaunchConfig c = ok({"--rdzv-id=", "--local-addr=", "--role=x", "train.py", "a"});
+  CHECK(c.training_script == "train.py");
+  CHECK(c.script_args == std::vector<std::string>{"a"});
+  CHECK(c.local_addr == std::optional<std::string>(""));
+  CHECK(ok({"--rdzv_i=", "train.py"}).training_script == "train.py");
+  for (const char* value : {"node", "socket", "exclusive", "core-complex"}) {
+    CHECK(ok({std::string("--numa-binding=") + value, "train.py"}).numa_binding == value);
   }
 }
 

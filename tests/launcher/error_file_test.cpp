@@ -81,10 +81,14 @@ TEST_CASE("the agent's copy adds errorCode to dict messages", "[error_file]") {
   CHECK(!copy_error_file((d.path / "none").string(), dst, 1, &why));
   CHECK(!why.empty());
 
-  REQUIRE(write_error_file(dst, "report", 42, -9, &why));
+  // Worker output need not be UTF-8.
+  REQUIRE(
+      write_error_file(dst, "ValueError: b\xff", "Traceback\nValueError: b\xff\n", 42, -9, &why));
   const ErrorFileInfo info = read_error_file(dst);
   CHECK(info.parsed);
   CHECK(info.timestamp == 42);
+  CHECK(info.display == "Traceback\n  ValueError: b\xef\xbf\xbd\n  ");
   CHECK(load(dst)["message"]["errorCode"] == -9);
-  CHECK(!write_error_file((d.path / "no/such/dir.json").string(), "r", 1, 1, &why));
+  CHECK(load(dst)["message"]["message"] == "ValueError: b\xef\xbf\xbd");
+  CHECK(!write_error_file((d.path / "no/such/dir.json").string(), "r", "r", 1, 1, &why));
 }

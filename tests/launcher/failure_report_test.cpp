@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
@@ -109,17 +110,35 @@ TEST_CASE("several failures: root cause is the earliest - border shrinks to fit"
   CHECK(narrow.rfind(std::string(33, '=') + "\ns FAILED\n" + std::string(33, '-') + "\n", 0) == 0);
 }
 
+namespace {
+
+WorkerExit exit_of(int global_rank, int local_rank, pid_t pid, int exit_code, int signo,
+                   std::int64_t at, std::string stderr_tail = "") {
+  WorkerExit e;
+  e.global_rank = global_rank;
+  e.local_rank = local_rank;
+  e.pid = pid;
+  e.exit_code = exit_code;
+  e.signal = signo;
+  e.when = std::chrono::system_clock::time_point(std::chrono::seconds(at));
+  e.stderr_tail = std::move(stderr_tail);
+  return e;
+}
+
+}  // namespace
+
 TEST_CASE("make_failure: signals, plain exits, error files", "[failure_report]") {
   TempDir dir;
   const std::string missing = (dir.path / "none.json").string();
-  const Failure sig = make_failure(3, 1, 4242, 0, SIGKILL, 1000, missing);
+  const Failure sig = make_failure(exit_of(3, 1, 4242, 0, SIGKILL, 1000), missing);
   CHECK(sig.exitcode == -9);
   CHECK(sig.error_file == "<N/A>");
   CHECK(sig.message == "Signal 9 (SIGKILL) received by PID 4242");
+  CHECK(sig.summary == sig.message);
   CHECK(sig.timestamp == 1000);
   CHECK(failure_hint(sig).find("OOM killer") != std::string::npos);
 
-  const Failure plain = make_failure(0, 0, 7, 2, 0, 5, missing);
+  const Failure plain = make_failure(exit_of(0, 0, 7, 2, 0, 5), missing);
   CHECK(plain.exitcode == 2);
   CHECK(plain.message ==
         "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
@@ -128,8 +147,53 @@ TEST_CASE("make_failure: signals, plain exits, error files", "[failure_report]")
   const std::string file = dir.write(
       "error.json", R"({"message": {"message": "ValueError: bad", "extraInfo": )"
                     R"({"py_callstack": "Traceback:\nValueError: bad\n", "timestamp": "77"}}})");
-  const Failure rec = make_failure(1, 1, 9, 1, 0, 1000, file);
+  // The error file wins over stderr.
+  const Failure rec = make_failure(exit_of(1, 1, 9, 1, 0, 1000,
+                                           "Traceback (most recent call "
+                                           "last):\nKeyError: 'x'\n"),
+                                   file);
   CHECK(rec.error_file == file);
   CHECK(rec.timestamp == 77);
   CHECK(rec.message == "Traceback:\n  ValueError: bad\n  ");
+}
+
+TEST_CASE("make_failure without an error file: the traceback from stderr", "[failure_report]") {
+  TempDir dir;
+  const std::string missing = (dir.path / "none.json").string();
+  const std::string tail =
+      "epoch 1\n"
+      "Traceback (most recent call last):\n"
+      "  File \"/w/train.py\", line 9, in <module>\n"
+      "    raise ValueError(\"boom\")\n"
+      "ValueError: boom\n";
+  const Failure f = make_failure(exit_of(1, 1, 9, 1, 0, 1000, tail), missing);
+  CHECK(f.error_file == "<N/A>");
+  CHECK(f.message ==
+        "Traceback (most recent call last):\n"
+        "    File \"/w/train.py\", line 9, in <module>\n"
+        "      raise ValueError(\"boom\")\n"
+        "  ValueError: boom");
+  CHECK(f.summary == "ValueError: boom");
+  CHECK(f.callstack == tail.substr(tail.find("Traceback")));
+
+  // No traceback: the last lines, under a label; after the signal's line for a signal.
+  const Failure abrt = make_failure(
+      exit_of(0, 0, 5, 0, SIGABRT, 1000, "terminate called after throwing\n  what(): oops\n"),
+      missing);
+  CHECK(abrt.message ==
+        "Signal 6 (SIGABRT) received by PID 5\n"
+        "  stderr (last 2 lines):\n"
+        "  terminate called after throwing\n"
+        "    what(): oops");
+  CHECK(abrt.summary == "Signal 6 (SIGABRT) received by PID 5");
+  CHECK(abrt.callstack == "terminate called after throwing\n  what(): oops\n");
+
+  const Failure last =
+      make_failure(exit_of(0, 0, 5, 2, 0, 1000, "usage: x\nx: error: bad\n"), missing);
+  CHECK(last.message == "stderr (last 2 lines):\n  usage: x\n  x: error: bad");
+  CHECK(last.summary == "x: error: bad");
+
+  // Blank lines only: torchrun's text.
+  const Failure blank = make_failure(exit_of(0, 0, 5, 3, 0, 1000, "\n\n"), missing);
+  CHECK(blank.message.rfind("To enable traceback see: ", 0) == 0);
 }

@@ -1,6 +1,6 @@
 // tcp_store_client_test.cpp: TcpStore's connection handling: connect errors name the
 // address and the OS reason, retries until a late server appears, wait_for_workers
-// counting, and a peer that is not a TCPStore.
+// counting, a peer that is not a TCPStore, and a store that closes before replying.
 #include "store/tcp_store_client.h"
 
 #include <netinet/in.h>
@@ -9,9 +9,12 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
 #include <thread>
 
+#include "store/protocol.h"
 #include "store/tcp_store_server.h"
+#include "store/wire.h"
 
 namespace ddprun::store {
 namespace {
@@ -153,6 +156,92 @@ TEST_CASE("TcpStore: a store that goes away gives StoreConnectionError, not a ha
   CHECK_THROWS_AS(store.get("never"), StoreConnectionError);
   stopper.join();
   CHECK_THROWS_AS(store.num_keys(), StoreConnectionError);  // and stays unusable
+}
+
+// A raw TCPStore stand-in on a loopback port of its own: answers the handshake (the PING
+// echo), then closes the connection on the first request of `closing_op`, unanswered, as
+// a store host that exits (or refuses the request) does. Serves one client.
+class ClosingStore {
+ public:
+  explicit ClosingStore(Op closing_op) : op_(closing_op) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(listener_, 4) == 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ClosingStore() {
+    thread_.join();
+    ::close(listener_);
+  }
+  std::uint16_t port = 0;
+
+ private:
+  void serve() {
+    const int fd = ::accept(listener_, nullptr, nullptr);
+    if (fd < 0) return;
+    std::string buf;
+    char chunk[4096];
+    for (;;) {
+      Request req;
+      const ParseResult r = parse_request(buf, Dialect::kModern, Limits{}, req);
+      if (r.status == ParseStatus::kOk) {
+        buf.erase(0, r.consumed);
+        if (req.op == op_) break;
+        std::string reply;
+        if (req.op == Op::kPing) Encoder(reply).u32(req.nonce);
+        if (!reply.empty() && ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) break;
+        continue;
+      }
+      if (r.status == ParseStatus::kBad) break;
+      const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+      if (n <= 0) break;
+      buf.append(chunk, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+  }
+
+  Op op_;
+  int listener_ = -1;
+  std::thread thread_;
+};
+
+TEST_CASE("TcpStore: a store that closes before replying is named with the request",
+          "[client][net]") {
+  struct Row {
+    Op op;
+    std::function<void(TcpStore&)> call;
+    std::string request;
+    bool integer_hint;
+  };
+  const std::vector<Row> rows = {
+      {Op::kAdd, [](TcpStore& s) { s.add("counter", 1); }, "ADD on key \"counter\"", true},
+      {Op::kGetNumKeys, [](TcpStore& s) { s.num_keys(); }, "GETNUMKEYS", false},
+      {Op::kDeleteKey, [](TcpStore& s) { s.delete_key("gone"); }, "DELETE_KEY on key \"gone\"",
+       false},
+  };
+  for (const auto& row : rows) {
+    ClosingStore server(row.op);
+    TcpStore store(client(server.port));
+    std::string msg;
+    try {
+      row.call(store);
+      FAIL("the call returned");
+    } catch (const StoreConnectionError& e) {
+      msg = e.what();
+    }
+    CAPTURE(msg);
+    CHECK(msg.find("store 127.0.0.1:" + std::to_string(server.port) + ": ") == 0);
+    CHECK(msg.find("closed the connection") != std::string::npos);
+    CHECK(msg.find("before replying to " + row.request) != std::string::npos);
+    CHECK((msg.find("not a decimal integer") != std::string::npos) == row.integer_hint);
+    CHECK(msg.find("is the value a decimal integer?") == std::string::npos);
+  }
 }
 
 }  // namespace

@@ -134,6 +134,36 @@ TEST_CASE("supervisor: a console that stops reading delays but never loses outpu
   CHECK(out.substr(out.size() - 5) == "done\n");
 }
 
+TEST_CASE("supervisor: a failed exit carries its stderr's last 64 KiB, whatever the route",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  WorkerSpec redirected = sh(0, "echo out; echo err-a >&2; printf err-b >&2; exit 3");
+  redirected.err.mode = StreamMode::kRedirect;
+  redirected.err.file = dir.path + "/0/stderr.log";
+  WorkerSpec chatty =
+      sh(1,
+         "i=0; while [ $i -lt 20000 ]; do echo line$i; i=$((i+1)); done >&2; printf END >&2; "
+         "exit 1");
+  WorkerSpec fine = sh(2, "echo fine >&2");
+  h.sup->start({redirected, chatty, fine});
+  std::map<int, WorkerExit> exits;
+  for (int i = 0; i < 3; ++i) {
+    const SupervisorEvent ev = h.next();
+    REQUIRE(ev.kind == Kind::kWorkerExited);
+    exits[ev.exit.local_rank] = ev.exit;
+  }
+  CHECK(exits[0].stderr_tail == "err-a\nerr-b");
+  CHECK(!exits[0].stderr_tail_cut);
+  std::string written;
+  for (int i = 0; i < 20000; ++i) written += "line" + std::to_string(i) + "\n";
+  written += "END";
+  CHECK(exits[1].stderr_tail.size() == WorkerExit::kStderrTailBytes);
+  CHECK(exits[1].stderr_tail == written.substr(written.size() - WorkerExit::kStderrTailBytes));
+  CHECK(exits[1].stderr_tail_cut);
+  CHECK(exits[2].stderr_tail.empty());  // only failed exits carry it
+}
+
 TEST_CASE("supervisor: redirect and tee write files - the prefix only on the console",
           "[supervisor]") {
   Harness h;
