@@ -381,30 +381,31 @@ std::string TcpStore::get(std::string_view key) {
   std::vector<std::string> keys{std::string(key)};
   Duration limit = timeout();
   std::lock_guard lock(mu_);
-  wait_locked(keys, limit, "get");
+  if (!wait_locked(keys, limit, "get")) {
+    throw StoreTimeoutError(timeout_message("get", limit, keys));
+  }
   Request& req = conn_->request(Op::kGet, key);
   Deadline deadline = reply_deadline(limit);
   conn_->send(req, deadline);
   return conn_->read_bytes(deadline);
 }
 
-void TcpStore::do_wait(const std::vector<std::string>& keys, Duration timeout) {
+bool TcpStore::do_wait_for(const std::vector<std::string>& keys, Duration timeout) {
   std::lock_guard lock(mu_);
-  wait_locked(keys, timeout, "wait");
+  return wait_locked(keys, timeout, "wait");
 }
 
-void TcpStore::wait_locked(const std::vector<std::string>& keys, Duration timeout,
+bool TcpStore::wait_locked(const std::vector<std::string>& keys, Duration timeout,
                            const char* what) {
   Request& req = conn_->request(Op::kWait);
   req.keys = keys;
   conn_->send(req, reply_deadline(timeout));
-  await_release(keys, timeout, what);
+  return await_release(timeout, what);
 }
 
 // PyTorch 2.x's timed wait: on timeout send CANCEL_WAIT and read one byte; `01` means
 // canceled; `00` means the release crossed the cancel, and the `01` follows it.
-void TcpStore::await_release(const std::vector<std::string>& keys, Duration timeout,
-                             const char* what) {
+bool TcpStore::await_release(Duration timeout, const char* what) {
   Deadline grace = reply_deadline(timeout);
   if (conn_->wait_readable(deadline_after(timeout))) {
     std::uint8_t reply = conn_->read_u8(grace);
@@ -412,7 +413,7 @@ void TcpStore::await_release(const std::vector<std::string>& keys, Duration time
       conn_->fail_protocol(std::string(what) + ": expected STOP_WAITING, got " +
                            std::to_string(reply));
     }
-    return;
+    return true;
   }
   Request& cancel = conn_->request(Op::kCancelWait);
   conn_->send(cancel, grace);
@@ -422,7 +423,7 @@ void TcpStore::await_release(const std::vector<std::string>& keys, Duration time
     conn_->fail_protocol(std::string(what) + ": expected WAIT_CANCELED after CANCEL_WAIT, got " +
                          std::to_string(reply));
   }
-  throw StoreTimeoutError(timeout_message(what, timeout, keys));
+  return false;
 }
 
 std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
@@ -476,7 +477,9 @@ void TcpStore::append(std::string_view key, std::string_view value) {
 std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& keys) {
   Duration limit = timeout();
   std::lock_guard lock(mu_);
-  wait_locked(keys, limit, "multi_get");
+  if (!wait_locked(keys, limit, "multi_get")) {
+    throw StoreTimeoutError(timeout_message("multi_get", limit, keys));
+  }
   Request& req = conn_->request(Op::kMultiGet);
   req.keys = keys;
   Deadline deadline = reply_deadline(limit);
@@ -538,7 +541,9 @@ std::string TcpStore::queue_pop(std::string_view key) {
       if (left <= Duration::zero())
         throw StoreTimeoutError(timeout_message("queue_pop", limit, keys));
     }
-    wait_locked(keys, left, "queue_pop");
+    if (!wait_locked(keys, left, "queue_pop")) {
+      throw StoreTimeoutError(timeout_message("queue_pop", limit, keys));
+    }
     if (std::optional<std::string> value = pop_locked(key, limit)) return std::move(*value);
   }
 }
@@ -562,12 +567,14 @@ void TcpStore::barrier(std::string_view key, std::int64_t world_size) {
   Request& req = conn_->request(Op::kBarrier, key);
   req.number = world_size;
   conn_->send(req, reply_deadline(limit));
+  bool released = false;
   try {
-    await_release({std::string(key)}, limit, "barrier");
+    released = await_release(limit, "barrier");
   } catch (const StoreConnectionError& e) {
     throw StoreProtocolError("barrier on key " + escape_bytes(key) + " refused: " + e.what() +
                              " (is the counter a decimal integer?)");
   }
+  if (!released) throw StoreTimeoutError(timeout_message("barrier", limit, {std::string(key)}));
 }
 
 }  // namespace ddprun::store
