@@ -4,7 +4,6 @@
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/rdzv_conf.h"
-#include "store/tcp_store_server.h"
 
 namespace ddprun::rdzv {
 
@@ -26,40 +25,34 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
     // workers cannot use an agent's store): a port free now, --master-port if given.
     RendezvousInfo info = local_info();
     info.round = round_++;
-    info.master_port = params_.master_port >= 0 ? static_cast<std::uint16_t>(params_.master_port)
-                                                : free_tcp_port(bind_host_for(advertised_addr_));
+    info.master_port =
+        WorkersStore::port_for_worker_rank0(params_.master_port, bind_host_for(advertised_addr_));
     info.use_agent_store = false;
     return info;
   }
-  if (!server_) {
-    store::ServerOptions options;
-    // One node: the workers reach the store through the advertised address, so binding
-    // that literal suffices; a name (e.g. "localhost", which may resolve to ::1 or
-    // 127.0.0.1) gets all interfaces so every resolution finds the listener.
-    options.host = bind_host_for(advertised_addr_);
-    options.port = params_.master_port >= 0 ? static_cast<std::uint16_t>(params_.master_port) : 0;
-    auto server = std::make_unique<store::TcpStoreServer>(options);
-    try {
-      server->start();
-    } catch (const std::exception& e) {
-      throw RendezvousError(
-          "cannot host the workers' store at " +
-          Endpoint{options.host.empty() ? "*" : options.host, options.port}.to_string() + ": " +
-          e.what() +
-          (params_.master_port >= 0 ? " (is another job using --master-port? omit it to let the "
-                                      "OS choose a free port)"
-                                    : ""));
-    }
-    server_ = std::move(server);
+  const bool first = !workers_store_.running();
+  // One node: the workers reach the store through the advertised address, so binding
+  // that literal suffices; a name (e.g. "localhost", which may resolve to ::1 or
+  // 127.0.0.1) gets all interfaces so every resolution finds the listener.
+  const std::uint16_t port =
+      params_.master_port >= 0 ? static_cast<std::uint16_t>(params_.master_port) : std::uint16_t{0};
+  try {
+    workers_store_.open_attempt(bind_host_for(advertised_addr_), port);
+  } catch (const RendezvousError& e) {
+    if (params_.master_port < 0) throw;
+    throw RendezvousError(std::string(e.what()) +
+                          " (is another job using --master-port? omit it to let the OS choose a "
+                          "free port)");
+  }
+  if (first) {
     spdlog::debug("workers' store listening on {}",
-                  Endpoint{advertised_addr_, server_->port()}.to_string());
+                  Endpoint{advertised_addr_, workers_store_.port()}.to_string());
   } else {
-    server_->reset();
     ++round_;
   }
   RendezvousInfo info = local_info();
   info.round = round_;
-  info.master_port = server_->port();
+  info.master_port = workers_store_.port();
   return info;
 }
 
@@ -75,10 +68,8 @@ RendezvousInfo LocalRendezvous::local_info() const {
   return info;
 }
 
-std::uint16_t LocalRendezvous::port() const { return server_ ? server_->port() : 0; }
+std::uint16_t LocalRendezvous::port() const { return workers_store_.port(); }
 
-void LocalRendezvous::shutdown() {
-  if (server_) server_->stop();
-}
+void LocalRendezvous::shutdown() { workers_store_.stop(); }
 
 }  // namespace ddprun::rdzv

@@ -1,18 +1,14 @@
 // local_rendezvous.h: LocalRendezvous, the handler of a one-node job (max nodes == 1,
-// whatever --rdzv-backend says): no rendezvous traffic at all, only the workers' store,
-// a TcpStoreServer this agent hosts and empties before every attempt after the first.
-// Created by make_rendezvous_handler(). Thread-safety: as RendezvousHandler.
+// whatever --rdzv-backend says): no rendezvous traffic at all, only the workers' store
+// (workers_store.h), which this agent hosts and empties before every attempt after the
+// first. Created by make_rendezvous_handler(). Thread-safety: as RendezvousHandler.
 #pragma once
 
 #include <atomic>
-#include <memory>
 #include <string>
 
 #include "rendezvous/rendezvous.h"
-
-namespace ddprun::store {
-class TcpStoreServer;
-}
+#include "rendezvous/workers_store.h"
 
 namespace ddprun::rdzv {
 
@@ -38,7 +34,7 @@ class LocalRendezvous final : public RendezvousHandler {
   std::string backend_name() const override { return params_.backend; }
   void shutdown() override;
 
-  // The hosted store's port (0 before the first next_rendezvous()).
+  // The hosted store's port (0 before the first next_rendezvous() and after shutdown()).
   std::uint16_t port() const;
 
  private:
@@ -47,7 +43,7 @@ class LocalRendezvous final : public RendezvousHandler {
   RendezvousParams params_;
   bool agent_store_ = true;
   std::string advertised_addr_;
-  std::unique_ptr<store::TcpStoreServer> server_;
+  WorkersStore workers_store_;
   int round_ = 0;
   std::atomic<bool> closed_{false};
 };

@@ -1,9 +1,12 @@
 // store_rendezvous.h: StoreRendezvous, the multi-node handler behind both the "static"
 // and the "c10d" backends: rounds formed through any Store (ADD-slot join, one CAS to
 // finalize, heartbeats by ADD counters), so it scales to hundreds of agents without a
-// single contended JSON state. The key layout and the algorithm are described in
-// docs/multinode.md. Created by make_rendezvous_handler() (registry.h); tests build it
-// directly over a MemoryStore or a TcpStore.
+// single contended JSON state. The algorithm is described in docs/multinode.md; its
+// pure parts have files of their own: the key layout (rdzv_keys.h), the values stored
+// (round_codec.h), rank assignment (rank_assignment.h), liveness (liveness.h), the
+// progress line (progress.h); the heartbeat thread is RoundWatch (round_watch.h) and the
+// workers' store WorkersStore (workers_store.h). Created by make_rendezvous_handler()
+// (registry.h); tests build it directly over a MemoryStore or a TcpStore.
 // Thread-safety: as RendezvousHandler; interrupt() may be called from any thread. A
 // background thread (heartbeats, membership watch) runs between next_rendezvous() and
 // the next call / exit_barrier() / shutdown().
@@ -17,14 +20,16 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "rendezvous/endpoint.h"
 #include "rendezvous/rendezvous.h"
+#include "rendezvous/round_codec.h"
+#include "rendezvous/round_watch.h"
+#include "rendezvous/workers_store.h"
 
 namespace ddprun::store {
 class Store;
-class TcpStoreServer;
 }  // namespace ddprun::store
 
 namespace ddprun::rdzv {
@@ -72,6 +77,10 @@ class StoreRendezvous final : public RendezvousHandler {
     int keep_alive_max_attempt = 3;
     Ms progress_interval{5'000};  // how often a waiting agent logs where it stands
     Ms poll_slice{250};           // longest uninterruptible store wait
+    // The clock of every deadline and liveness verdict (join_timeout, last call,
+    // heartbeat thresholds, progress lines); empty = steady_clock::now. Tests inject a
+    // manual one. Store waits and sleeps still take real time (at most poll_slice each).
+    std::function<Clock::time_point()> now;
   };
 
   // Opens one new connection to the rendezvous store, as this handler's key space (the
@@ -116,51 +125,55 @@ class StoreRendezvous final : public RendezvousHandler {
   std::string new_round_reason();
 
  private:
-  struct NodeDesc {
-    int slot = 0;
-    std::string addr, host;
-    long pid = 0;
-    int node_rank = -1;
-    bool node_rank_defaulted = false;
-    int nproc = 1;
-    std::string label() const;
-  };
-  enum class Member { kAlive, kLeft, kDone, kDead };
-  // Remembers when each heartbeat counter of one round last changed (local clock), as
-  // far as this observer could see: time in which it could not look (its thread was
-  // starved or stopped, or the store did not answer) is not held against anyone.
-  struct Liveness {
-    Ms threshold{15'000};  // unchanged this long while observed: dead
-    Ms max_gap{2'000};     // longer between two looks: the observer was blind
-    int round = -1;
-    std::optional<Clock::time_point> last_look;
-    std::vector<std::pair<std::string, Clock::time_point>> last;
-    // `values` were requested at `asked` (they are at least that fresh).
-    std::vector<Member> observe(int r, const std::vector<std::string>& values,
-                                Clock::time_point asked);
-  };
+  // The polling loops of next_rendezvous() and exit_barrier() stop here: interrupt()
+  // makes stop_requested() true and wakes sleep_slice().
+  bool stop_requested() const { return interrupted_.load(); }
+  void throw_if_stopped();  // RendezvousInterruptedError once stop_requested()
+  bool sleep_slice(Ms d);   // false when stopped
+  Clock::time_point now() const { return config_.now(); }
+  long long secs_left(Clock::time_point deadline) const;  // >= 0
 
   void ensure_connected(Clock::time_point deadline);
   // Publishes this job's fingerprint, or compares it with the one already published;
   // throws RendezvousStateError on a mismatch, having written nothing.
   void check_same_job();
+  void check_closed();  // RendezvousClosedError once the job has ended
+
+  // join(), step by step (store_rendezvous_join.cpp).
   RendezvousInfo join(Clock::time_point deadline);
+  // Leaves the current round, if any; the round to try first.
+  int first_round();
+  // One attempt at round r: this node's info, or nullopt when r formed without it or
+  // failed to complete (then r + 1 is next). Throws as next_rendezvous().
+  std::optional<RendezvousInfo> try_round(int r, Clock::time_point deadline);
+  int take_slot(int r);
+  // Closes round r when it may (MAX in, or MIN in for last_call_timeout once round r-1
+  // is over) and waits until someone did; returns its node count N.
   int wait_for_final(int r, int slot, Clock::time_point deadline);
   bool round_retired(int r);
-  std::vector<NodeDesc> read_descs(int r, int count);
-  std::vector<int> assign_group_ranks(const std::vector<NodeDesc>& descs);
   void log_progress(int r, Clock::time_point deadline, bool retired);
-  void check_interrupted();
-  void check_closed();
+  // Waits (a heartbeat threshold at most) for the descriptors of slots 0..n-1.
+  bool wait_for_descriptors(int r, int n, Clock::time_point deadline);
+  std::vector<NodeDesc> read_descs(int r, int n);
+  std::vector<int> group_ranks(const std::vector<NodeDesc>& descs);
+  // Group rank 0: makes the round's workers' store ready and publishes where it is.
+  void publish_workers_store(int r);
+  // Where round r's workers' store is, once group rank 0 said (beating meanwhile);
+  // nullopt when it did not within a heartbeat threshold.
+  std::optional<Endpoint> await_workers_store(int r, int slot, Clock::time_point deadline);
+  void enter_round(int r, int slot, std::vector<NodeDesc> descs, const RendezvousInfo& info);
+  void leave_slot(int r, int slot);  // its heartbeat says "left": nobody waits for it
+  // Polls in poll_slice steps until every key exists (true) or `until` passes (false),
+  // calling `between` after each empty slice. Throws RendezvousInterruptedError.
+  bool poll_keys(const std::vector<std::string>& keys, Clock::time_point until,
+                 const std::function<void()>& between = {});
+
+  // exit_barrier() steps.
+  void acknowledge_exit();  // all done: count this node, and the host waits for the rest
+  bool hosts_store() const { return hosts_store_ && hosts_store_(); }
+
   std::string where() const;  // "rendezvous '<id>' (<backend> at <endpoint>)"
-  std::string desc_json() const;
-  void start_heartbeats();
-  void stop_heartbeats();
-  void heartbeat_loop(int r, int slot, int n);
-  // One look at round r (n nodes) through `s`: updates liveness, waiting_ and
-  // needs_new_round_; returns the reason for a new round, "" if none.
-  std::string watch_round(store::Store& s, int r, int n);
-  bool sleep_slice(Ms d);  // false when interrupted
+  NodeDesc this_node() const;
 
   Config config_;
   Connect connect_;
@@ -168,8 +181,9 @@ class StoreRendezvous final : public RendezvousHandler {
   std::function<bool()> hosts_store_;
   std::function<void()> clear_worker_keys_;
   std::shared_ptr<store::Store> store_;     // agent thread (and is_closed/set_closed)
-  std::shared_ptr<store::Store> hb_store_;  // heartbeat thread
-  std::unique_ptr<store::TcpStoreServer> workers_server_;
+  std::shared_ptr<store::Store> hb_store_;  // the watch thread's connection
+  WorkersStore workers_store_;
+  RoundWatch watch_;
 
   // Current round, valid while in_round_.
   bool in_round_ = false;
@@ -179,14 +193,8 @@ class StoreRendezvous final : public RendezvousHandler {
   int nodes_ = 0;
   std::vector<NodeDesc> members_;  // by slot
 
-  std::mutex mu_;
+  std::mutex mu_;  // with cv_: sleep_slice() and interrupt()
   std::condition_variable cv_;
-  bool hb_stop_ = false;  // guarded by mu_
-  Liveness liveness_;     // guarded by mu_
-  std::string reason_;    // guarded by mu_
-  std::thread hb_thread_;
-  std::atomic<int> waiting_{0};
-  std::atomic<bool> needs_new_round_{false};
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> closed_{false};
   bool announced_ = false;  // "left" already published for the current round

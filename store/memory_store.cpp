@@ -63,11 +63,9 @@ bool MemoryStore::check(const std::vector<std::string>& keys) {
   return kv_.check(keys);
 }
 
-void MemoryStore::do_wait(const std::vector<std::string>& keys, Duration timeout) {
+bool MemoryStore::do_wait_for(const std::vector<std::string>& keys, Duration timeout) {
   std::unique_lock lock(mu_);
-  if (!wait_until_ready(lock, timeout, [&] { return kv_.check(keys); })) {
-    throw StoreTimeoutError(timeout_message("wait", timeout, keys));
-  }
+  return wait_until_ready(lock, timeout, [&] { return kv_.check(keys); });
 }
 
 std::int64_t MemoryStore::num_keys() {

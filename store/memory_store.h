@@ -38,7 +38,7 @@ class MemoryStore final : public Store {
   void barrier(std::string_view key, std::int64_t world_size) override;
 
  protected:
-  void do_wait(const std::vector<std::string>& keys, Duration timeout) override;
+  bool do_wait_for(const std::vector<std::string>& keys, Duration timeout) override;
 
  private:
   // Blocks (mu_ held through `lock`) until `ready()` or `timeout`; false on timeout.

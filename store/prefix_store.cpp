@@ -38,8 +38,11 @@ std::int64_t PrefixStore::add(std::string_view key, std::int64_t delta) {
   return inner_->add(full(key), delta);
 }
 bool PrefixStore::check(const std::vector<std::string>& keys) { return inner_->check(full(keys)); }
+bool PrefixStore::do_wait_for(const std::vector<std::string>& keys, Duration timeout) {
+  return inner_->wait_for(full(keys), timeout);
+}
 void PrefixStore::do_wait(const std::vector<std::string>& keys, Duration timeout) {
-  inner_->wait(full(keys), timeout);
+  inner_->wait(full(keys), timeout);  // the timeout names the full keys
 }
 std::int64_t PrefixStore::num_keys() { return inner_->num_keys(); }
 bool PrefixStore::delete_key(std::string_view key) { return inner_->delete_key(full(key)); }

@@ -42,6 +42,7 @@ class PrefixStore final : public Store {
   void set_timeout(Duration timeout) override { inner_->set_timeout(timeout); }
 
  protected:
+  bool do_wait_for(const std::vector<std::string>& keys, Duration timeout) override;
   void do_wait(const std::vector<std::string>& keys, Duration timeout) override;
 
  private:

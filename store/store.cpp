@@ -48,6 +48,10 @@ std::string unescape_bytes(std::string_view text) {
   return out;
 }
 
+void Store::do_wait(const std::vector<std::string>& keys, Duration timeout) {
+  if (!do_wait_for(keys, timeout)) throw StoreTimeoutError(timeout_message("wait", timeout, keys));
+}
+
 void check_multi_set_sizes(const std::vector<std::string>& keys,
                            const std::vector<std::string>& values) {
   if (keys.size() != values.size()) {

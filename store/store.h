@@ -39,11 +39,11 @@ class StoreProtocolError : public StoreError {
 };
 
 // The blocking contract, identical for every implementation:
-// - get(), multi_get(), wait(), queue_pop() and barrier() block until their condition
-//   holds ("the key exists" = it was set, added, appended, compare_set-created or
+// - get(), multi_get(), wait(), wait_for(), queue_pop() and barrier() block until their
+//   condition holds ("the key exists" = it was set, added, appended, compare_set-created or
 //   multi_set, and not deleted since; a non-empty queue of that name also counts) or
 //   until the timeout (timeout() unless given) has passed, then throw StoreTimeoutError
-//   naming the keys. kNoTimeout waits forever.
+//   naming the keys (wait_for() returns false instead). kNoTimeout waits forever.
 // - Every other operation returns without waiting for other clients.
 // - Keys and values are opaque byte strings; add() stores ASCII decimal.
 class Store {
@@ -80,6 +80,14 @@ class Store {
   // Blocks until every key exists, up to timeout() or `timeout`.
   void wait(const std::vector<std::string>& keys) { do_wait(keys, timeout()); }
   void wait(const std::vector<std::string>& keys, Duration timeout) { do_wait(keys, timeout); }
+
+  // Like wait(), but running out of time is an answer, not an error: true once every key
+  // exists, false when `timeout` passed first (the store stays usable). For loops that
+  // wait in short slices and check something else in between. Every other failure
+  // (connection, protocol) still throws.
+  bool wait_for(const std::vector<std::string>& keys, Duration timeout) {
+    return do_wait_for(keys, timeout);
+  }
 
   // Number of keys (queues excluded).
   virtual std::int64_t num_keys() = 0;
@@ -118,7 +126,11 @@ class Store {
 
  protected:
   explicit Store(Duration timeout = kDefaultTimeout) : timeout_ms_(timeout.count()) {}
-  virtual void do_wait(const std::vector<std::string>& keys, Duration timeout) = 0;
+  // wait_for(): true when every key exists within `timeout`, false when not.
+  virtual bool do_wait_for(const std::vector<std::string>& keys, Duration timeout) = 0;
+  // wait(): do_wait_for(), throwing StoreTimeoutError naming `keys` on false. A
+  // decorator may override it to name the keys as its inner store knows them.
+  virtual void do_wait(const std::vector<std::string>& keys, Duration timeout);
 
  private:
   std::atomic<Duration::rep> timeout_ms_;

@@ -67,15 +67,16 @@ class TcpStore final : public Store {
   void barrier(std::string_view key, std::int64_t world_size) override;
 
  protected:
-  void do_wait(const std::vector<std::string>& keys, Duration timeout) override;
+  bool do_wait_for(const std::vector<std::string>& keys, Duration timeout) override;
 
  private:
   class Connection;
-  // REQUIRES mu_. WAIT on `keys`, then await_release().
-  void wait_locked(const std::vector<std::string>& keys, Duration timeout, const char* what);
-  // REQUIRES mu_. Reads STOP_WAITING; on timeout runs the CANCEL_WAIT protocol and throws
-  // StoreTimeoutError naming `keys` ("<what> timed out ...").
-  void await_release(const std::vector<std::string>& keys, Duration timeout, const char* what);
+  // REQUIRES mu_. WAIT on `keys`, then await_release(): false when `timeout` passed.
+  bool wait_locked(const std::vector<std::string>& keys, Duration timeout, const char* what);
+  // REQUIRES mu_. Reads STOP_WAITING (true); on timeout runs the CANCEL_WAIT protocol,
+  // which keeps the connection usable, and returns false. `what` names the operation in
+  // protocol errors.
+  bool await_release(Duration timeout, const char* what);
   // REQUIRES mu_. One QUEUE_POP: the value, or nullopt when the queue was empty.
   std::optional<std::string> pop_locked(std::string_view key, Duration limit);
 

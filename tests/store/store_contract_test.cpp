@@ -124,6 +124,28 @@ TEMPLATE_TEST_CASE("contract: timeouts throw StoreTimeoutError naming the keys",
   s->wait({});
 }
 
+TEMPLATE_TEST_CASE("contract: wait_for answers a timeout with false, not an exception",
+                   "[store][contract]", STORE_TYPES) {
+  TestType fx;
+  auto s = fx.client();
+  auto setter = fx.client();
+  CHECK_FALSE(s->wait_for({"a", "b"}, 50ms));
+  s->set("a", "1");
+  CHECK_FALSE(s->wait_for({"a", "b"}, 50ms));  // every key must exist
+  CHECK(s->wait_for({"a"}, 50ms));
+  CHECK(s->wait_for({}, 50ms));
+  // A key set by another client while waiting ends the wait with true.
+  std::thread t([&] { setter->set("b", "2"); });
+  CHECK(s->wait_for({"a", "b"}, 30s));
+  t.join();
+  // Still usable after the timeouts (TcpStore: CANCEL_WAIT kept it in sync), and wait()
+  // still throws on one.
+  s->set("k", "v");
+  CHECK(s->get("k") == "v");
+  CHECK_THROWS_AS(s->wait({"never"}, 50ms), StoreTimeoutError);
+  CHECK(s->get("k") == "v");
+}
+
 TEMPLATE_TEST_CASE("contract: compare_set quirks", "[store][contract]", STORE_TYPES) {
   TestType fx;
   auto s = fx.client();

@@ -1,0 +1,330 @@
+// store_rendezvous_join.cpp: how StoreRendezvous forms a round (next_rendezvous()), as
+// named steps: leave the old round, take a slot, wait for the round to be closed,
+// read the members, assign ranks, publish / learn the workers' store, enter the round.
+// docs/multinode.md ("Rounds, elasticity and failures") tells the algorithm. The
+// life cycle and the API while in a round are in store_rendezvous.cpp.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "rendezvous/progress.h"
+#include "rendezvous/rank_assignment.h"
+#include "rendezvous/rdzv_keys.h"
+#include "rendezvous/store_rendezvous.h"
+#include "store/store.h"
+
+namespace ddprun::rdzv {
+namespace {
+
+using Ms = StoreRendezvous::Ms;
+
+// How long a member may be silent before it counts as gone.
+Ms heartbeat_threshold(const StoreRendezvous::Config& c) {
+  return c.keep_alive_interval * c.keep_alive_max_attempt;
+}
+
+}  // namespace
+
+NodeDesc StoreRendezvous::this_node() const {
+  NodeDesc d;
+  d.addr = config_.advertise_addr;
+  d.host = config_.hostname;
+  d.pid = static_cast<long>(getpid());
+  d.node_rank = config_.node_rank;
+  d.node_rank_defaulted = config_.node_rank_defaulted;
+  d.nproc = config_.local_world_size;
+  if (config_.job_check) d.job = job_fingerprint(config_.job_command);
+  return d;
+}
+
+void StoreRendezvous::check_same_job() {
+  if (job_checked_) return;
+  // One round trip: sets the key only where it is missing (the first agent of the run
+  // id); an existing fingerprint is left as it is, so a refused node writes nothing.
+  const std::string mine = job_fingerprint(config_.job_command);
+  const std::string published = store_->compare_set(keys::kJob, "", mine);
+  if (published != mine) {
+    std::optional<std::vector<std::string>> theirs = decode_job_fingerprint(published);
+    if (!theirs) {
+      throw RendezvousStateError(where() + ": corrupt job fingerprint '" + published +
+                                 "' (is a non-ddprun agent using this run id?)");
+    }
+    throw RendezvousStateError(
+        where() + " belongs to another job: its nodes run `" + command_line(*theirs) +
+        "`, this node would run `" + command_line(config_.job_command) +
+        "`; give each job its own --rdzv-id (the nodes of one job run the same command)");
+  }
+  job_checked_ = true;
+}
+
+RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
+  if (config_.job_check) check_same_job();  // before this node writes anything
+  int r = first_round();
+  watch_.clear();
+  for (;; ++r) {
+    throw_if_stopped();
+    check_closed();
+    if (now() >= deadline) {
+      throw RendezvousTimeoutError(where() + ": no round formed within join_timeout");
+    }
+    if (store_->check({keys::final_size(r)})) continue;  // formed (and running) without us
+    if (std::optional<RendezvousInfo> info = try_round(r, deadline)) return std::move(*info);
+  }
+}
+
+int StoreRendezvous::first_round() {
+  if (in_round_) {
+    // Leaving: peers of the old round see "left" and re-rendezvous too; waiters of the
+    // next round treat this slot as gone.
+    leave_slot(round_, slot_);
+    in_round_ = false;
+    return round_ + 1;
+  }
+  if (!store_->check({keys::kRound})) return 0;
+  return keys::parse_count(store_->get(keys::kRound), keys::kRound);
+}
+
+std::optional<RendezvousInfo> StoreRendezvous::try_round(int r, Clock::time_point deadline) {
+  const int slot = take_slot(r);
+  const int n = wait_for_final(r, slot, deadline);
+  if (slot >= n) {
+    spdlog::warn(
+        "{}: round {} formed with {} nodes without this one (max {}); waiting for the next "
+        "round",
+        where(), r, n, config_.max_nodes);
+    return std::nullopt;
+  }
+  // Peers start watching our heartbeat as soon as they return; beat now and while
+  // waiting below, so a slow finish here never looks like a dead node.
+  store_->add(keys::heartbeat(r, slot), 1);
+  if (!wait_for_descriptors(r, n, deadline)) {
+    spdlog::warn("{}: a node of round {} never described itself; starting round {}", where(), r,
+                 r + 1);
+    leave_slot(r, slot);
+    return std::nullopt;
+  }
+  std::vector<NodeDesc> descs = read_descs(r, n);
+  const std::vector<int> ranks = group_ranks(descs);  // may throw RendezvousStateError
+  RendezvousInfo info = round_layout(descs, ranks, slot);
+  info.round = r;
+  info.use_agent_store = config_.agent_store;
+  if (info.group_rank == 0) {
+    publish_workers_store(r);
+  } else {
+    workers_store_.stop();  // another node hosts this round's workers' store
+  }
+  std::optional<Endpoint> master = await_workers_store(r, slot, deadline);
+  if (!master) {
+    const auto host = std::find(ranks.begin(), ranks.end(), 0) - ranks.begin();
+    spdlog::warn(
+        "{}: group rank 0 ({}) of round {} did not publish the workers' store; starting round {}",
+        where(), descs[static_cast<std::size_t>(host)].label(), r, r + 1);
+    leave_slot(r, slot);
+    return std::nullopt;
+  }
+  info.master_addr = master->host;
+  info.master_port = static_cast<std::uint16_t>(master->port);
+  enter_round(r, slot, std::move(descs), info);
+  return info;
+}
+
+int StoreRendezvous::take_slot(int r) {
+  const int slot = static_cast<int>(store_->add(keys::joined(r), 1)) - 1;
+  store_->multi_set({keys::node(r, slot), keys::heartbeat(r, slot)},
+                    {encode_node_desc(this_node()), "1"});
+  spdlog::debug("{}: joined round {} in slot {}", where(), r, slot);
+  return slot;
+}
+
+int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline) {
+  const std::string final_key = keys::final_size(r);
+  std::optional<Clock::time_point> last_call_start;
+  bool retired = r == 0;
+  auto next_log = now() + config_.progress_interval;
+  std::int64_t count = slot + 1;
+  for (;;) {
+    if (count >= config_.min_nodes) {
+      if (!retired) retired = round_retired(r - 1);
+      if (retired) {
+        if (!last_call_start) last_call_start = now();
+        if (count >= config_.max_nodes || now() - *last_call_start >= config_.last_call_timeout) {
+          std::int64_t n = std::min<std::int64_t>(count, config_.max_nodes);
+          store_->compare_set(final_key, "", std::to_string(n));
+        }
+      }
+    }
+    if (store_->wait_for({final_key}, config_.poll_slice)) break;
+    throw_if_stopped();
+    check_closed();
+    const auto t = now();
+    if (t >= deadline) {
+      count = store_->add(keys::joined(r), 0);
+      // Our slot stays counted; the heartbeat key says we left, so no round waits for us.
+      leave_slot(r, slot);
+      throw RendezvousTimeoutError(
+          where() + ": timed out after join_timeout " +
+          std::to_string(config_.join_timeout.count() / 1000) + " s in round " + std::to_string(r) +
+          " with " + std::to_string(count) + " of min " + std::to_string(config_.min_nodes) +
+          " / max " + std::to_string(config_.max_nodes) + " nodes" +
+          (retired ? "" : " (the previous round's nodes never left it)"));
+    }
+    if (t >= next_log) {
+      log_progress(r, deadline, retired);
+      next_log = t + config_.progress_interval;
+    }
+    count = store_->add(keys::joined(r), 0);
+  }
+  return keys::parse_count(store_->get(final_key), final_key);
+}
+
+bool StoreRendezvous::round_retired(int r) {
+  if (r < 0) return true;
+  if (!store_->check({keys::final_size(r)})) return true;  // never formed: nobody runs in it
+  const int n = keys::parse_count(store_->get(keys::final_size(r)), keys::final_size(r));
+  const auto asked = now();
+  const std::vector<Member> members =
+      watch_.observe(r, store_->multi_get(keys::heartbeats(r, n)), asked);
+  return std::all_of(members.begin(), members.end(), [](Member m) { return m != Member::kAlive; });
+}
+
+void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retired) {
+  ProgressInput in;
+  in.round = r;
+  in.joined = store_->add(keys::joined(r), 0);
+  std::vector<std::string> present;
+  for (int s = 0; s < in.joined; ++s) {
+    if (store_->check({keys::node(r, s)})) present.push_back(keys::node(r, s));
+    if (present.size() >= 64) break;  // enough for a log line
+  }
+  in.described = present.size();
+  for (const auto& v : store_->multi_get(present)) {
+    if (std::optional<NodeDesc> d = decode_node_desc(v, 0)) in.descs.push_back(std::move(*d));
+  }
+  in.retired = retired;
+  in.min_nodes = config_.min_nodes;
+  in.max_nodes = config_.max_nodes;
+  in.static_ranks = config_.static_ranks;
+  in.secs_left = secs_left(deadline);
+  const Progress progress = describe_progress(in);
+  if (!progress.error.empty()) throw RendezvousStateError(where() + ": " + progress.error);
+  // WARNING level on purpose: the agent's default level; a silent wait is what users
+  // complain about most.
+  spdlog::warn("{}: {}", where(), progress.line);
+}
+
+bool StoreRendezvous::wait_for_descriptors(int r, int n, Clock::time_point deadline) {
+  // Every participant stores its descriptor right after its ADD, so this is short; a
+  // joiner that died in between gets a heartbeat threshold.
+  return poll_keys(keys::nodes(r, n), std::min(deadline, now() + heartbeat_threshold(config_)));
+}
+
+std::vector<NodeDesc> StoreRendezvous::read_descs(int r, int n) {
+  const std::vector<std::string> values = store_->multi_get(keys::nodes(r, n));
+  const std::string mine = job_fingerprint(config_.job_command);
+  std::vector<NodeDesc> out;
+  for (int s = 0; s < n; ++s) {
+    std::optional<NodeDesc> d = decode_node_desc(values[static_cast<std::size_t>(s)], s);
+    if (!d) {
+      throw RendezvousStateError(where() + ": corrupt node descriptor in round " +
+                                 std::to_string(r) + " slot " + std::to_string(s) +
+                                 " (is a non-ddprun agent using this run id?)");
+    }
+    if (config_.job_check && d->job && *d->job != mine) {
+      // check_same_job() keeps other jobs out; this is what a merge would have been.
+      throw RendezvousStateError(where() + ": node " + d->label() + " of round " +
+                                 std::to_string(r) + " runs another job (" + *d->job +
+                                 "), this node `" + command_line(config_.job_command) + "`");
+    }
+    out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+std::vector<int> StoreRendezvous::group_ranks(const std::vector<NodeDesc>& descs) {
+  RankAssignment assigned = assign_group_ranks(descs, config_.static_ranks, config_.max_nodes);
+  if (!assigned.error.empty()) throw RendezvousStateError(where() + ": " + assigned.error);
+  // c10d, as torchrun (which ignores --node-rank there): say so once per agent.
+  if (!assigned.ignored.empty() && !node_rank_warned_) {
+    node_rank_warned_ = true;
+    spdlog::warn(
+        "{}: --node-rank ignored: {}; group ranks follow (address, host, pid) order instead",
+        where(), assigned.ignored);
+  }
+  return std::move(assigned.group_rank);
+}
+
+void StoreRendezvous::publish_workers_store(int r) {
+  std::string addr = config_.advertise_addr;
+  std::uint16_t port = 0;
+  if (!config_.agent_store) {
+    // No agent store (USE_LIBUV=0): worker rank 0 hosts one on this port.
+    port = WorkersStore::port_for_worker_rank0(config_.workers_port, config_.bind_addr);
+  } else if (config_.shared_store_port > 0) {
+    // The workers share the rendezvous store: never reset it (the rendezvous keys live
+    // there). The round number in 1.13 workers' key prefix separates the attempts;
+    // newer workers do not prefix, so earlier workers' keys are erased.
+    if (clear_worker_keys_) clear_worker_keys_();
+    addr = config_.shared_store_addr;
+    port = static_cast<std::uint16_t>(config_.shared_store_port);
+  } else {
+    // Emptied before anyone can learn its address for this round, so no worker of this
+    // attempt sees a key of an earlier one.
+    try {
+      port = workers_store_.open_attempt(config_.bind_addr,
+                                         static_cast<std::uint16_t>(config_.workers_port));
+    } catch (const RendezvousError& e) {
+      throw RendezvousError(where() + ": " + e.what());
+    }
+  }
+  store_->set(keys::master(r), encode_workers_store(addr, port));
+  store_->set(keys::kRound, std::to_string(r));
+}
+
+std::optional<Endpoint> StoreRendezvous::await_workers_store(int r, int slot,
+                                                             Clock::time_point deadline) {
+  const bool published =
+      poll_keys({keys::master(r)}, std::min(deadline, now() + heartbeat_threshold(config_)),
+                [&] { store_->add(keys::heartbeat(r, slot), 1); });
+  if (!published) return std::nullopt;
+  std::optional<Endpoint> master = decode_workers_store(store_->get(keys::master(r)));
+  if (!master) {
+    throw RendezvousStateError(where() + ": corrupt workers' store address for round " +
+                               std::to_string(r));
+  }
+  return master;
+}
+
+void StoreRendezvous::enter_round(int r, int slot, std::vector<NodeDesc> descs,
+                                  const RendezvousInfo& info) {
+  in_round_ = true;
+  exited_ = false;
+  announced_ = false;
+  round_ = r;
+  slot_ = slot;
+  nodes_ = static_cast<int>(descs.size());
+  members_ = descs;
+  spdlog::info(
+      "{}: round {} complete: {} nodes, this node is group rank {} of {} (ranks {}..{} of {}); "
+      "workers' store at {}",
+      where(), r, nodes_, info.group_rank, nodes_, info.rank_base,
+      info.rank_base + config_.local_world_size - 1, info.world_size,
+      Endpoint{info.master_addr, info.master_port}.to_string());
+  watch_.start(hb_store_, r, slot, std::move(descs));
+}
+
+void StoreRendezvous::leave_slot(int r, int slot) {
+  store_->set(keys::heartbeat(r, slot), keys::kLeft);
+}
+
+bool StoreRendezvous::poll_keys(const std::vector<std::string>& keys, Clock::time_point until,
+                                const std::function<void()>& between) {
+  while (now() < until) {
+    throw_if_stopped();
+    if (store_->wait_for(keys, config_.poll_slice)) return true;
+    if (between) between();
+  }
+  return false;
+}
+
+}  // namespace ddprun::rdzv
