@@ -3,16 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include "rendezvous/endpoint.h"
-#include "rendezvous/rdzv_conf.h"
 #include "store/tcp_store_server.h"
 
 namespace ddprun::rdzv {
 
 LocalRendezvous::LocalRendezvous(RendezvousParams params) : params_(std::move(params)) {
-  advertised_addr_ = !params_.local_addr.empty()    ? params_.local_addr
-                     : !params_.master_addr.empty() ? params_.master_addr
-                                                    : "127.0.0.1";
-  agent_store_ = conf_bool(params_.conf, "use_agent_store").value_or(true);
+  advertised_addr_ = params_.local_addr.value_or(params_.master_addr.value_or("127.0.0.1"));
+  agent_store_ = params_.conf.use_agent_store.value_or(true);
 }
 
 LocalRendezvous::~LocalRendezvous() { shutdown(); }
@@ -26,8 +23,8 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
     // workers cannot use an agent's store): a port free now, --master-port if given.
     RendezvousInfo info = local_info();
     info.round = round_++;
-    info.master_port = params_.master_port >= 0 ? static_cast<std::uint16_t>(params_.master_port)
-                                                : free_tcp_port(bind_host_for(advertised_addr_));
+    info.master_port = params_.master_port ? static_cast<std::uint16_t>(*params_.master_port)
+                                           : free_tcp_port(bind_host_for(advertised_addr_));
     info.use_agent_store = false;
     return info;
   }
@@ -37,7 +34,7 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
     // that literal suffices; a name (e.g. "localhost", which may resolve to ::1 or
     // 127.0.0.1) gets all interfaces so every resolution finds the listener.
     options.host = bind_host_for(advertised_addr_);
-    options.port = params_.master_port >= 0 ? static_cast<std::uint16_t>(params_.master_port) : 0;
+    options.port = static_cast<std::uint16_t>(params_.master_port.value_or(0));
     auto server = std::make_unique<store::TcpStoreServer>(options);
     try {
       server->start();
@@ -46,9 +43,9 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
           "cannot host the workers' store at " +
           Endpoint{options.host.empty() ? "*" : options.host, options.port}.to_string() + ": " +
           e.what() +
-          (params_.master_port >= 0 ? " (is another job using --master-port? omit it to let the "
-                                      "OS choose a free port)"
-                                    : ""));
+          (params_.master_port ? " (is another job using --master-port? omit it to let the "
+                                 "OS choose a free port)"
+                               : ""));
     }
     server_ = std::move(server);
     spdlog::debug("workers' store listening on {}",

@@ -157,6 +157,18 @@ void StoreRendezvous::check_interrupted() {
   }
 }
 
+void StoreRendezvous::check_interrupted(int r, int slot) {
+  if (!interrupted_.load()) return;
+  // As on a timeout: the slot stays counted, but its heartbeat says "left", so the
+  // round's other nodes see at once that this node will not run in it.
+  try {
+    store_->set(rk(r, "hb", slot), "left");
+  } catch (const std::exception& e) {
+    spdlog::debug("{}: could not announce leaving round {}: {}", where(), r, e.what());
+  }
+  check_interrupted();
+}
+
 void StoreRendezvous::check_closed() {
   if (closed_.load() || store_->check({"closed"})) {
     closed_.store(true);
@@ -287,7 +299,7 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
     auto desc_deadline = std::min(
         deadline, Clock::now() + config_.keep_alive_interval * config_.keep_alive_max_attempt);
     while (!have_all && Clock::now() < desc_deadline) {
-      check_interrupted();
+      check_interrupted(r, slot);
       try {
         store_->wait(keys, config_.poll_slice);
         have_all = true;
@@ -367,7 +379,7 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
     auto master_deadline =
         Clock::now() + config_.keep_alive_interval * config_.keep_alive_max_attempt;
     while (Clock::now() < std::min(deadline, master_deadline)) {
-      check_interrupted();
+      check_interrupted(r, slot);
       try {
         store_->wait({rk(r, "master")}, config_.poll_slice);
         have_master = true;
@@ -435,7 +447,7 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
       break;
     } catch (const store::StoreTimeoutError&) {
     }
-    check_interrupted();
+    check_interrupted(r, slot);
     check_closed();
     auto now = Clock::now();
     if (now >= deadline) {

@@ -151,6 +151,8 @@ class StoreRendezvous final : public RendezvousHandler {
   std::vector<int> assign_group_ranks(const std::vector<NodeDesc>& descs);
   void log_progress(int r, Clock::time_point deadline, bool retired);
   void check_interrupted();
+  // Also marks slot `slot` of round r "left" before throwing (a slot this node holds).
+  void check_interrupted(int r, int slot);
   void check_closed();
   std::string where() const;  // "rendezvous '<id>' (<backend> at <endpoint>)"
   std::string desc_json() const;
