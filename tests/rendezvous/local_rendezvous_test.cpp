@@ -94,7 +94,7 @@ TEST_CASE("closed single-node rendezvous refuses a new round", "[local]") {
   CHECK_THROWS_AS(h->next_rendezvous(), RendezvousClosedError);
 }
 
-TEST_CASE("backends: static and c10d; one-line errors name the others", "[registry]") {
+TEST_CASE("backends: static and c10d - one-line errors name the others", "[registry]") {
   CHECK(parse_backend("static") == Backend::kStatic);
   CHECK(parse_backend("c10d") == Backend::kC10d);
   CHECK(backend_name(Backend::kC10d) == "c10d");
