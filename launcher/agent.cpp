@@ -62,15 +62,15 @@ std::string expand_prefix(std::string text, const std::string& role, int rank, i
   return text;
 }
 
-// A rendezvous running on a helper thread, so the main thread can keep consuming signals
-// (a multi-node join may block for minutes).
-struct PendingRendezvous {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::optional<rdzv::RendezvousInfo> info;
-  std::exception_ptr error;
-};
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
 
 }  // namespace
 
@@ -81,10 +81,10 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
   p.run_id = config.rdzv_id;
   p.min_nodes = config.min_nodes;
   p.max_nodes = config.max_nodes;
-  p.node_rank = config.node_rank.value_or(-1);
-  p.master_addr = config.master_addr.value_or("");
-  p.master_port = config.master_port.value_or(-1);
-  p.local_addr = config.local_addr.value_or("");
+  p.node_rank = config.node_rank;
+  p.master_addr = config.master_addr;
+  p.master_port = config.master_port;
+  p.local_addr = config.local_addr;
   p.local_world_size = config.nproc_per_node;
   p.conf = config.rdzv_conf;
   // The job's fingerprint: the program and its arguments as written, not the python
@@ -97,8 +97,8 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
   // when told to use the agent's store; a build without libuv (Debian's 2.6) then cannot
   // initialise. So it also means: worker rank 0 hosts the store (docs/usage.md).
   const char* libuv = std::getenv("USE_LIBUV");
-  if (libuv != nullptr && std::string(libuv) == "0" && p.conf.count("use_agent_store") == 0) {
-    p.conf["use_agent_store"] = "0";
+  if (libuv != nullptr && std::string(libuv) == "0" && !p.conf.use_agent_store) {
+    p.conf.use_agent_store = false;
   }
   return p;
 }
@@ -138,57 +138,60 @@ std::string Agent::error_file_path(int local_rank) const {
   return (fs::path(attempt_dir()) / std::to_string(local_rank) / "error.json").string();
 }
 
-std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
-  auto pending = std::make_shared<PendingRendezvous>();
-  rdzv::RendezvousHandler* handler = handler_.get();
-  std::thread worker([pending, handler] {
-    std::optional<rdzv::RendezvousInfo> info;
-    std::exception_ptr error;
+Agent::CallOutcome Agent::call_interruptibly(const std::function<void()>& call,
+                                             const char* during) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;  // guarded by mu
+  CallOutcome outcome;
+  std::thread helper([&] {
     try {
-      info = handler->next_rendezvous();
+      call();
     } catch (...) {
-      error = std::current_exception();
+      outcome.error = std::current_exception();  // read after join()
     }
-    std::lock_guard lock(pending->mu);
-    pending->info = std::move(info);
-    pending->error = error;
-    pending->done = true;
-    pending->cv.notify_all();
+    std::lock_guard lock(mu);
+    done = true;
+    cv.notify_all();
   });
   while (true) {
     {
       // Short waits: a one-node rendezvous completes in microseconds and must not pay a
       // polling delay, while a signal is still noticed within a few tens of ms.
-      std::unique_lock lock(pending->mu);
-      if (pending->cv.wait_for(lock, 25ms, [&] { return pending->done; })) break;
+      std::unique_lock lock(mu);
+      if (cv.wait_for(lock, 25ms, [&] { return done; })) break;
     }
     // No worker is alive here, so the only events are signals (and timeouts).
     const SupervisorEvent ev = supervisor_.next_event(0ms);
-    if (ev.kind != Kind::kSignal || forward_only(ev.signo)) continue;
-    spdlog::warn("received {} during rendezvous; exiting", signal_name(ev.signo));
-    worker.detach();
-    (void)handler_.release();  // still in use by the detached thread; the process exits
-    result.outcome = RunResult::Outcome::kStopped;
-    result.exit_code = 1;
-    result.abandon = true;
+    if (ev.kind != Kind::kSignal || forward_only(ev.signo) || outcome.signo != 0) continue;
+    outcome.signo = ev.signo;
+    spdlog::warn("received {} during {}; leaving it", signal_name(ev.signo), during);
+    handler_->interrupt();
+  }
+  helper.join();
+  return outcome;
+}
+
+std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
+  std::optional<rdzv::RendezvousInfo> info;
+  const CallOutcome call =
+      call_interruptibly([&] { info = handler_->next_rendezvous(); }, "the rendezvous");
+  if (call.signo != 0) {
+    // The round may have formed just before interrupt(): shutdown() leaves it then.
+    if (call.error) spdlog::debug("rendezvous: {}", what_of(call.error));
+    stopped_by(call.signo, result);
     return std::nullopt;
   }
-  worker.join();
-  if (pending->error) {
-    try {
-      std::rethrow_exception(pending->error);
-    } catch (const std::exception& e) {
-      spdlog::error("rendezvous failed: {}", e.what());
-    }
+  if (call.error) {
+    spdlog::error("rendezvous failed: {}", what_of(call.error));
     finish(result, RunResult::Outcome::kFailed);
     return std::nullopt;
   }
-  const auto& info = *pending->info;
   spdlog::info("rendezvous complete: round {}, group_rank {}/{}, ranks {}..{} of {}, master {}:{}",
-               info.round, info.group_rank, info.group_world_size, info.rank_base,
-               info.rank_base + config_.nproc_per_node - 1, info.world_size, info.master_addr,
-               info.master_port);
-  return pending->info;
+               info->round, info->group_rank, info->group_world_size, info->rank_base,
+               info->rank_base + config_.nproc_per_node - 1, info->world_size, info->master_addr,
+               info->master_port);
+  return info;
 }
 
 std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info) {
@@ -290,19 +293,8 @@ Agent::Step Agent::monitor(RunResult& result) {
         if (ev.exit.failed()) return on_failure({ev.exit}, result);
         spdlog::debug("local rank {} (pid {}) exited 0", ev.exit.local_rank, ev.exit.pid);
         break;
-      case Kind::kAllSucceeded: {
-        spdlog::info("all {} local workers succeeded", config_.nproc_per_node);
-        try {
-          if (!handler_->exit_barrier(kExitBarrierTimeout)) {
-            spdlog::warn("exit barrier timed out after {} s; other nodes may still be running",
-                         kExitBarrierTimeout.count());
-          }
-          handler_->set_closed();
-        } catch (const std::exception& e) {
-          spdlog::warn("exit barrier: {}", e.what());
-        }
-        return finish(result, RunResult::Outcome::kSucceeded);
-      }
+      case Kind::kAllSucceeded:
+        return on_success(result);
       case Kind::kSignal:
         if (forward_only(ev.signo)) {
           spdlog::info("forwarding {} to the workers", signal_name(ev.signo));
@@ -314,8 +306,7 @@ Agent::Step Agent::monitor(RunResult& result) {
             "(SIGKILL after {} s)",
             signal_name(ev.signo), config_.shutdown_timeout_s);
         stop_workers(ev.signo);
-        std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(ev.signo).c_str());
-        return finish(result, RunResult::Outcome::kStopped);
+        return stopped_by(ev.signo, result);
     }
   }
 }
@@ -345,10 +336,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
   }
   const Failure& root = failures[root_cause_index(failures)];
 
-  if (pending_signal_ != 0) {
-    std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(pending_signal_).c_str());
-    return finish(result, RunResult::Outcome::kStopped);
-  }
+  if (pending_signal_ != 0) return stopped_by(pending_signal_, result);
   if (remaining_restarts_ > 0) {
     --remaining_restarts_;
     ++restart_count_;
@@ -364,6 +352,33 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
     spdlog::debug("set_closed: {}", e.what());
   }
   return finish(result, RunResult::Outcome::kFailed);
+}
+
+Agent::Step Agent::on_success(RunResult& result) {
+  spdlog::info("all {} local workers succeeded", config_.nproc_per_node);
+  bool passed = false;
+  const CallOutcome call = call_interruptibly(
+      [&] { passed = handler_->exit_barrier(kExitBarrierTimeout); }, "the exit barrier");
+  if (call.signo != 0) return stopped_by(call.signo, result);
+  if (call.error) {
+    spdlog::warn("exit barrier: {}", what_of(call.error));
+    return finish(result, RunResult::Outcome::kSucceeded);
+  }
+  if (!passed) {
+    spdlog::warn("exit barrier timed out after {} s; other nodes may still be running",
+                 kExitBarrierTimeout.count());
+  }
+  try {
+    handler_->set_closed();
+  } catch (const std::exception& e) {
+    spdlog::warn("exit barrier: {}", e.what());
+  }
+  return finish(result, RunResult::Outcome::kSucceeded);
+}
+
+Agent::Step Agent::stopped_by(int signo, RunResult& result) {
+  std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(signo).c_str());
+  return finish(result, RunResult::Outcome::kStopped);
 }
 
 Agent::Step Agent::finish(RunResult& result, RunResult::Outcome outcome) {

@@ -1,32 +1,34 @@
 // agent.h: the Agent, ddprun's torchelastic agent for one node: rendezvous, start the
 // local workers with torchrun's environment, react to their exits and to signals,
 // restart within --max-restarts, and on failure print torchrun's failure report.
-// Used by main.cpp. Thread-safety: run() is called once, from the main thread; the
-// Agent uses the supervisor and the handler from that thread only (a rendezvous runs on
-// a helper thread while the main thread keeps watching for signals).
+// Used by main.cpp. Thread-safety: run() is called once, from the main thread, which
+// owns the supervisor and the handler. The handler's blocking calls (next_rendezvous,
+// exit_barrier) run on a helper thread while the main thread keeps taking signals; a
+// terminating signal makes the main thread call the handler's interrupt(), then join
+// the helper: the one way a blocking call is cancelled (no thread outlives run()).
 //
-// State machine (one row per transition):
+// State machine (one row per transition; "stop" = stop(signal, grace), see supervisor):
 //
-//   state       | event                                  | action                       | next
-//   ------------+----------------------------------------+------------------------------+------------
-//   INIT        | -                                      | create the run log dir       |
-//   RENDEZVOUS RENDEZVOUS  | next_rendezvous() returned             | wipe/create attempt dir, |
-//   HEALTHY
-//               |                                        | start workers                |
-//   RENDEZVOUS  | RendezvousError / SpawnError           | log one line                 | FAILED
-//   RENDEZVOUS  | terminating signal                     | log; abandon the rendezvous  | STOPPED
-//   HEALTHY     | a worker exited 0                      | -                            | HEALTHY
-//   HEALTHY     | all workers exited 0                   | exit_barrier, set_closed,    | SUCCEEDED
-//               |                                        | shutdown                     |
-//   HEALTHY     | a worker failed, restarts left         | collect failures, stop(TERM) |
-//   RENDEZVOUS
-//               |                                        | restart_count += 1           |
-//   HEALTHY     | a worker failed, no restart left       | collect, stop(TERM), report  | FAILED
-//   HEALTHY     | needs_new_round() (polled every 1 s)   | stop(TERM), same restart_cnt |
-//   RENDEZVOUS HEALTHY     | a worker failed, needs_new_round_now() | stop(TERM), same restart_cnt
-//   | RENDEZVOUS HEALTHY     | SIGUSR1/SIGUSR2 (if handled)           | forward to the workers |
-//   HEALTHY HEALTHY     | other handled signal (TERM/INT/HUP/..) | stop(that signal, grace)     |
-//   STOPPED
+//   state      | event                               | action                      | next
+//   -----------+-------------------------------------+-----------------------------+-----------
+//   INIT       | -                                   | create the run log dir      | RENDEZVOUS
+//   RENDEZVOUS | next_rendezvous() returned          | wipe/create attempt dir,    | HEALTHY
+//              |                                     | start workers               |
+//   RENDEZVOUS | RendezvousError / SpawnError        | log one line, shutdown      | FAILED
+//   RENDEZVOUS | terminating signal                  | interrupt(), join, shutdown | STOPPED
+//   HEALTHY    | a worker exited 0                   | -                           | HEALTHY
+//   HEALTHY    | all workers exited 0                | exit_barrier, set_closed,   | SUCCEEDED
+//              |                                     | shutdown                    |
+//   HEALTHY    | all exited 0, then a terminating    | interrupt() the barrier,    | STOPPED
+//              | signal during the exit barrier      | join, shutdown              |
+//   HEALTHY    | a worker failed, restarts left      | collect failures, stop TERM,| RENDEZVOUS
+//              |                                     | restart_count += 1          |
+//   HEALTHY    | a worker failed, no restart left    | collect, stop TERM, report  | FAILED
+//   HEALTHY    | needs_new_round() (polled every 1 s)| stop TERM, same restart_cnt | RENDEZVOUS
+//   HEALTHY    | a worker failed and                 | stop TERM, same restart_cnt | RENDEZVOUS
+//              | needs_new_round_now()               |                             |
+//   HEALTHY    | SIGUSR1/SIGUSR2 (if handled)        | forward to the workers      | HEALTHY
+//   HEALTHY    | other handled signal (TERM/INT/HUP) | stop(that signal), shutdown | STOPPED
 //
 //   Exit codes: SUCCEEDED 0; FAILED and STOPPED 1 (as torchrun).
 //   TORCHELASTIC_RESTART_COUNT: restarts spent (one node, as torchrun); the rendezvous
@@ -34,6 +36,8 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,9 +58,6 @@ struct RunResult {
   enum class Outcome { kSucceeded, kFailed, kStopped };
   Outcome outcome = Outcome::kFailed;
   int exit_code = 1;
-  // A rendezvous is still blocked on a helper thread (a signal arrived during it): the
-  // caller must leave with std::_Exit(exit_code) instead of running destructors.
-  bool abandon = false;
   std::vector<Failure> failures;  // the last attempt's failed workers (kFailed)
   int restart_count = 0;          // restarts spent
 };
@@ -80,6 +81,17 @@ class Agent {
 
  private:
   enum class Step { kRendezvous, kDone };
+  // How a handler call run by call_interruptibly() ended.
+  struct CallOutcome {
+    int signo = 0;             // the terminating signal that interrupted it (0: none)
+    std::exception_ptr error;  // what the call threw
+  };
+
+  // Runs `call` (a handler call that may block for minutes) on a helper thread while
+  // this thread takes the supervisor's events (no worker runs then: only signals). The
+  // first terminating signal calls handler_->interrupt(), which makes the call give up
+  // within about a second; the helper is always joined before this returns.
+  CallOutcome call_interruptibly(const std::function<void()>& call, const char* during);
 
   std::optional<rdzv::RendezvousInfo> rendezvous(RunResult& result);
   std::vector<WorkerSpec> prepare_attempt(const rdzv::RendezvousInfo& info);
@@ -89,6 +101,10 @@ class Agent {
   bool membership_changed(bool fresh = false);
   std::vector<WorkerExit> stop_workers(int signo);
   Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
+  // A terminating signal ended the run: says so on stderr and finishes as kStopped.
+  Step stopped_by(int signo, RunResult& result);
+  // All workers exited 0: the exit barrier, then set_closed(), then kSucceeded.
+  Step on_success(RunResult& result);
   void report(const RunResult& result);
   // Ends the run: shuts the handler down (and the store it hosts) and sets the outcome.
   Step finish(RunResult& result, RunResult::Outcome outcome);

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "launcher/process/signals.h"
+#include "rendezvous/registry.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -175,21 +176,6 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
   return {static_cast<int>(*lo), static_cast<int>(*hi)};
 }
 
-std::map<std::string, std::string> parse_rdzv_conf(const std::string& text) {
-  std::map<std::string, std::string> out;
-  if (trim(text).empty()) return out;
-  for (const auto& pair : split(text, ',')) {
-    const auto eq = pair.find('=');
-    const std::string key = eq == std::string::npos ? "" : trim(pair.substr(0, eq));
-    if (key.empty()) {
-      throw UsageError(fmt::format(
-          "--rdzv-conf: malformed pair '{}' in '{}' (expected key=value,key=value)", pair, text));
-    }
-    out[key] = trim(pair.substr(eq + 1));
-  }
-  return out;
-}
-
 std::string substitute_local_rank(const std::string& arg, int local_rank) {
   // torchrun passes every argument through Python's string.Template.safe_substitute with
   // the one name local_rank; its rules, reproduced: "$$" is a literal "$"; "$name" and
@@ -240,19 +226,14 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   if (const auto* s = find(v, "nproc_per_node")) c.nproc_spec = trim(*s);
   c.nproc_per_node = resolve_nproc(c.nproc_spec, host);
 
-  if (const auto* s = find(v, "rdzv_backend")) c.rdzv_backend = trim(*s);
+  try {
+    if (const auto* s = find(v, "rdzv_backend")) c.rdzv_backend = rdzv::parse_backend(trim(*s));
+    if (const auto* s = find(v, "rdzv_conf")) c.rdzv_conf = rdzv::parse_rdzv_conf(*s);
+  } catch (const rdzv::RendezvousError& e) {
+    throw UsageError(e.what());
+  }
   if (const auto* s = find(v, "rdzv_endpoint")) c.rdzv_endpoint = trim(*s);
   if (const auto* s = find(v, "rdzv_id")) c.rdzv_id = *s;
-  if (const auto* s = find(v, "rdzv_conf")) c.rdzv_conf = parse_rdzv_conf(*s);
-  if (c.rdzv_backend != "static" && c.rdzv_backend != "c10d" && c.rdzv_backend != "etcd" &&
-      c.rdzv_backend != "etcd-v2") {
-    throw UsageError(fmt::format("--rdzv-backend: unknown backend '{}' (expected static or c10d)",
-                                 c.rdzv_backend));
-  }
-  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-    throw UsageError(
-        fmt::format("--rdzv-backend: '{}' is not supported by ddprun; use c10d", c.rdzv_backend));
-  }
   if (const auto* s = find(v, "max_restarts")) {
     c.max_restarts = int_in_range("--max-restarts", *s, 0, 1000000);
   }
@@ -349,18 +330,14 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   c.standalone = flag("standalone");
   const bool explicit_id = find(v, "rdzv_id") != nullptr;
   if (c.standalone) {
-    c.rdzv_backend = "c10d";
+    c.rdzv_backend = rdzv::Backend::kC10d;
     c.rdzv_endpoint = "localhost:0";
     c.rdzv_id = random_uuid();
-  } else if (c.rdzv_backend == "static" && c.rdzv_endpoint.empty() && !c.master_port &&
-             c.max_nodes == 1) {
-    c.rdzv_backend = "c10d";
+  } else if (c.rdzv_backend == rdzv::Backend::kStatic && c.rdzv_endpoint.empty() &&
+             !c.master_port && c.max_nodes == 1) {
+    c.rdzv_backend = rdzv::Backend::kC10d;
     c.rdzv_endpoint = "localhost:0";
     if (!explicit_id) c.rdzv_id = random_uuid();
-  }
-  if (c.rdzv_backend == "static" && c.node_rank && *c.node_rank >= c.max_nodes) {
-    throw UsageError(
-        fmt::format("--node-rank: {} must be less than --nnodes ({})", *c.node_rank, c.max_nodes));
   }
 
   // Positionals: the script, then everything after it belongs to the script.

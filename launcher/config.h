@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/rendezvous.h"
+
 namespace ddprun::launcher {
 
 // Bad command-line input. The message is one line naming the flag or file, without the
@@ -51,10 +53,10 @@ struct LaunchConfig {
   int nproc_per_node = 1;
 
   bool standalone = false;
-  std::string rdzv_backend = "static";
+  rdzv::Backend rdzv_backend = rdzv::Backend::kStatic;
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
-  std::map<std::string, std::string> rdzv_conf;
+  rdzv::RdzvConf rdzv_conf;
 
   int max_restarts = 0;
   double monitor_interval_s = 0.1;  // accepted; ddprun reacts to events, not polls
@@ -118,15 +120,14 @@ struct HostFacts {
   bool (*file_exists)(const std::string& path) = nullptr;
 };
 
-// Interprets and checks `raw`. Throws UsageError (one line naming the flag or file).
+// Interprets and checks `raw`: each value once, here (--rdzv-backend and --rdzv-conf by
+// the rendezvous layer's parsers); how the rendezvous values combine (node rank vs
+// node count, endpoint vs backend) is make_rendezvous_handler()'s check. Throws
+// UsageError (one line naming the flag or file).
 LaunchConfig build_config(const RawOptions& raw, const HostFacts& host);
 
 // Parses --nnodes: "N" or "MIN:MAX" with 0 < MIN <= MAX. Throws UsageError.
 std::pair<int, int> parse_nnodes(const std::string& text);
-
-// Parses --rdzv-conf "k1=v1,k2=v2" (empty: no pairs). Throws UsageError naming the
-// malformed pair.
-std::map<std::string, std::string> parse_rdzv_conf(const std::string& text);
 
 // Expands `arg` as torchrun does (Python's string.Template.safe_substitute with the one
 // name local_rank): "${local_rank}" and "$local_rank" become `local_rank`, "$$" becomes

@@ -49,13 +49,7 @@ int main(int argc, char** argv) {
     options.orphan_guard = start_orphan_guard();
     ProcessSupervisor supervisor(options);
     Agent agent(cli.config, host.env, supervisor, std::move(handler));
-    const RunResult result = agent.run();
-    if (result.abandon) {  // a rendezvous thread is still blocked; leave without unwinding
-      spdlog::shutdown();
-      std::fflush(nullptr);
-      std::_Exit(result.exit_code);
-    }
-    return result.exit_code;
+    return agent.run().exit_code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());
     return 1;

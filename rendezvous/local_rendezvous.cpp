@@ -8,10 +8,8 @@
 namespace ddprun::rdzv {
 
 LocalRendezvous::LocalRendezvous(RendezvousParams params) : params_(std::move(params)) {
-  advertised_addr_ = !params_.local_addr.empty()    ? params_.local_addr
-                     : !params_.master_addr.empty() ? params_.master_addr
-                                                    : "127.0.0.1";
-  agent_store_ = conf_bool(params_.conf, "use_agent_store").value_or(true);
+  advertised_addr_ = params_.local_addr.value_or(params_.master_addr.value_or("127.0.0.1"));
+  agent_store_ = params_.conf.use_agent_store.value_or(true);
 }
 
 LocalRendezvous::~LocalRendezvous() { shutdown(); }
@@ -25,8 +23,8 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
     // workers cannot use an agent's store): a port free now, --master-port if given.
     RendezvousInfo info = local_info();
     info.round = round_++;
-    info.master_port =
-        WorkersStore::port_for_worker_rank0(params_.master_port, bind_host_for(advertised_addr_));
+    info.master_port = WorkersStore::port_for_worker_rank0(params_.master_port.value_or(0),
+                                                           bind_host_for(advertised_addr_));
     info.use_agent_store = false;
     return info;
   }
@@ -34,12 +32,11 @@ RendezvousInfo LocalRendezvous::next_rendezvous() {
   // One node: the workers reach the store through the advertised address, so binding
   // that literal suffices; a name (e.g. "localhost", which may resolve to ::1 or
   // 127.0.0.1) gets all interfaces so every resolution finds the listener.
-  const std::uint16_t port =
-      params_.master_port >= 0 ? static_cast<std::uint16_t>(params_.master_port) : std::uint16_t{0};
+  const std::uint16_t port = static_cast<std::uint16_t>(params_.master_port.value_or(0));
   try {
     workers_store_.open_attempt(bind_host_for(advertised_addr_), port);
   } catch (const RendezvousError& e) {
-    if (params_.master_port < 0) throw;
+    if (!params_.master_port) throw;
     throw RendezvousError(std::string(e.what()) +
                           " (is another job using --master-port? omit it to let the OS choose a "
                           "free port)");

@@ -31,7 +31,7 @@ class LocalRendezvous final : public RendezvousHandler {
   void set_closed() override { closed_.store(true); }
   bool exit_barrier(std::chrono::milliseconds) override { return true; }
   std::string run_id() const override { return params_.run_id; }
-  std::string backend_name() const override { return params_.backend; }
+  std::string backend_name() const override { return rdzv::backend_name(params_.backend); }
   void shutdown() override;
 
   // The hosted store's port (0 before the first next_rendezvous() and after shutdown()).

@@ -7,59 +7,128 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <map>
 
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::rdzv {
 namespace {
 
-[[noreturn]] void bad(const std::string& key, const std::string& value, const char* want) {
-  throw RendezvousError("--rdzv-conf " + key + "='" + value + "' is not " + want);
+using Ms = RdzvConf::Ms;
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
 }
 
-}  // namespace
+[[noreturn]] void bad(const std::string& key, const std::string& value, const std::string& want) {
+  throw RendezvousError("--rdzv-conf " + key + "='" + value + "' " + want);
+}
 
-std::chrono::milliseconds conf_seconds(const ConfMap& conf, const std::string& key,
-                                       double default_seconds) {
-  double s = default_seconds;
-  if (auto it = conf.find(key); it != conf.end()) {
-    const std::string& v = it->second;
-    char* end = nullptr;
-    s = std::strtod(v.c_str(), &end);
-    if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(s) || s < 0) {
-      bad(key, v, "a non-negative number of seconds");
-    }
+Ms seconds(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  const double s = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(s) || s < 0 || s > 1e9) {
+    bad(key, v, "is not a non-negative number of seconds");
   }
-  return std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000.0)));
+  return Ms(static_cast<long long>(std::llround(s * 1000.0)));
 }
 
-int conf_int(const ConfMap& conf, const std::string& key, int default_value, int min) {
-  auto it = conf.find(key);
-  if (it == conf.end()) return default_value;
-  const std::string& v = it->second;
+Ms positive_seconds(const std::string& key, const std::string& v) {
+  const Ms t = seconds(key, v);
+  if (t.count() <= 0) bad(key, v, "must be a positive number of seconds");
+  return t;
+}
+
+int integer(const std::string& key, const std::string& v, int min, int max) {
   int out = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || out < min) {
-    bad(key, v, ("an integer >= " + std::to_string(min)).c_str());
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || out < min || out > max) {
+    bad(key, v, "is not an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
   }
   return out;
 }
 
-std::optional<bool> conf_bool(const ConfMap& conf, const std::string& key) {
-  auto it = conf.find(key);
-  if (it == conf.end()) return std::nullopt;
-  std::string v = it->second;
+bool boolean(const std::string& key, const std::string& value) {
+  std::string v = value;
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
   if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y") return true;
   if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n") return false;
-  bad(key, it->second, "a boolean (1/true/t/yes/y or 0/false/f/no/n)");
+  bad(key, value, "is not a boolean (1/true/t/yes/y or 0/false/f/no/n)");
 }
 
-void warn_unknown_conf_keys(const ConfMap& conf, std::initializer_list<const char*> known,
-                            const std::string& backend) {
-  for (const auto& entry : conf) {
-    // Not a structured binding: clang 14 (scripts/tidy) cannot capture one in a lambda.
-    const std::string& key = entry.first;
+using Setter = std::function<void(RdzvConf&, const std::string& key, const std::string& value)>;
+
+Setter duration(std::optional<Ms> RdzvConf::*field, bool positive = false) {
+  return [=](RdzvConf& c, const std::string& k, const std::string& v) {
+    c.*field = positive ? positive_seconds(k, v) : seconds(k, v);
+  };
+}
+Setter whole(std::optional<int> RdzvConf::*field, int min, int max) {
+  return [=](RdzvConf& c, const std::string& k, const std::string& v) {
+    c.*field = integer(k, v, min, max);
+  };
+}
+Setter flag(std::optional<bool> RdzvConf::*field) {
+  return [=](RdzvConf& c, const std::string& k, const std::string& v) { c.*field = boolean(k, v); };
+}
+
+// The one table of the keys ddprun understands, and how each value is read.
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> table = {
+      {"join_timeout", duration(&RdzvConf::join_timeout)},
+      {"timeout", duration(&RdzvConf::timeout)},
+      {"last_call_timeout", duration(&RdzvConf::last_call_timeout)},
+      {"close_timeout", duration(&RdzvConf::close_timeout)},
+      {"heartbeat_timeout", duration(&RdzvConf::heartbeat_timeout)},
+      {"keep_alive_interval", duration(&RdzvConf::keep_alive_interval, /*positive=*/true)},
+      {"keep_alive_max_attempt", whole(&RdzvConf::keep_alive_max_attempt, 1, 1'000'000)},
+      // As torchrun: 0 would make every store read time out at once (or never).
+      {"read_timeout", duration(&RdzvConf::read_timeout, /*positive=*/true)},
+      {"is_host", flag(&RdzvConf::is_host)},
+      {"rank", whole(&RdzvConf::rank, 0, 1'000'000)},
+      {"store_type",
+       [](RdzvConf&, const std::string& k, const std::string& v) {
+         if (v != "tcp") bad(k, v, "is not supported (only tcp)");
+       }},
+      {"workers_port", whole(&RdzvConf::workers_port, 0, 65535)},
+      {"use_agent_store", flag(&RdzvConf::use_agent_store)},
+      {"job_check", flag(&RdzvConf::job_check)},
+  };
+  return table;
+}
+
+}  // namespace
+
+RdzvConf parse_rdzv_conf(const std::string& text) {
+  RdzvConf conf;
+  if (trim(text).empty()) return conf;
+  std::string::size_type start = 0;
+  while (start <= text.size()) {
+    auto comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string pair = text.substr(start, comma - start);
+    start = comma + 1;
+    const auto eq = pair.find('=');
+    const std::string key = eq == std::string::npos ? "" : trim(pair.substr(0, eq));
+    if (key.empty()) {
+      throw RendezvousError("--rdzv-conf: malformed pair '" + pair + "' in '" + text +
+                            "' (expected key=value,key=value)");
+    }
+    const std::string value = trim(pair.substr(eq + 1));
+    if (std::find(conf.keys.begin(), conf.keys.end(), key) == conf.keys.end()) {
+      conf.keys.push_back(key);
+    }
+    if (auto it = setters().find(key); it != setters().end()) it->second(conf, key, value);
+  }
+  return conf;
+}
+
+void warn_unused_conf_keys(const RdzvConf& conf, std::initializer_list<const char*> known,
+                           const std::string& backend) {
+  for (const std::string& key : conf.keys) {
     bool found = std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; });
     if (!found) {
       std::string list;

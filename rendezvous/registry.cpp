@@ -20,6 +20,13 @@ using Ms = StoreRendezvous::Ms;
 
 const std::string kRdzvKeyPrefix = "ddprun/rdzv/";  // + run id: the handler's keys
 
+// Sleeps `d`, in short slices, or less once `interrupted` is true.
+void pause(Ms d, const std::atomic<bool>& interrupted) {
+  for (auto until = Clock::now() + d; !interrupted.load() && Clock::now() < until;) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(Ms(20), until - Clock::now()));
+  }
+}
+
 // The rendezvous store of one handler: optionally hosted here, reached over TCP.
 // Shared by the handler's connect callback and its shutdown callback.
 struct TcpRendezvousStore {
@@ -109,7 +116,7 @@ struct TcpRendezvousStore {
         last_error =
             "the name '" + host + "' does not resolve (" + why + "); retrying name resolution";
         log_waiting();
-        std::this_thread::sleep_for(Ms(250));
+        pause(Ms(250), interrupted);
         continue;
       }
       store::TcpStoreOptions options;
@@ -120,6 +127,7 @@ struct TcpRendezvousStore {
           std::min<Ms>(Ms(1000), std::chrono::duration_cast<Ms>(deadline - now) + Ms(1));
       options.world_size.reset();
       options.wait_for_workers = false;
+      options.cancel = &interrupted;  // interrupt(): give up between connection tries
       try {
         auto tcp = std::make_shared<store::TcpStore>(options);
         if (!last_error.empty()) spdlog::warn("{}: connected to the rendezvous store", where());
@@ -133,7 +141,7 @@ struct TcpRendezvousStore {
       log_waiting();
       // TcpStore already backs off within connect_timeout; a short pause on instant
       // failures (e.g. name resolution) keeps this loop from spinning.
-      std::this_thread::sleep_for(Ms(100));
+      pause(Ms(100), interrupted);
     }
   }
 
@@ -142,18 +150,9 @@ struct TcpRendezvousStore {
   }
 };
 
-// --rdzv-conf read_timeout: as torchrun, a positive number of seconds (0 would make
-// every store read time out at once, or never, depending on the client).
-Ms read_timeout_of(const ConfMap& conf) {
-  Ms t = conf_seconds(conf, "read_timeout", 60);
-  if (t.count() <= 0) {
-    throw RendezvousError("--rdzv-conf read_timeout='" + conf.at("read_timeout") +
-                          "' must be a positive number of seconds");
-  }
-  return t;
-}
-
-StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& conf) {
+StoreRendezvous::Config common_config(const RendezvousParams& p) {
+  using namespace std::chrono_literals;
+  const RdzvConf& conf = p.conf;
   StoreRendezvous::Config c;
   c.run_id = p.run_id;
   c.min_nodes = p.min_nodes;
@@ -161,23 +160,19 @@ StoreRendezvous::Config common_config(const RendezvousParams& p, const ConfMap& 
   c.local_world_size = p.local_world_size;
   c.job_command = p.job_command;
   // ddprun's own key: 0 = nodes of this run id may run different arguments (no check).
-  c.job_check = conf_bool(conf, "job_check").value_or(true);
+  c.job_check = conf.job_check.value_or(true);
   c.hostname = local_hostname();
-  c.last_call_timeout = conf_seconds(conf, "last_call_timeout", 30);
-  c.keep_alive_interval = conf_seconds(conf, "keep_alive_interval", 5);
-  c.keep_alive_max_attempt = conf_int(conf, "keep_alive_max_attempt", 3, 1);
-  if (c.keep_alive_interval.count() <= 0) {
-    throw RendezvousError("--rdzv-conf keep_alive_interval must be > 0");
-  }
+  c.last_call_timeout = conf.last_call_timeout.value_or(30s);
+  c.keep_alive_interval = conf.keep_alive_interval.value_or(5s);
+  c.keep_alive_max_attempt = conf.keep_alive_max_attempt.value_or(3);
   // Progress lines every 5 s, more often when the caller asked for tiny intervals.
   c.progress_interval = std::min<Ms>(Ms(5000), c.keep_alive_interval * 2);
   c.poll_slice = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(20), Ms(250));
   // ddprun's own key: the port of a separate workers' store (0 = OS-chosen; c10d's
   // default). Static without it: the workers share the rendezvous store (make_static).
-  c.workers_port = conf_int(conf, "workers_port", 0, 0);
-  if (c.workers_port > 65535) throw RendezvousError("--rdzv-conf workers_port must be <= 65535");
+  c.workers_port = conf.workers_port.value_or(0);
   // ddprun's own key: 0 = worker rank 0 hosts the workers' store (PyTorch without libuv).
-  c.agent_store = conf_bool(conf, "use_agent_store").value_or(true);
+  c.agent_store = conf.use_agent_store.value_or(true);
   return c;
 }
 
@@ -191,51 +186,55 @@ std::unique_ptr<RendezvousHandler> finish(StoreRendezvous::Config config,
       [rs] { rs->clear_worker_keys(); });
 }
 
+// The static node rank: --node-rank, else --rdzv-conf rank, else 0 (torchrun's default).
+// Throws RendezvousError when it is not below the node count.
+int static_node_rank(const RendezvousParams& p) {
+  const int node_rank = p.node_rank.value_or(p.conf.rank.value_or(0));
+  if (node_rank >= p.max_nodes) {
+    throw RendezvousError("--node-rank " + std::to_string(node_rank) + " is out of range for " +
+                          "--nnodes " + std::to_string(p.max_nodes) + " (must be 0.." +
+                          std::to_string(p.max_nodes - 1) + ")");
+  }
+  return node_rank;
+}
+
 std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
-  const ConfMap& conf = p.conf;
-  warn_unknown_conf_keys(conf,
-                         {"timeout", "join_timeout", "read_timeout", "rank", "keep_alive_interval",
-                          "keep_alive_max_attempt", "last_call_timeout", "workers_port",
-                          "use_agent_store", "job_check"},
-                         "static");
+  using namespace std::chrono_literals;
+  const RdzvConf& conf = p.conf;
+  warn_unused_conf_keys(conf,
+                        {"timeout", "join_timeout", "read_timeout", "rank", "keep_alive_interval",
+                         "keep_alive_max_attempt", "last_call_timeout", "workers_port",
+                         "use_agent_store", "job_check"},
+                        "static");
   if (p.min_nodes != p.max_nodes) {
     spdlog::warn(
         "static rendezvous: --nnodes {}:{} is not elastic under the static backend; "
         "waiting for exactly {} nodes (use --rdzv-backend c10d for MIN:MAX)",
         p.min_nodes, p.max_nodes, p.max_nodes);
   }
-  int nnodes = p.max_nodes;
-  int node_rank = p.node_rank;
-  if (node_rank < 0 && conf.count("rank")) node_rank = conf_int(conf, "rank", 0);
-  bool defaulted = node_rank < 0;
-  if (defaulted) node_rank = 0;  // torchrun's --node-rank default
-  if (node_rank >= nnodes) {
-    throw RendezvousError("--node-rank " + std::to_string(node_rank) + " is out of range for " +
-                          "--nnodes " + std::to_string(nnodes) + " (must be 0.." +
-                          std::to_string(nnodes - 1) + ")");
-  }
+  const int nnodes = p.max_nodes;
+  const int node_rank = static_node_rank(p);
+  const bool defaulted = !p.node_rank && !conf.rank;
   Endpoint ep;
   if (!p.endpoint.empty()) {
     ep = parse_endpoint(p.endpoint, -1, "--rdzv-endpoint");
-    if (ep.port < 0) {
-      ep.port = p.master_port >= 0 ? p.master_port : kDefaultMasterPort;
-    }
+    if (ep.port < 0) ep.port = p.master_port.value_or(kDefaultMasterPort);
   } else {
-    ep.host = p.master_addr.empty() ? "127.0.0.1" : p.master_addr;
-    ep.port = p.master_port >= 0 ? p.master_port : kDefaultMasterPort;
+    ep.host = p.master_addr.value_or("127.0.0.1");
+    ep.port = p.master_port.value_or(kDefaultMasterPort);
   }
   if (ep.port == 0) {
     throw RendezvousError("static rendezvous with --nnodes " + std::to_string(nnodes) +
                           " needs a fixed port, not 0 (the other nodes must know it)");
   }
-  if (is_loopback_host(ep.host) && p.local_addr.empty()) {
+  if (is_loopback_host(ep.host) && !p.local_addr) {
     spdlog::warn(
         "static rendezvous: the endpoint {} is a loopback address, reachable from "
         "this machine only; set --master-addr to node rank 0's address for a "
         "multi-machine job",
         ep.to_string());
   }
-  StoreRendezvous::Config c = common_config(p, conf);
+  StoreRendezvous::Config c = common_config(p);
   c.backend = "static";
   c.endpoint = ep.to_string();
   c.min_nodes = nnodes;
@@ -243,19 +242,18 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
   c.static_ranks = true;
   c.node_rank = node_rank;
   c.node_rank_defaulted = defaulted;
-  c.join_timeout = conf.count("join_timeout") ? conf_seconds(conf, "join_timeout", 900)
-                                              : conf_seconds(conf, "timeout", 900);
+  c.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(900s));
   // Node rank 0 hosts both stores, so the workers reach it where the agents did.
-  c.advertise_addr = !p.local_addr.empty() ? p.local_addr : ep.host;
-  if (node_rank != 0 && p.local_addr.empty()) {
+  c.advertise_addr = p.local_addr.value_or(ep.host);
+  if (node_rank != 0 && !p.local_addr) {
     std::string routed = routed_local_address(ep);
     c.advertise_addr = routed.empty() ? c.hostname : routed;
   }
-  c.bind_addr = is_ip_literal(p.local_addr) ? p.local_addr : "";
+  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   // As torchrun: the workers use the store at --master-port (one port to open). An
   // explicit --rdzv-conf workers_port gives them a store of their own on that port
   // instead (0 = OS-chosen), emptied for every attempt.
-  if (!conf.count("workers_port")) {
+  if (!conf.workers_port) {
     c.shared_store_addr = ep.host;
     c.shared_store_port = ep.port;
   }
@@ -265,49 +263,42 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
   rs->run_id = p.run_id;
   rs->try_host = node_rank == 0;
   rs->must_host = true;
-  rs->read_timeout = conf_seconds(conf, "read_timeout", 60);  // torchrun's static: no check
+  rs->read_timeout = conf.read_timeout.value_or(60s);
   return finish(std::move(c), rs);
 }
 
 std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
-  const ConfMap& conf = p.conf;
-  warn_unknown_conf_keys(
-      conf,
-      {"join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
-       "keep_alive_interval", "keep_alive_max_attempt", "read_timeout", "is_host", "store_type",
-       "timeout", "workers_port", "use_agent_store", "job_check"},
-      "c10d");
+  using namespace std::chrono_literals;
+  const RdzvConf& conf = p.conf;
+  warn_unused_conf_keys(conf,
+                        {"join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
+                         "keep_alive_interval", "keep_alive_max_attempt", "read_timeout", "is_host",
+                         "store_type", "timeout", "workers_port", "use_agent_store", "job_check"},
+                        "c10d");
   if (p.endpoint.empty()) {
     throw RendezvousError("--rdzv-backend c10d with --nnodes " + std::to_string(p.min_nodes) + ":" +
                           std::to_string(p.max_nodes) +
                           " needs --rdzv-endpoint host[:port] (the address of the node that "
                           "hosts the rendezvous store; default port 29400)");
   }
-  if (auto it = conf.find("store_type"); it != conf.end() && it->second != "tcp") {
-    throw RendezvousError("--rdzv-conf store_type='" + it->second +
-                          "' is not supported (only tcp)");
-  }
   Endpoint ep = parse_endpoint(p.endpoint, kDefaultC10dPort, "--rdzv-endpoint");
   if (ep.port == 0) {
     throw RendezvousError("--rdzv-endpoint " + ep.to_string() +
                           ": a multi-node job needs a fixed port, not 0");
   }
-  StoreRendezvous::Config c = common_config(p, conf);
+  StoreRendezvous::Config c = common_config(p);
   c.backend = "c10d";
   c.endpoint = ep.to_string();
-  c.node_rank = p.node_rank;
-  c.join_timeout = conf_seconds(conf, "join_timeout", 600);
-  conf_seconds(conf, "close_timeout", 30);     // validated; closing is a single SET
-  conf_seconds(conf, "heartbeat_timeout", 5);  // validated; heartbeats are single ADDs
-  std::optional<bool> is_host = conf_bool(conf, "is_host");
-  bool host = is_host ? *is_host : is_this_host(ep.host, p.local_addr);
-  if (!p.local_addr.empty()) {
-    c.advertise_addr = p.local_addr;
+  c.node_rank = p.node_rank.value_or(-1);  // the node descriptor's "not given"
+  c.join_timeout = conf.join_timeout.value_or(600s);
+  const bool host = conf.is_host.value_or(is_this_host(ep.host, p.local_addr.value_or("")));
+  if (p.local_addr) {
+    c.advertise_addr = *p.local_addr;
   } else {
     std::string routed = routed_local_address(ep);
     c.advertise_addr = !routed.empty() ? routed : c.hostname;
   }
-  if (is_loopback_host(ep.host) && p.local_addr.empty()) {
+  if (is_loopback_host(ep.host) && !p.local_addr) {
     spdlog::warn(
         "c10d rendezvous: the endpoint {} is a loopback address: only agents on this "
         "machine can join; use an address the other nodes can reach",
@@ -318,44 +309,39 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
         "--local-addr to an address the other nodes can reach",
         c.advertise_addr);
   }
-  c.bind_addr = is_ip_literal(p.local_addr) ? p.local_addr : "";
+  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   auto rs = std::make_shared<TcpRendezvousStore>();
   rs->endpoint = ep;
   rs->backend = "c10d";
   rs->run_id = p.run_id;
   rs->try_host = host;
   rs->must_host = false;
-  rs->read_timeout = read_timeout_of(conf);
+  rs->read_timeout = conf.read_timeout.value_or(60s);
   return finish(std::move(c), rs);
 }
 
 }  // namespace
 
+Backend parse_backend(const std::string& name) {
+  if (name == "static") return Backend::kStatic;
+  if (name == "c10d") return Backend::kC10d;
+  if (name == "etcd" || name == "etcd-v2") {
+    throw RendezvousError("--rdzv-backend " + name +
+                          " is not supported yet; use c10d (ddprun hosts the store itself)");
+  }
+  throw RendezvousError("unknown --rdzv-backend '" + name + "' (supported: static, c10d)");
+}
+
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParams& params) {
-  if (params.min_nodes < 1 || params.max_nodes < params.min_nodes) {
-    throw RendezvousError("--nnodes " + std::to_string(params.min_nodes) + ":" +
-                          std::to_string(params.max_nodes) + " is invalid: need 0 < MIN <= MAX");
-  }
-  if (params.local_world_size < 1) {
-    throw RendezvousError("--nproc-per-node must be >= 1");
-  }
-  const std::string& b = params.backend;
-  if (b != "static" && b != "c10d" && b != "etcd" && b != "etcd-v2") {
-    throw RendezvousError("unknown --rdzv-backend '" + b + "' (supported: static, c10d)");
-  }
   // Checked whatever the node count, so a typo fails at once (exit 2), never after
-  // join_timeout of connection attempts.
+  // join_timeout of connection attempts (or on the day the job grows to two nodes).
   if (!params.endpoint.empty()) parse_endpoint(params.endpoint, -1, "--rdzv-endpoint");
-  if (b == "c10d") read_timeout_of(params.conf);
+  if (params.backend == Backend::kStatic) static_node_rank(params);
   if (params.max_nodes == 1) {
     // One node needs no rendezvous traffic, whatever the backend: only the workers' store.
     return std::make_unique<LocalRendezvous>(params);
   }
-  if (b == "etcd" || b == "etcd-v2") {
-    throw RendezvousError("--rdzv-backend " + b +
-                          " is not supported yet; use c10d (ddprun hosts the store itself)");
-  }
-  if (b == "static") return make_static(params);
+  if (params.backend == Backend::kStatic) return make_static(params);
   return make_c10d(params);
 }
 

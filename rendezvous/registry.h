@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "rendezvous/rendezvous.h"
 
@@ -21,10 +22,16 @@ namespace ddprun::rdzv {
 inline constexpr int kDefaultC10dPort = 29400;
 inline constexpr int kDefaultMasterPort = 29500;
 
-// Validates `params` and builds the handler; nothing is bound or connected before the
-// first next_rendezvous(). Throws RendezvousError (one line naming the bad value) on an
-// unknown backend, a bad endpoint, inconsistent node counts or ranks, or a bad
-// --rdzv-conf value. Unknown --rdzv-conf keys only log a warning.
+// The backend named `name` (--rdzv-backend). Throws RendezvousError naming the flag for
+// an unknown name and for etcd / etcd-v2 (not supported yet).
+Backend parse_backend(const std::string& name);
+
+// Checks how `params` combine and builds the handler; nothing is bound or connected
+// before the first next_rendezvous(). Throws RendezvousError (one line naming the bad
+// value) on a bad endpoint, an endpoint or port the backend cannot use, or a static
+// node rank (--node-rank, else --rdzv-conf rank) outside [0, nnodes). The single values
+// are checked where they were parsed (see RendezvousParams). --rdzv-conf keys the
+// backend does not use only log a warning.
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParams& params);
 
 }  // namespace ddprun::rdzv

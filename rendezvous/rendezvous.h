@@ -10,11 +10,13 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "rendezvous/rdzv_conf.h"
 
 namespace ddprun::rdzv {
 
@@ -35,19 +37,25 @@ struct RendezvousInfo {
   std::vector<std::string> node_names;  // per group rank, for logs and failure reports
 };
 
-// What the launcher knows that the rendezvous needs (parsed from the command line).
+// The rendezvous backends (--rdzv-backend); parse_backend() in registry.h reads the name.
+enum class Backend { kStatic, kC10d };
+inline std::string backend_name(Backend b) { return b == Backend::kStatic ? "static" : "c10d"; }
+
+// What the launcher knows that the rendezvous needs, parsed from the command line.
+// Each single value is checked where it is parsed (the launcher's build_config,
+// parse_backend, parse_rdzv_conf); make_rendezvous_handler() checks how they combine.
 struct RendezvousParams {
-  std::string backend = "static";  // "static" | "c10d" (| "etcd" later)
-  std::string endpoint;            // --rdzv-endpoint, "host[:port]", may be empty
-  std::string run_id = "none";     // --rdzv-id
-  int min_nodes = 1;
+  Backend backend = Backend::kStatic;
+  std::string endpoint;         // --rdzv-endpoint, "host[:port]", may be empty
+  std::string run_id = "none";  // --rdzv-id
+  int min_nodes = 1;            // --nnodes MIN:MAX, 1 <= MIN <= MAX
   int max_nodes = 1;
-  int node_rank = -1;                       // --node-rank if given explicitly, else -1
-  std::string master_addr;                  // --master-addr if given, else empty
-  int master_port = -1;                     // --master-port if given, else -1
-  std::string local_addr;                   // --local-addr if given, else empty
-  int local_world_size = 1;                 // this node's --nproc-per-node
-  std::map<std::string, std::string> conf;  // --rdzv-conf key=value pairs
+  std::optional<int> node_rank;            // --node-rank, when given
+  std::optional<std::string> master_addr;  // --master-addr, when given
+  std::optional<int> master_port;          // --master-port, when given (0..65535)
+  std::optional<std::string> local_addr;   // --local-addr, when given
+  int local_world_size = 1;                // this node's --nproc-per-node, >= 1
+  RdzvConf conf;                           // --rdzv-conf
   // What the workers run, as the user wrote it after the launcher's options: the entry
   // form ("-m" for a module, "--no-python" for an executable, nothing for a script),
   // then the script / module / executable and its arguments. The job's fingerprint:

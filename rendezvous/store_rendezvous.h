@@ -147,6 +147,8 @@ class StoreRendezvous final : public RendezvousHandler {
   // failed to complete (then r + 1 is next). Throws as next_rendezvous().
   std::optional<RendezvousInfo> try_round(int r, Clock::time_point deadline);
   int take_slot(int r);
+  // try_round() once this node holds `slot` of round r; an interrupt leaves the slot.
+  std::optional<RendezvousInfo> try_slot(int r, int slot, Clock::time_point deadline);
   // Closes round r when it may (MAX in, or MIN in for last_call_timeout once round r-1
   // is over) and waits until someone did; returns its node count N.
   int wait_for_final(int r, int slot, Clock::time_point deadline);

@@ -87,6 +87,22 @@ int StoreRendezvous::first_round() {
 
 std::optional<RendezvousInfo> StoreRendezvous::try_round(int r, Clock::time_point deadline) {
   const int slot = take_slot(r);
+  try {
+    return try_slot(r, slot, deadline);
+  } catch (const RendezvousInterruptedError&) {
+    // As on a timeout: the slot stays counted, but its heartbeat says "left", so the
+    // round's other nodes see at once that this node will not run in it.
+    try {
+      leave_slot(r, slot);
+    } catch (const std::exception& e) {
+      spdlog::debug("{}: could not announce leaving round {}: {}", where(), r, e.what());
+    }
+    throw;
+  }
+}
+
+std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
+                                                        Clock::time_point deadline) {
   const int n = wait_for_final(r, slot, deadline);
   if (slot >= n) {
     spdlog::warn(

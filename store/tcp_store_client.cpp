@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "store/backoff.h"
 #include "store/host_port.h"
@@ -37,7 +38,18 @@ TcpStore::TcpStore(TcpStoreOptions options) : Store(options.timeout), options_(s
                                         .randomization_factor = 0.5,
                                         .multiplier = 1.5,
                                         .max_interval = Duration(1000)});
+  const std::atomic<bool>* cancel = options_.cancel;
+  if (cancel != nullptr) {
+    backoff.set_sleep([cancel](Duration d) {
+      for (auto until = Clock::now() + d; !cancel->load() && Clock::now() < until;) {
+        std::this_thread::sleep_for(std::min<Clock::duration>(Duration(20), until - Clock::now()));
+      }
+    });
+  }
   for (;;) {
+    if (cancel != nullptr && cancel->load()) {
+      throw StoreConnectionError("connecting to store " + addr + " cancelled");
+    }
     auto conn = std::make_unique<Connection>(addr);
     try {
       conn->connect_once(options_.host, options_.port, deadline);

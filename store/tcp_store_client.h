@@ -6,6 +6,7 @@
 // (one connection carries one operation at a time).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,11 @@ struct TcpStoreOptions {
   // client with a world size does), then block until "init/" reaches world_size.
   std::optional<std::int64_t> world_size;
   bool wait_for_workers = true;
+  // When set, connecting gives up with StoreConnectionError ("cancelled") soon after
+  // *cancel becomes true: it is read before every try and every 20 ms of the backoff
+  // between tries (a try itself is bounded by connect_timeout). For callers that must
+  // stop on request (the rendezvous' interrupt()); the flag must outlive the constructor.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Keys are sent exactly as given. (PyTorch's Python TCPStore prepends "/" to every user

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -28,6 +29,7 @@
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -72,7 +74,8 @@ std::unique_ptr<ddprun::rdzv::RendezvousHandler> local_handler(const LaunchConfi
   return ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(c));
 }
 
-// Delegates to the real handler; can ask for one new round, or fail a rendezvous.
+// Delegates to the real handler; can ask for one new round, fail a rendezvous, or block
+// a rendezvous or the exit barrier until interrupt() (as a multi-node one waits).
 class Steered : public ddprun::rdzv::RendezvousHandler {
  public:
   explicit Steered(std::unique_ptr<ddprun::rdzv::RendezvousHandler> real)
@@ -80,13 +83,8 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
   ddprun::rdzv::RendezvousInfo next_rendezvous() override {
     ++rounds;
     if (fail_at_round == rounds) throw ddprun::rdzv::RendezvousTimeoutError("test: no peers");
-    if (block_until_released) {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return released; });
-      returned = true;
-      cv.notify_all();
-      lock.unlock();  // the last touch of `this`: the test may delete it from here on
-      throw ddprun::rdzv::RendezvousClosedError("test: released");
+    if (block_rendezvous && !block_until_interrupted("rendezvous")) {
+      throw ddprun::rdzv::RendezvousInterruptedError("test: interrupted");
     }
     return real_->next_rendezvous();
   }
@@ -97,22 +95,49 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
     return true;
   }
   bool is_closed() override { return real_->is_closed(); }
-  void set_closed() override { real_->set_closed(); }
-  bool exit_barrier(std::chrono::milliseconds t) override { return real_->exit_barrier(t); }
+  void set_closed() override {
+    closed = true;
+    real_->set_closed();
+  }
+  bool exit_barrier(std::chrono::milliseconds t) override {
+    if (block_exit_barrier) return block_until_interrupted("exit barrier");
+    return real_->exit_barrier(t);
+  }
   std::string run_id() const override { return real_->run_id(); }
   std::string backend_name() const override { return real_->backend_name(); }
-  void shutdown() override { real_->shutdown(); }
+  void shutdown() override {
+    shut_down = true;
+    real_->shutdown();
+  }
+  void interrupt() override {
+    std::lock_guard lock(mu);
+    interrupted = true;
+    cv.notify_all();
+  }
+
+  // Blocks (at most 60 s, so that an Agent that never interrupts fails the test instead
+  // of hanging it) until interrupt(); `raise_on_block` is raised once blocked. Returns
+  // false when interrupted.
+  bool block_until_interrupted(const std::string& what) {
+    std::unique_lock lock(mu);
+    blocked_in = what;
+    if (raise_on_block) raise_on_block();
+    return !cv.wait_for(lock, 60s, [&] { return interrupted; });
+  }
 
   int rounds = 0;
   int fail_at_round = 0;
-  // A join that never completes (until released): a multi-node rendezvous waiting.
-  bool block_until_released = false;
+  bool block_rendezvous = false;
+  bool block_exit_barrier = false;
+  std::function<void()> raise_on_block;
   std::mutex mu;
   std::condition_variable cv;
-  bool released = false;
-  bool returned = false;
+  bool interrupted = false;                 // guarded by mu
+  std::string blocked_in;                   // guarded by mu
   std::atomic<bool> want_new_round{false};  // set by a worker; asked for once
   bool asked = false;
+  bool closed = false;
+  bool shut_down = false;
 
  private:
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> real_;
@@ -217,29 +242,48 @@ TEST_CASE("agent: a rendezvous error fails the run with exit 1", "[agent]") {
   CHECK(sup.starts() == 0);
 }
 
-TEST_CASE("agent: a signal during a blocked rendezvous ends the run at once", "[agent]") {
+TEST_CASE("agent: a signal during a blocked rendezvous interrupts it - run returns", "[agent]") {
   TempDir dir;
   LaunchConfig c = program_job(1, dir);
   auto handler = std::make_unique<Steered>(local_handler(c));
-  handler->block_until_released = true;
-  Steered* steered = handler.get();
+  handler->block_rendezvous = true;
+  Steered* steered = handler.get();  // owned by the Agent, which outlives these checks
   ThreadSupervisor sup;
   sup.install("program", [](ThreadSupervisor::Worker&) { return 0; });
+  handler->raise_on_block = [&] { sup.raise(SIGTERM); };  // arrives while it blocks
   Agent agent(c, base_env(), sup, std::move(handler));
-  sup.raise(SIGTERM);  // arrives while the rendezvous blocks (it never completes)
   const RunResult r = agent.run();
   CHECK(r.outcome == RunResult::Outcome::kStopped);
   CHECK(r.exit_code == 1);
-  CHECK(r.abandon);  // main must _Exit: the rendezvous thread still holds the handler
   CHECK(sup.starts() == 0);
-  // The Agent gave the handler up; let its thread finish, then free it here.
-  {
-    std::unique_lock lock(steered->mu);
-    steered->released = true;
-    steered->cv.notify_all();
-    steered->cv.wait(lock, [&] { return steered->returned; });
-  }
-  delete steered;
+  // run() returned through interrupt(): the rendezvous thread has been joined, and the
+  // handler was shut down (it leaves its round and stops any store it hosts).
+  std::lock_guard lock(steered->mu);
+  CHECK(steered->blocked_in == "rendezvous");
+  CHECK(steered->interrupted);
+  CHECK(steered->shut_down);
+}
+
+TEST_CASE("agent: a signal during the exit barrier interrupts it - stopped, not closed",
+          "[agent]") {
+  TempDir dir;
+  LaunchConfig c = program_job(2, dir);
+  auto handler = std::make_unique<Steered>(local_handler(c));
+  handler->block_exit_barrier = true;
+  Steered* steered = handler.get();
+  ThreadSupervisor sup;
+  sup.install("program", [](ThreadSupervisor::Worker&) { return 0; });
+  handler->raise_on_block = [&] { sup.raise(SIGINT); };
+  Agent agent(c, base_env(), sup, std::move(handler));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kStopped);
+  CHECK(r.exit_code == 1);
+  CHECK(sup.starts() == 1);
+  std::lock_guard lock(steered->mu);
+  CHECK(steered->blocked_in == "exit barrier");
+  CHECK(steered->interrupted);
+  CHECK_FALSE(steered->closed);  // the peers still run: late joiners are not turned away
+  CHECK(steered->shut_down);
 }
 
 TEST_CASE("agent: SIGUSR1 is forwarded, SIGTERM stops the workers", "[agent]") {
@@ -277,37 +321,37 @@ TEST_CASE("agent: an unstartable worker fails the run", "[agent]") {
 
 TEST_CASE("agent: rendezvous parameters from the command line", "[agent]") {
   LaunchConfig c;
-  c.rdzv_backend = "static";
+  c.rdzv_backend = ddprun::rdzv::Backend::kStatic;
   c.rdzv_id = "j";
   c.min_nodes = 2;
   c.max_nodes = 3;
   c.nproc_per_node = 4;
   c.node_rank = 1;
   c.master_port = 29511;
-  c.rdzv_conf = {{"timeout", "5"}};
+  c.rdzv_conf = ddprun::rdzv::parse_rdzv_conf("timeout=5");
   const auto p = make_rendezvous_params(c);
-  CHECK(p.backend == "static");
+  CHECK(p.backend == ddprun::rdzv::Backend::kStatic);
   CHECK(p.run_id == "j");
   CHECK(p.min_nodes == 2);
   CHECK(p.max_nodes == 3);
   CHECK(p.local_world_size == 4);
   CHECK(p.node_rank == 1);
   CHECK(p.master_port == 29511);
-  CHECK(p.master_addr.empty());
-  CHECK(p.conf.at("timeout") == "5");
-  CHECK(make_rendezvous_params(LaunchConfig{}).node_rank == -1);
+  CHECK_FALSE(p.master_addr);
+  CHECK(p.conf.timeout == 5s);
+  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}).node_rank);
 }
 
 TEST_CASE("USE_LIBUV=0 selects use_agent_store=0 unless --rdzv-conf says otherwise") {
   LaunchConfig c;
   ::setenv("USE_LIBUV", "0", 1);
-  CHECK(make_rendezvous_params(c).conf.at("use_agent_store") == "0");
-  c.rdzv_conf = {{"use_agent_store", "1"}};
-  CHECK(make_rendezvous_params(c).conf.at("use_agent_store") == "1");
+  CHECK(make_rendezvous_params(c).conf.use_agent_store == false);
+  c.rdzv_conf.use_agent_store = true;
+  CHECK(make_rendezvous_params(c).conf.use_agent_store == true);
   ::setenv("USE_LIBUV", "1", 1);
-  CHECK(make_rendezvous_params(LaunchConfig{}).conf.count("use_agent_store") == 0);
+  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}).conf.use_agent_store);
   ::unsetenv("USE_LIBUV");
-  CHECK(make_rendezvous_params(LaunchConfig{}).conf.count("use_agent_store") == 0);
+  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}).conf.use_agent_store);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <csignal>
 
 using namespace ddprun::launcher;
+using ddprun::rdzv::Backend;
 
 namespace {
 
@@ -51,7 +52,7 @@ TEST_CASE("defaults match torchrun's", "[cli]") {
   CHECK(c.training_script == "train.py");
   CHECK(c.script_args.empty());
   // Single node, static defaults: the newest torchrun's switch to a free local port.
-  CHECK(c.rdzv_backend == "c10d");
+  CHECK(c.rdzv_backend == Backend::kC10d);
   CHECK(c.rdzv_endpoint == "localhost:0");
   CHECK(c.rdzv_id.size() == 36);
 }
@@ -93,7 +94,7 @@ TEST_CASE("every option in both spellings", "[cli]") {
         CAPTURE(name, style);
         if (row.dash == "--nproc-per-node") CHECK(c.nproc_per_node == 3);
         if (row.dash == "--rdzv-id") CHECK(c.rdzv_id == "job7");
-        if (row.dash == "--rdzv-conf") CHECK(c.rdzv_conf.at("join_timeout") == "5");
+        if (row.dash == "--rdzv-conf") CHECK(c.rdzv_conf.join_timeout == std::chrono::seconds(5));
         if (row.dash == "--max-restarts") CHECK(c.max_restarts == 4);
         if (row.dash == "--monitor-interval") CHECK(c.monitor_interval_s == 0.5);
         if (row.dash == "--start-method") CHECK(c.start_method == "fork");
@@ -103,7 +104,7 @@ TEST_CASE("every option in both spellings", "[cli]") {
         if (row.dash == "--master-addr") CHECK(*c.master_addr == "127.0.0.2");
         if (row.dash == "--master-port") {
           CHECK(*c.master_port == 29555);
-          CHECK(c.rdzv_backend == "static");  // an explicit port keeps static
+          CHECK(c.rdzv_backend == Backend::kStatic);  // an explicit port keeps static
         }
         if (row.dash == "--local-addr") CHECK(*c.local_addr == "127.0.0.3");
         if (row.dash == "--signals-to-handle")
@@ -141,7 +142,7 @@ TEST_CASE("flags in both spellings", "[cli]") {
   CHECK(!ok({"--legacy_launch", "--use_env", "train.py"}).passes_local_rank_arg());
   CHECK(!ok({"--legacy-launch", "--use-env", "train.py"}).passes_local_rank_arg());
   const LaunchConfig s = ok({"--standalone", "--rdzv-backend=static", "train.py"});
-  CHECK(s.rdzv_backend == "c10d");
+  CHECK(s.rdzv_backend == Backend::kC10d);
   CHECK(s.rdzv_endpoint == "localhost:0");
 }
 
@@ -197,8 +198,10 @@ TEST_CASE("value forms: nnodes, nproc, redirects, tee, rdzv-conf", "[cli]") {
   CHECK(t.tee.for_rank(1) == 3);
   CHECK(t.tee.for_rank(2) == 0);
   CHECK(t.redirects.for_rank(5) == 2);
-  const LaunchConfig r = ok({"--rdzv-conf", "a=1, b = x=y ,c=", "train.py"});
-  CHECK(r.rdzv_conf == std::map<std::string, std::string>{{"a", "1"}, {"b", "x=y"}, {"c", ""}});
+  // Parsed once, here, into typed values (rendezvous/rdzv_conf.h has the value tests).
+  const LaunchConfig r = ok({"--rdzv-conf", "a=1, join_timeout = 2.5 ,c=", "train.py"});
+  CHECK(r.rdzv_conf.join_timeout == std::chrono::milliseconds(2500));
+  CHECK(r.rdzv_conf.keys == std::vector<std::string>{"a", "join_timeout", "c"});
   CHECK(ok({"--nnodes=2", "--nnodes=1", "train.py"}).max_nodes == 1);  // last one wins
 }
 
@@ -224,8 +227,9 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
       {{"--rdzv-conf=a=1,oops", "train.py"}, "'oops'"},
       {{"--rdzv-conf==1", "train.py"}, "--rdzv-conf"},
       {{"--rdzv-backend=zk", "train.py"}, "--rdzv-backend"},
+      {{"--rdzv-backend=etcd", "train.py"}, "--rdzv-backend etcd is not supported"},
+      {{"--rdzv-conf=join_timeout=soon", "train.py"}, "join_timeout='soon'"},
       {{"--master-port=70000", "train.py"}, "--master-port"},
-      {{"--node-rank=2", "--master-port=1", "train.py"}, "--node-rank"},
       {{"--redirects=4", "train.py"}, "--redirects"},
       {{"--tee=0:x", "train.py"}, "--tee"},
       {{"--signals-to-handle=SIGNOPE", "train.py"}, "--signals-to-handle"},

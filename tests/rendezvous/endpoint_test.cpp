@@ -52,13 +52,39 @@ TEST_CASE("host checks: literals / loopback / --local-addr decides", "[endpoint]
 }
 
 TEST_CASE("rdzv-conf values: fractional seconds / ints / booleans / errors", "[conf]") {
-  ConfMap conf{{"join_timeout", "0.25"}, {"n", "3"}, {"is_host", "Yes"}, {"bad", "x"}};
-  CHECK(conf_seconds(conf, "join_timeout", 600).count() == 250);
-  CHECK(conf_seconds(conf, "missing", 600).count() == 600000);
-  CHECK(conf_int(conf, "n", 1) == 3);
-  CHECK(conf_bool(conf, "is_host") == std::optional<bool>(true));
-  CHECK_FALSE(conf_bool(conf, "missing").has_value());
-  CHECK_THROWS_AS(conf_seconds(conf, "bad", 1), RendezvousError);
-  CHECK_THROWS_AS(conf_int(conf, "bad", 1), RendezvousError);
-  CHECK_THROWS_AS(conf_bool(conf, "bad"), RendezvousError);
+  using std::chrono::milliseconds;
+  const RdzvConf c = parse_rdzv_conf(
+      " join_timeout = 0.25, keep_alive_max_attempt=3,is_host=Yes,job_check=n,wat=x=y, "
+      "workers_port=0,timeout=0");
+  CHECK(c.join_timeout == milliseconds(250));
+  CHECK(c.timeout == milliseconds(0));
+  CHECK(c.keep_alive_max_attempt == 3);
+  CHECK(c.is_host == true);
+  CHECK(c.job_check == false);
+  CHECK(c.workers_port == 0);
+  CHECK_FALSE(c.read_timeout.has_value());
+  CHECK_FALSE(c.use_agent_store.has_value());
+  CHECK(c.keys == std::vector<std::string>{"join_timeout", "keep_alive_max_attempt", "is_host",
+                                           "job_check", "wat", "workers_port", "timeout"});
+  CHECK(parse_rdzv_conf(" ").keys.empty());
+  CHECK(parse_rdzv_conf("store_type=tcp").keys == std::vector<std::string>{"store_type"});
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"join_timeout=soon", "join_timeout='soon' is not a non-negative number of seconds"},
+      {"last_call_timeout=-1", "last_call_timeout='-1'"},
+      {"read_timeout=0", "read_timeout='0' must be a positive number of seconds"},
+      {"keep_alive_interval=0", "keep_alive_interval='0' must be a positive"},
+      {"keep_alive_max_attempt=0", "keep_alive_max_attempt='0' is not an integer in [1, "},
+      {"workers_port=65536", "workers_port='65536' is not an integer in [0, 65535]"},
+      {"rank=x", "rank='x'"},
+      {"is_host=maybe", "is_host='maybe' is not a boolean"},
+      {"store_type=file", "store_type='file' is not supported (only tcp)"},
+      {"a=1,oops", "malformed pair 'oops' in 'a=1,oops'"},
+      {"=1", "malformed pair '=1'"},
+      {"a=1,", "malformed pair ''"},
+  };
+  for (const auto& [text, message] : bad) {
+    INFO(text);
+    CHECK_THROWS_WITH(parse_rdzv_conf(text), Catch::Contains(message) && !Catch::Contains("\n"));
+  }
 }

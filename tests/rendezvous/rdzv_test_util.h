@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "rendezvous/rendezvous.h"
+#include "rendezvous/registry.h"
 
 namespace ddprun::rdzv::test {
 
@@ -45,16 +45,19 @@ inline bool eventually(const std::function<bool()>& pred,
 inline RendezvousParams node_params(const std::string& backend, int i, std::uint16_t port,
                                     int min_nodes, int max_nodes, int nproc = 1) {
   RendezvousParams p;
-  p.backend = backend;
+  p.backend = parse_backend(backend);
   p.run_id = "test_job";
   p.endpoint = "127.0.0.1:" + std::to_string(port);
   p.min_nodes = min_nodes;
   p.max_nodes = max_nodes;
   p.local_addr = "127.0.0." + std::to_string(i + 1);
   p.local_world_size = nproc;
-  p.conf = {{"join_timeout", "20"},           {"timeout", "20"},
-            {"last_call_timeout", "0.3"},     {"keep_alive_interval", "0.1"},
-            {"keep_alive_max_attempt", "10"}, {"read_timeout", "10"}};
+  p.conf.join_timeout = std::chrono::seconds(20);
+  p.conf.timeout = std::chrono::seconds(20);
+  p.conf.last_call_timeout = std::chrono::milliseconds(300);
+  p.conf.keep_alive_interval = std::chrono::milliseconds(100);
+  p.conf.keep_alive_max_attempt = 10;
+  p.conf.read_timeout = std::chrono::seconds(10);
   return p;
 }
 

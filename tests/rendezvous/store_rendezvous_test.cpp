@@ -102,6 +102,18 @@ std::vector<int> check_consistent(const std::vector<RendezvousInfo>& infos,
   return ranks;
 }
 
+// next_rendezvous() on a thread of its own: "formed", or the RendezvousError's message.
+std::future<std::string> rendezvous_outcome(RendezvousHandler& h) {
+  return std::async(std::launch::async, [&h] {
+    try {
+      h.next_rendezvous();
+      return std::string("formed");
+    } catch (const RendezvousError& e) {
+      return std::string(e.what());
+    }
+  });
+}
+
 std::unique_ptr<store::TcpStore> connect(const std::string& host, std::uint16_t port) {
   store::TcpStoreOptions o;
   o.host = host;
@@ -238,7 +250,7 @@ TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejecte
   auto port = test::free_port();
   auto workers_port = test::free_port();
   std::vector<RendezvousParams> ps = static_nodes(port, {3, 2});
-  for (auto& p : ps) p.conf["workers_port"] = std::to_string(workers_port);
+  for (auto& p : ps) p.conf.workers_port = workers_port;
   {
     auto hs = make_all(ps);
     auto infos = rendezvous_all(hs);
@@ -276,7 +288,7 @@ TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejecte
   }
   // A second node believing it is rank 0 (no --node-rank) on the same machine cannot
   // host the store: a one-line error naming the endpoint.
-  ps[1].node_rank = -1;
+  ps[1].node_rank.reset();
   auto h0 = make_rendezvous_handler(ps[0]);
   auto f0 = std::async(std::launch::async, [&] {
     try {
@@ -335,10 +347,10 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 4; ++i) {
     ps.push_back(node_params("c10d", i, port, 2, 4));
-    ps.back().conf["keep_alive_max_attempt"] = "30";  // no false death in the sleep below
+    ps.back().conf.keep_alive_max_attempt = 30;  // no false death in the sleep below
     // Each round must hold every node that is meant for it: under CI load three threads
     // took longer than the default 0.3 s last call to rejoin, and round 1 formed without one.
-    ps.back().conf["last_call_timeout"] = "3";
+    ps.back().conf.last_call_timeout = std::chrono::milliseconds(3000);
   }
   Handlers first;
   for (int i = 0; i < 3; ++i) first.push_back(make_rendezvous_handler(ps[i]));
@@ -359,8 +371,8 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
   for (auto& h : first) CHECK_FALSE(h->needs_new_round());
   // At MAX, a fifth node waits without forcing a restart.
   auto p5 = node_params("c10d", 4, port, 2, 4);
-  p5.conf["keep_alive_max_attempt"] = "30";
-  p5.conf["last_call_timeout"] = "3";
+  p5.conf.keep_alive_max_attempt = 30;
+  p5.conf.last_call_timeout = std::chrono::milliseconds(3000);
   auto fifth = make_rendezvous_handler(p5);
   auto fifth_f = std::async(std::launch::async, [&] {
     try {
@@ -420,7 +432,7 @@ TEST_CASE("c10d: a node that shuts down is noticed at once - too few nodes time 
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, port, 3, 3));
-    ps.back().conf["join_timeout"] = "1.5";
+    ps.back().conf.join_timeout = 1500ms;
   }
   Handlers hs = make_all(ps);
   rendezvous_all(hs);
@@ -486,7 +498,7 @@ TEST_CASE("losing the store host: the others get a connection error naming the e
 TEST_CASE("no store at the endpoint: connection error after join_timeout", "[c10d]") {
   auto port = test::free_port();
   auto p = node_params("c10d", 1, port, 2, 2);
-  p.conf["join_timeout"] = "0.5";
+  p.conf.join_timeout = 500ms;
   auto h = make_rendezvous_handler(p);
   auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(h->next_rendezvous(), RendezvousConnectionError);
@@ -496,7 +508,7 @@ TEST_CASE("no store at the endpoint: connection error after join_timeout", "[c10
 TEST_CASE("an endpoint name that does not resolve is retried and the error says so", "[c10d]") {
   auto p = node_params("c10d", 1, test::free_port(), 2, 2);
   p.endpoint = "ddprun-no-such-host.invalid:29400";  // .invalid never resolves (RFC 2606)
-  p.conf["join_timeout"] = "1";
+  p.conf.join_timeout = 1s;
   auto h = make_rendezvous_handler(p);  // accepted: the name may resolve later
   CHECK_THROWS_WITH(h->next_rendezvous(),
                     Catch::Contains("the name 'ddprun-no-such-host.invalid' does not resolve") &&
@@ -519,6 +531,54 @@ TEST_CASE("interrupt() ends a waiting next_rendezvous promptly", "[c10d]") {
   h->interrupt();
   CHECK_THAT(f.get(), Catch::Contains("interrupted"));
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+}
+
+TEST_CASE("interrupt() ends next_rendezvous promptly while it connects to an unserved endpoint",
+          "[c10d][interrupt]") {
+  auto p = node_params("c10d", 1, test::free_port(), 2, 2);  // nobody serves that port
+  p.conf.is_host = false;
+  p.conf.join_timeout = 600s;
+  auto h = make_rendezvous_handler(p);
+  auto f = rendezvous_outcome(*h);
+  std::this_thread::sleep_for(300ms);  // likely mid-connect; any moment works (it is sticky)
+  h->interrupt();
+  // Well before join_timeout (600 s): the connection loop looks at the flag every try.
+  REQUIRE(f.wait_for(30s) == std::future_status::ready);
+  CHECK_THAT(f.get(), Catch::Contains("interrupted while connecting"));
+}
+
+TEST_CASE("an interrupted node leaves its slot: the round's other nodes see it left at once",
+          "[c10d][interrupt]") {
+  auto port = test::free_port();
+  std::vector<RendezvousParams> ps;
+  for (int i = 0; i < 3; ++i) {
+    ps.push_back(node_params("c10d", i, port, 3, 3));
+    // A silent slot would be declared dead only after 60 s: only "left" is seen sooner.
+    ps.back().conf.keep_alive_max_attempt = 600;
+  }
+  Handlers hs = make_all(ps);
+  auto f0 = std::async(std::launch::async, [&] { return hs[0]->next_rendezvous(); });
+  auto f1 = rendezvous_outcome(*hs[1]);
+  std::unique_ptr<store::TcpStore> raw;
+  REQUIRE(test::eventually([&] {
+    try {
+      if (!raw) raw = connect("127.0.0.1", port);
+      return raw->add("ddprun/rdzv/test_job/r0/joined", 0) == 2;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }));
+  hs[1]->interrupt();  // node 1 (the agent got SIGINT) gives up while round 0 forms
+  CHECK_THAT(f1.get(), Catch::Contains("interrupted"));
+  // Node 2 completes round 0, which still counts node 1's slot.
+  auto f2 = std::async(std::launch::async, [&] { return hs[2]->next_rendezvous(); });
+  auto i0 = f0.get();
+  auto i2 = f2.get();
+  CHECK(i0.group_world_size == 3);
+  CHECK(i2.group_world_size == 3);
+  REQUIRE(test::eventually([&] { return hs[0]->needs_new_round(); }, 10s));
+  CHECK_THAT(dynamic_cast<StoreRendezvous&>(*hs[0]).new_round_reason(),
+             Catch::Contains("127.0.0.2") && Catch::Contains("left round 0"));
 }
 
 TEST_CASE("StoreRendezvous over a MemoryStore: 16 nodes form one round", "[memory]") {
@@ -553,7 +613,7 @@ void scale_test(int n) {
     ps.back().local_addr =
         i == 0 ? "127.0.0.1"
                : "127.0." + std::to_string(1 + i / 250) + "." + std::to_string(1 + i % 250);
-    ps.back().conf["keep_alive_interval"] = "2";
+    ps.back().conf.keep_alive_interval = 2s;
   }
   auto hs = make_all(ps);
   auto t0 = std::chrono::steady_clock::now();
@@ -616,7 +676,7 @@ TEST_CASE("needs_new_round announces leaving - needs_new_round_now sees a peer a
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, port, 2, 3));
-    ps.back().conf["keep_alive_interval"] = "30";  // the background watch ticks once a second
+    ps.back().conf.keep_alive_interval = 30s;  // the background watch ticks once a second
   }
   Handlers hs;
   hs.push_back(make_rendezvous_handler(ps[0]));
@@ -673,7 +733,7 @@ TEST_CASE("c10d: a node of another job with the same run id is refused without a
   // Same run id and endpoint, another program: refused before it takes a slot.
   RendezvousParams other = node_params("c10d", 3, port, 2, 3);
   other.job_command = {"-m", "other.mod", "--name", "it's mine"};
-  other.conf["join_timeout"] = "3";
+  other.conf.join_timeout = 3s;
   auto intruder = make_rendezvous_handler(other);
   try {
     intruder->next_rendezvous();
@@ -708,11 +768,11 @@ TEST_CASE("c10d: a frozen rendezvous store blames no one - the round goes on", "
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, store.port(), 3, 3));
-    ps.back().conf["is_host"] = "0";  // every node is a client of the store process
+    ps.back().conf.is_host = false;  // every node is a client of the store process
     // Dead after 4 s without a beat. Beats every 2 s, looks every 1 s: when the store
     // freezes, a node's pending call is as often a look as a beat.
-    ps.back().conf["keep_alive_interval"] = "2";
-    ps.back().conf["keep_alive_max_attempt"] = "2";
+    ps.back().conf.keep_alive_interval = 2s;
+    ps.back().conf.keep_alive_max_attempt = 2;
   }
   Handlers hs = make_all(ps);
   auto infos = rendezvous_all(hs);

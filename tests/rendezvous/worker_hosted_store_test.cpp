@@ -43,7 +43,7 @@ TEST_CASE("free_tcp_port: a bindable port on every interface or on one address",
 TEST_CASE("one node, use_agent_store=0: no store, a free port each round", "[worker_store]") {
   RendezvousParams p;
   p.local_world_size = 2;
-  p.conf = {{"use_agent_store", "0"}};
+  p.conf.use_agent_store = false;
   auto h = make_rendezvous_handler(p);
   auto a = h->next_rendezvous();
   CHECK_FALSE(a.use_agent_store);
@@ -59,8 +59,8 @@ TEST_CASE("one node, use_agent_store=0: no store, a free port each round", "[wor
   CHECK(fixed.master_port == p.master_port);
   CHECK(bindable("127.0.0.1", fixed.master_port));
 
-  p.conf = {{"use_agent_store", "maybe"}};
-  CHECK_THROWS_WITH(make_rendezvous_handler(p), Catch::Contains("use_agent_store='maybe'"));
+  CHECK_THROWS_WITH(parse_rdzv_conf("use_agent_store=maybe"),
+                    Catch::Contains("use_agent_store='maybe'"));
 }
 
 TEST_CASE("c10d, use_agent_store=0: every node gets group rank 0's address and one port",
@@ -69,7 +69,7 @@ TEST_CASE("c10d, use_agent_store=0: every node gets group rank 0's address and o
   std::vector<std::unique_ptr<RendezvousHandler>> hs;
   for (int i = 0; i < 3; ++i) {
     auto p = test::node_params("c10d", i, port, 3, 3);
-    p.conf["use_agent_store"] = "false";
+    p.conf.use_agent_store = false;
     hs.push_back(make_rendezvous_handler(p));
   }
   std::vector<std::future<RendezvousInfo>> fs;

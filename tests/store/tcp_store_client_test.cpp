@@ -7,9 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <thread>
 
 #include "store/protocol.h"
@@ -65,6 +67,26 @@ TEST_CASE("TcpStore: connection refused names host:port and the reason", "[clien
     CHECK(msg.find("127.0.0.1:" + std::to_string(closed.port)) != std::string::npos);
     CHECK(msg.find("refused") != std::string::npos);
   }
+}
+
+TEST_CASE("TcpStore: connecting gives up soon after its cancel flag is set", "[client][net]") {
+  ClosedPort closed;
+  std::atomic<bool> cancel{false};
+  TcpStoreOptions opts = client(closed.port, 600s);  // would retry for 10 minutes
+  opts.cancel = &cancel;
+  auto attempt = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      TcpStore store(opts);
+      return "connected";
+    } catch (const StoreConnectionError& e) {
+      return e.what();
+    }
+  });
+  std::this_thread::sleep_for(200ms);  // retrying by now (any moment works)
+  cancel = true;
+  REQUIRE(attempt.wait_for(60s) == std::future_status::ready);
+  CHECK_THAT(attempt.get(), Catch::Contains("127.0.0.1:" + std::to_string(closed.port)) &&
+                                Catch::Contains("cancelled"));
 }
 
 TEST_CASE("TcpStore: name resolution failure is reported", "[client][net]") {
