@@ -12,28 +12,13 @@
 #include <thread>
 
 #include "store/tcp_store_server.h"
+#include "tests/support/eventually.h"
+#include "tests/support/reserved_port.h"
 
 namespace ddprun::store {
 namespace {
 
 using namespace std::chrono_literals;
-
-// A port that nothing listens on: bound (so nobody else takes it) but never listening.
-struct ClosedPort {
-  ClosedPort() {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
-  }
-  ~ClosedPort() { ::close(fd); }
-  int fd;
-  std::uint16_t port;
-};
 
 TcpStoreOptions client(std::uint16_t port, Store::Duration connect_timeout = 30s,
                        Store::Duration timeout = 30s, const char* host = "127.0.0.1") {
@@ -53,13 +38,13 @@ ServerOptions loopback(std::uint16_t port = 0) {
 }
 
 TEST_CASE("TcpStore: connection refused names host:port and the reason", "[client][net]") {
-  ClosedPort closed;
+  const test::ReservedPort closed;  // bound, never listening: nobody else takes it
   try {
-    TcpStore store(client(closed.port, 300ms));
+    TcpStore store(client(closed, 300ms));
     FAIL("connected to a closed port");
   } catch (const StoreConnectionError& e) {
     std::string msg = e.what();
-    CHECK(msg.find("127.0.0.1:" + std::to_string(closed.port)) != std::string::npos);
+    CHECK(msg.find("127.0.0.1:" + std::to_string(closed.number())) != std::string::npos);
     CHECK(msg.find("refused") != std::string::npos);
   }
 }
@@ -74,11 +59,8 @@ TEST_CASE("TcpStore: name resolution failure is reported", "[client][net]") {
 }
 
 TEST_CASE("TcpStore: keeps retrying until a late server listens", "[client][net]") {
-  std::uint16_t port;
-  {
-    TcpStoreServer probe(loopback());
-    port = probe.start();
-  }  // the port is free again; the server below takes it after the client started trying
+  // Refused until the server below binds it (SO_REUSEADDR) after the client started trying.
+  const test::ReservedPort port;
   std::unique_ptr<TcpStoreServer> server;
   std::thread late([&] {
     std::this_thread::sleep_for(300ms);
@@ -147,7 +129,8 @@ TEST_CASE("TcpStore: a store that goes away gives StoreConnectionError, not a ha
   TcpStore store(client(port));
   store.set("k", "v");
   std::thread stopper([&] {
-    std::this_thread::sleep_for(100ms);
+    // Once the get below waits in the server (its WAIT for the missing key is pending).
+    test::eventually([&] { return server->pending_waits() == 1; });
     server->stop();
   });
   CHECK_THROWS_AS(store.get("never"), StoreConnectionError);

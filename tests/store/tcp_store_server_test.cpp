@@ -26,13 +26,14 @@
 #include "store/tcp_store_client.h"
 #include "store/wire.h"
 #include "tests/store/raw_client.h"
+#include "tests/support/eventually.h"
 
 namespace ddprun::store {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
 using testing::encode;
-using testing::eventually;
 using testing::RawClient;
 constexpr Dialect L = Dialect::kLegacy;
 constexpr Dialect M = Dialect::kModern;
@@ -57,6 +58,12 @@ class LogCapture {
   }
   ~LogCapture() { spdlog::set_default_logger(previous_); }
   std::vector<std::string> lines() { return sink_->lines(); }
+  bool has(const std::string& needle) {
+    for (const std::string& l : lines()) {
+      if (l.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
 
  private:
   class Sink : public spdlog::sinks::base_sink<std::mutex> {
@@ -520,6 +527,7 @@ TEST_CASE("server: accept failing on the open-files limit recovers once fds are 
     WARN("skipped: UBSan's vptr check needs free fds (it opens a pipe on a cache miss)");
     return;
   }
+  LogCapture log;
   Server s;
   RawClient first(s.port);
   first.handshake();
@@ -542,7 +550,8 @@ TEST_CASE("server: accept failing on the open-files limit recovers once fds are 
     // socket() itself hit the limit: the server's accept() certainly does too.
   }
   std::size_t connected = clients.size();
-  std::this_thread::sleep_for(300ms);  // a few of the server's accept retries fail
+  // The server's accept() fails (and says so) while the limit holds.
+  CHECK(eventually([&] { return log.has("cannot accept connections"); }));
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
   REQUIRE(connected > 0);
   for (RawClient& c : clients) c.handshake();
@@ -708,12 +717,7 @@ TEST_CASE("server: a request whose reply would pass the reply cap closes its con
   const std::string line =
       "MULTI_GET: reply of 71303304 bytes exceeds the limit of 67108864 bytes "
       "(--max-reply-bytes)";
-  CHECK(eventually([&] {
-    for (const std::string& l : log.lines()) {
-      if (l.find(line) != std::string::npos) return true;
-    }
-    return false;
-  }));
+  CHECK(eventually([&] { return log.has(line); }));
   RawClient other(s.port);
   other.handshake();
   other.send(Op::kMultiGet, M, std::vector<std::string>(15, "/v"));  // 60 MiB: served
@@ -741,8 +745,13 @@ TEST_CASE("server: replies over --max-output-bytes wait until written replies ma
   // server: the pieces stop at the budget (plus the one piece that crossed it) and the
   // remaining replies wait without starting.
   std::size_t most = 0;
-  for (int i = 0; i < 40; ++i) {
+  auto sample = [&] {
     most = std::max(most, s.server.unsent_output_bytes());
+    return most >= opts.max_output_bytes;
+  };
+  eventually(sample);             // the pieces reach the budget (checked below) ...
+  for (int i = 0; i < 40; ++i) {  // ... and stay within it
+    sample();
     std::this_thread::sleep_for(25ms);
   }
   CHECK(most >= opts.max_output_bytes);
