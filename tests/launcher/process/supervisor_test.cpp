@@ -120,10 +120,10 @@ TEST_CASE("supervisor: stop returns early when the workers obey", "[supervisor]"
 
 TEST_CASE("supervisor: cut_short ends the grace at once", "[supervisor]") {
   Harness h;
-  h.sup->start({sh(0, "trap '' TERM; echo ready; while :; do sleep 0.05; done")});
+  h.sup->start({sh(0, "trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.05; done")});
   REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
   std::thread cutter([&] {
-    std::this_thread::sleep_for(200ms);
+    eventually([&] { return h.out->contains("got TERM\n"); });  // the grace has begun
     h.sup->cut_short();
   });
   auto t0 = std::chrono::steady_clock::now();
@@ -142,10 +142,11 @@ TEST_CASE("supervisor: a handled signal is reported and cuts a stop's grace shor
   REQUIRE(ev.kind == Kind::kSignal);
   CHECK(ev.signo == SIGHUP);
 
-  h.sup->start({sh(0, "trap '' INT TERM; echo ready; while :; do sleep 0.05; done")});
+  h.sup->start(
+      {sh(0, "trap 'echo got INT' INT; trap '' TERM; echo ready; while :; do sleep 0.05; done")});
   REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
-  std::thread second_ctrl_c([] {
-    std::this_thread::sleep_for(200ms);
+  std::thread second_ctrl_c([&] {
+    eventually([&] { return h.out->contains("got INT\n"); });  // the grace has begun
     ::kill(::getpid(), SIGINT);
   });
   auto t0 = std::chrono::steady_clock::now();
