@@ -63,6 +63,7 @@ TEST_CASE("TcpStore: keeps retrying until a late server listens", "[client][net]
   const test::ReservedPort port;
   std::unique_ptr<TcpStoreServer> server;
   std::thread late([&] {
+    // The stimulus, not a wait for an event: refused attempts leave nothing to observe.
     std::this_thread::sleep_for(300ms);
     server = std::make_unique<TcpStoreServer>(loopback(port));
     server->start();
