@@ -37,6 +37,7 @@ TEST_CASE("supervisor: exit codes and ranks are reported - no kAllSucceeded on f
   CHECK(exits[2].exit_code == 77);
   CHECK(exits[2].failed());
   CHECK(exits[2].pid > 0);
+  // No event reports "nothing pending", so the absence of one is checked over a while.
   CHECK(h.next(300ms).kind == Kind::kTimeout);
   CHECK(h.sup->stop(SIGTERM, 1s).empty());
 }
@@ -115,6 +116,7 @@ TEST_CASE("supervisor: stop returns early when the workers obey", "[supervisor]"
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
   REQUIRE(exits.size() == 2);
   for (const auto& e : exits) CHECK(e.signal == SIGTERM);
+  // No event reports "nothing pending", so the absence of one is checked over a while.
   CHECK(h.next(100ms).kind == Kind::kTimeout);  // each exit is delivered once
 }
 
@@ -196,6 +198,7 @@ TEST_CASE("supervisor: forward_signal delivers without stopping", "[supervisor]"
   h.sup->forward_signal(SIGUSR1);
   CHECK(eventually([&] { return h.out->contains("got USR1\n"); }));
   CHECK(h.sup->live_pids().size() == 1);
+  // No event reports "nothing pending", so the absence of one is checked over a while.
   CHECK(h.next(200ms).kind == Kind::kTimeout);
   auto exits = h.sup->stop(SIGTERM, 2s);
   REQUIRE(exits.size() == 1);
