@@ -367,7 +367,7 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
     }
   });
   // It waits in round 2; then every node of round 1 beats (and looks) six more times:
-  // past last_call (0.3 s, beats 0.1 s apart) and several heartbeat ticks.
+  // several heartbeat ticks.
   auto raw = connect("127.0.0.1", port);
   REQUIRE(test::eventually([&] { return raw->check({"ddprun/rdzv/test_job/r2/node/0"}); }));
   REQUIRE(test::eventually(test::beaten(*raw, 1, 4, 6)));
