@@ -156,7 +156,11 @@ TEST_CASE("orphan guard: kill -9 of the agent also kills daemons that left their
 
 TEST_CASE("orphan guard: ignores terminal signals and exits after a normal agent exit",
           "[orphan_guard]") {
-  FakeAgent agent = start_fake_agent(1, "sleep 0.3", true);
+  // The worker (and so the agent) ends when the test says so, not after a guessed time
+  // that a loaded machine could spend before the guard is found.
+  const TempDir dir;
+  const std::string go = dir.str() + "/go";
+  FakeAgent agent = start_fake_agent(1, "while [ ! -e " + go + " ]; do sleep 0.05; done", true);
   pid_t guard = find_guard(agent.pid);
   REQUIRE(guard != 0);
   // The kernel drops a signal that its target ignores when it is sent: with the three
@@ -166,6 +170,7 @@ TEST_CASE("orphan guard: ignores terminal signals and exits after a normal agent
   ::kill(guard, SIGTERM);
   ::kill(guard, SIGHUP);
   CHECK(alive(guard));
+  dir.write("go", "");
   int status = 0;
   REQUIRE(::waitpid(agent.pid, &status, 0) == agent.pid);
   CHECK(WIFEXITED(status));
