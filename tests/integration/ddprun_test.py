@@ -8,8 +8,8 @@ scripts/python-torch26: ctest's integration26.* run the same tests with that int
     ddprun_test.py <path to ddprun> --registered <names...>   (checks the ctest list)
 
 Workers run under PYTHON_EXEC=$DDPRUN_TEST_PYTHON. Tests that need torch exit 77 (ctest's
-SKIP_RETURN_CODE) when that interpreter has no torch. Every wait is a poll with a
-generous deadline, never a fixed sleep that a slow 2-core machine could outrun.
+SKIP_RETURN_CODE) when that interpreter has no torch. The harness (registry, check/poll,
+processes, ports, cleanup) is tests/support/blackbox.py, shared with the multinode suite.
 """
 import json
 import os
@@ -17,70 +17,38 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "support"))
+import blackbox  # noqa: E402
+from blackbox import PYTHON, check, poll, read_text, torch_version  # noqa: E402
+
 WORKERS = os.path.join(HERE, "workers")
 EXAMPLES = os.path.join(REPO, "examples")
-PYTHON = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
-SKIP = 77
-TESTS = {}
+suite = blackbox.Suite(__doc__)
+test = suite.test
 
 
-def test(needs_torch=False):
-    def register(fn):
-        TESTS[fn.__name__] = (fn, needs_torch)
-        return fn
-    return register
-
-
-class Failed(Exception):
-    pass
-
-
-def check(cond, what, *context):
-    if not cond:
-        raise Failed(what + "".join(f"\n--- {c}" for c in context))
-
-
-def poll(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise Failed(f"timed out after {timeout} s waiting for: {what}")
-
-
-class Job:
+class Job(blackbox.Workspace):
     """A temporary directory, an environment, and ways to run ddprun in them."""
 
     def __init__(self, ddprun):
-        self.ddprun = ddprun
-        self.dir = tempfile.mkdtemp(prefix="ddprun_it_")
+        super().__init__(ddprun, "ddprun_it_")
         self.out = os.path.join(self.dir, "out")
         os.mkdir(self.out)
         self.token = "ddprun-it-token-" + os.path.basename(self.dir)
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("PET_", "TORCHELASTIC_", "LOGLEVEL"))}
-        self.env.update(PYTHON_EXEC=PYTHON, TMPDIR=self.dir)
+        self.env = blackbox.job_environment(TMPDIR=self.dir)
 
     def probe(self, *modes):
         return [os.path.join(WORKERS, "probe.py"), self.out, self.token, *modes]
 
     def run(self, args, timeout=120, env=None):
-        e = dict(self.env, **(env or {}))
-        p = subprocess.run([self.ddprun, *args], env=e, cwd=self.dir, capture_output=True,
-                           text=True, timeout=timeout)
-        return p.returncode, p.stdout, p.stderr
+        return self.run_process([self.ddprun, *args], dict(self.env, **(env or {})), timeout)
 
-    def start(self, args, env=None):
-        e = dict(self.env, **(env or {}))
-        return subprocess.Popen([self.ddprun, *args], env=e, cwd=self.dir, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def start(self, args, env=None, log=None):
+        return self.start_process([self.ddprun, *args], dict(self.env, **(env or {})), log=log)
 
     def envs(self):
         out = {}
@@ -115,28 +83,13 @@ class Job:
                 found.append((int(pid), cmd.replace("\0", " ")))
         return found
 
-    def cleanup(self):
+    def close(self):
         for pid, _ in self.job_processes():
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def torch_version():
-    """PYTHON's torch version, or None (and the reason on stdout) when it has none."""
-    r = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        lines = (r.stderr or r.stdout).strip().splitlines()
-        print(f"{PYTHON} cannot import torch: {lines[-1] if lines else f'exit {r.returncode}'}")
-        return None
-    return r.stdout.strip()
-
-
-def has_torch():
-    return torch_version() is not None
+        super().close()
 
 
 # ---------------------------------------------------------------------------------------
@@ -226,11 +179,11 @@ def torchrun_environment(job):
                           ("ddprun", [job.ddprun], env)):
         shutil.rmtree(job.out)
         os.mkdir(job.out)
-        p = subprocess.run([*argv, *flags, f"--master_port={free_port()}", *job.probe()],
-                           env=e, cwd=job.dir, capture_output=True, text=True, timeout=120)
-        check(p.returncode == 0, f"{name} exited {p.returncode}", p.stdout, p.stderr)
+        rc, out, err = job.run_process(
+            [*argv, *flags, f"--master_port={job.reserve_port()}", *job.probe()], e, 120)
+        check(rc == 0, f"{name} exited {rc}", out, err)
         seen[name] = job.envs()
-        check(sorted(seen[name]) == [0, 1], f"{name}: ranks {sorted(seen[name])}", p.stderr)
+        check(sorted(seen[name]) == [0, 1], f"{name}: ranks {sorted(seen[name])}", err)
     variable = {"MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}  # ports and temporary paths
     for r in (0, 1):
         t, d = seen["torchrun"][r]["env"], seen["ddprun"][r]["env"]
@@ -244,13 +197,6 @@ def torchrun_environment(job):
             check(e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"),
                   f"error file {e['TORCHELASTIC_ERROR_FILE']}")
     print(f"torchrun {torch_version()} sets: {' '.join(added)}")
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @test(needs_torch=True)
@@ -661,16 +607,23 @@ def kill_9_leaves_no_orphans(job):
 def second_sigint_cuts_the_grace(job):
     # The workers ignore SIGINT and SIGTERM, so the first SIGINT starts a 60 s grace period
     # and only the second one can end it early (then SIGKILL).
+    log = os.path.join(job.dir, "ddprun.log")
     p = job.start(["--nproc-per-node=2", "--shutdown-timeout=60", "--no-python", "sh", "-c",
                    f"trap '' INT TERM; touch {job.out}/ready.$RANK; "
-                   f"while :; do sleep 0.2; done; : {job.token}"])
+                   f"while :; do sleep 0.2; done; : {job.token}"], log=log)
     poll(lambda: all(os.path.exists(os.path.join(job.out, f"ready.{r}")) for r in (0, 1)),
          60, "workers ready")
     p.send_signal(signal.SIGINT)
-    time.sleep(0.5)
+    # The agent took the first one (two SIGINTs sent before it reads one would be one).
+    poll(lambda: "received SIGINT" in read_text(log), 30, "the agent's stopping line",
+         lambda: read_text(log))
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=40)
+    try:
+        p.wait(timeout=40)
+    except subprocess.TimeoutExpired:
+        pass
+    err = read_text(log)
     check(p.returncode == 1, f"exit {p.returncode}", err)
     check(time.monotonic() - t0 < 30, "the second SIGINT did not cut the grace period", err)
 
@@ -692,12 +645,12 @@ def output_is_byte_exact(job):
     with open(src, "wb") as f:
         f.write(data)
     logs = os.path.join(job.dir, "logs")
-    p = subprocess.run([job.ddprun, "--nproc-per-node=2", "--log-dir", logs, "--redirects=0:2",
-                        "--local-ranks-filter=0", "--no-python", "sh", "-c",
-                        f"cat {src}; cat {src} >&2; : {job.token}"],
-                       env=job.env, cwd=job.dir, capture_output=True, timeout=120)
-    check(p.returncode == 0, f"ddprun exited {p.returncode}", p.stderr.decode(errors="replace"))
-    check(p.stdout == data, f"console stdout altered ({len(p.stdout)} bytes, want {len(data)})")
+    rc, out, err = job.run_process(
+        [job.ddprun, "--nproc-per-node=2", "--log-dir", logs, "--redirects=0:2",
+         "--local-ranks-filter=0", "--no-python", "sh", "-c",
+         f"cat {src}; cat {src} >&2; : {job.token}"], job.env, 120, text=False)
+    check(rc == 0, f"ddprun exited {rc}", err.decode(errors="replace"))
+    check(out == data, f"console stdout altered ({len(out)} bytes, want {len(data)})")
     attempt = os.path.join(logs, os.listdir(logs)[0], "attempt_0")
     for rank, stream in ((0, "stderr"), (1, "stdout"), (1, "stderr")):
         with open(os.path.join(attempt, str(rank), f"{stream}.log"), "rb") as f:
@@ -751,35 +704,5 @@ def kill_9_kills_daemons(job):
     poll(lambda: not job.job_processes(), 10, "every worker and daemon gone")
 
 
-def main():
-    if len(sys.argv) >= 3 and sys.argv[2] == "--registered":
-        # CMakeLists.txt lists the tests by name: none may be forgotten there.
-        missing = sorted(set(TESTS) - set(sys.argv[3:]))
-        unknown = sorted(set(sys.argv[3:]) - set(TESTS))
-        print(f"not registered with ctest: {missing}; unknown: {unknown}")
-        return 1 if missing or unknown else 0
-    if len(sys.argv) != 3:
-        print(__doc__)
-        return 2
-    ddprun, name = sys.argv[1], sys.argv[2]
-    if name == "--list":
-        print("\n".join(TESTS))
-        return 0
-    fn, needs_torch = TESTS[name]
-    if needs_torch and not has_torch():
-        print(f"SKIP: no torch in {PYTHON}")
-        return SKIP
-    job = Job(os.path.abspath(ddprun))
-    try:
-        fn(job)
-    except Failed as e:
-        print(f"FAIL {name}: {e}")
-        return 1
-    finally:
-        job.cleanup()
-    print(f"PASS {name}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(suite.main(sys.argv, Job))

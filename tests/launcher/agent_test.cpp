@@ -24,8 +24,8 @@
 #include "launcher/process/signals.h"
 #include "launcher/process/supervisor.h"
 #include "rendezvous/registry.h"
-#include "tests/launcher/temp_dir.h"
 #include "tests/launcher/thread_supervisor.h"
+#include "tests/support/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
@@ -33,8 +33,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-using test::slurp;
-using test::TempDir;
+using ddprun::test::slurp;
+using ddprun::test::TempDir;
 using test::ThreadSupervisor;
 
 // `sh -c <script>` workers; the script sees torchrun's environment.

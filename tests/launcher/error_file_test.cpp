@@ -5,16 +5,18 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "tests/launcher/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
 
 namespace {
 
-using test::TempDir;
+using ddprun::test::TempDir;
 
-nlohmann::json load(const std::string& file) { return nlohmann::json::parse(test::slurp(file)); }
+nlohmann::json load(const std::string& file) {
+  return nlohmann::json::parse(ddprun::test::slurp(file));
+}
 
 }  // namespace
 

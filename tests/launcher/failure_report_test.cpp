@@ -9,7 +9,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "tests/launcher/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
@@ -21,7 +21,7 @@ void utc() {
   ::tzset();
 }
 
-using test::TempDir;
+using ddprun::test::TempDir;
 
 }  // namespace
 

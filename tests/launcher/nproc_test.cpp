@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "tests/launcher/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
@@ -13,7 +13,7 @@ namespace {
 
 // A fake file-system root holding only the driver entries a test creates.
 struct FakeRoot {
-  test::TempDir dir;
+  ddprun::test::TempDir dir;
   const fs::path& root = dir.path;
   void touch(const std::string& rel) { dir.write(rel, ""); }
 };

@@ -8,6 +8,8 @@ with its own loopback address (--local-addr 127.0.0.<n>), real PyTorch gloo work
 Workers run under PYTHON_EXEC=$DDPRUN_TEST_PYTHON; every test needs torch and exits 77
 (ctest's SKIP_RETURN_CODE) when that interpreter lacks it. Waits are polls with generous
 deadlines. Every agent runs in its own session and is killed (with its workers) at the end.
+The harness (registry, check/poll, processes, ports, cleanup) is tests/support/blackbox.py,
+shared with the integration suite.
 """
 import glob
 import json
@@ -18,48 +20,19 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
+import blackbox  # noqa: E402
+from blackbox import Failed, Skip, check, poll  # noqa: E402
+
 WORKER = os.path.join(HERE, "workers", "mn_worker.py")
-PYTHON = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
-SKIP = 77
-TESTS = {}
+suite = blackbox.Suite(__doc__, needs_torch=True)
+test = suite.test
 # Short intervals keep the elastic tests fast; a 5 s heartbeat threshold stays generous
 # for agents starved by torch imports on a loaded 2-core ASan machine.
 FAST = "keep_alive_interval=1,keep_alive_max_attempt=5,last_call_timeout=1.5,join_timeout=60"
-
-
-def test(fn):
-    TESTS[fn.__name__] = fn
-    return fn
-
-
-class Failed(Exception):
-    pass
-
-
-def check(cond, what, *context):
-    if not cond:
-        raise Failed(what + "".join(f"\n--- {c}" for c in context))
-
-
-def poll(pred, timeout, what, *context):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise Failed(f"timed out after {timeout} s waiting for: {what}" +
-                 "".join(f"\n--- {c() if callable(c) else c}" for c in context))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Agent:
@@ -68,16 +41,13 @@ class Agent:
         self.out = os.path.join(cluster.dir, name)
         os.makedirs(self.out, exist_ok=True)
         self.log = os.path.join(cluster.dir, name + ".log")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PET_", "TORCHELASTIC_", "LOGLEVEL", "MASTER_"))}
         # The output directory goes by environment: every node runs the same command.
-        env.update(PYTHON_EXEC=PYTHON, TMPDIR=cluster.dir, MN_OUT=self.out)
+        env = blackbox.job_environment(drop=(*blackbox.LAUNCHER_VARIABLES, "MASTER_"),
+                                       TMPDIR=cluster.dir, MN_OUT=self.out)
         if prefix:
             env["GLOO_SOCKET_IFNAME"] = "mn0"  # gloo would resolve the host name otherwise
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
-                [*prefix, cluster.ddprun, *args, WORKER, *worker_args], env=env,
-                cwd=cluster.dir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = cluster.start_process([*prefix, cluster.ddprun, *args, WORKER, *worker_args],
+                                          env, log=self.log, new_session=True)
 
     def records(self):
         out = []
@@ -90,8 +60,7 @@ class Agent:
         return out
 
     def text(self):
-        with open(self.log) as f:
-            return f.read()
+        return blackbox.read_text(self.log)
 
     def wait(self, timeout):
         try:
@@ -106,10 +75,9 @@ class Agent:
             pass
 
 
-class Cluster:
+class Cluster(blackbox.Workspace):
     def __init__(self, ddprun):
-        self.ddprun = ddprun
-        self.dir = tempfile.mkdtemp(prefix="ddprun_mn_")
+        super().__init__(ddprun, "ddprun_mn_")
         self.agents = []
 
     def start(self, name, args, worker_args=(), prefix=()):
@@ -119,18 +87,6 @@ class Cluster:
 
     def logs(self):
         return "\n".join(f"=== {a.name} (rc {a.proc.poll()})\n{a.text()}" for a in self.agents)
-
-    def close(self):
-        if self.agents is None:
-            return
-        for a in self.agents:
-            a.kill()
-            try:
-                a.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.agents = None
 
 
 def c10d_args(i, port, nnodes, run_id, extra=(), conf=FAST):
@@ -142,7 +98,7 @@ def c10d_args(i, port, nnodes, run_id, extra=(), conf=FAST):
 @test
 def c10d_four_nodes_node_rank(c):
     """The seed's node1.sh..node4.sh: c10d, 4 nodes x 1 proc, --node-rank honoured."""
-    port = free_port()
+    port = c.reserve_port()
     agents = [c.start(f"node{i}", c10d_args(i, port, 4, "bert_job_n1n3_01",
                                             [f"--node-rank={3 - i}"]))
               for i in range(4)]
@@ -162,7 +118,7 @@ def c10d_four_nodes_node_rank(c):
 def c10d_copied_node_rank_zero(c):
     """node1.sh copied to every node keeps --node_rank=0: torchrun's c10d ignores it, so
     the job runs (automatic order) and each agent warns once."""
-    port = free_port()
+    port = c.reserve_port()
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "copied_rank", ["--node_rank=0"]))
               for i in range(2)]
     for a in agents:
@@ -176,7 +132,7 @@ def c10d_copied_node_rank_zero(c):
 
 @test
 def static_two_nodes_two_procs(c):
-    port = free_port()
+    port = c.reserve_port()
     agents = []
     for i in range(2):
         agents.append(c.start(f"node{i}", [
@@ -199,7 +155,7 @@ def static_two_nodes_two_procs(c):
 def static_one_port_and_a_restart(c):
     """Workers use the store at --master-port (torchrun's one open port), and a restart
     in that shared store neither loses the rendezvous nor shows attempt 0's keys."""
-    port = free_port()
+    port = c.reserve_port()
     agents = [c.start(f"node{i}", [
         "--nnodes=2", "--nproc-per-node=1", f"--node-rank={i}", "--master-addr=127.0.0.1",
         f"--master-port={port}", f"--local-addr=127.0.0.{i + 1}", "--max-restarts=1",
@@ -217,7 +173,7 @@ def static_one_port_and_a_restart(c):
 
 @test
 def elastic_three_nodes_of_2_to_4(c):
-    port = free_port()
+    port = c.reserve_port()
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:4", "elastic3")) for i in range(3)]
     for a in agents:
         check(a.wait(120) == 0, f"{a.name} failed", c.logs())
@@ -231,7 +187,7 @@ def elastic_three_nodes_of_2_to_4(c):
 def late_node_joins_running_job(c):
     """2:3 with two nodes running; a third arrives; all restart into a world of 3 without
     spending --max-restarts (it is 0)."""
-    port = free_port()
+    port = c.reserve_port()
     wargs = ["--until-world", "3"]
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "late", ["--max-restarts=0"]), wargs)
               for i in range(2)]
@@ -250,7 +206,7 @@ def late_node_joins_running_job(c):
 def node_killed_mid_run(c):
     """2:3 with three nodes; one agent is SIGKILLed; the survivors re-rendezvous into a
     world of 2 and finish."""
-    port = free_port()
+    port = c.reserve_port()
     wargs = ["--until-world", "2"]
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "kill", ["--max-restarts=3"]), wargs)
               for i in range(3)]
@@ -267,7 +223,7 @@ def node_killed_mid_run(c):
 def endpoint_host_killed(c):
     """The agent hosting the rendezvous store dies: the other exits non-zero naming the
     endpoint, well within its timeouts."""
-    port = free_port()
+    port = c.reserve_port()
     conf = FAST + ",read_timeout=10"
     wargs = ["--until-world", "99"]
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "hostdies", ["--max-restarts=1"], conf),
@@ -284,7 +240,7 @@ def store_host_stopped(c):
     """The agent that hosts the rendezvous store (and the workers' store) is SIGSTOPped for
     longer than the heartbeat threshold, then SIGCONTed. Nobody left: no node may be
     declared dead, and the job finishes in its first round."""
-    port = free_port()
+    port = c.reserve_port()
     # Dead after 6 s without a beat; beats every 3 s, looks every 1 s, so an agent's call
     # that hangs on the frozen store is more often a look than a beat.
     conf = "keep_alive_interval=3,keep_alive_max_attempt=2,last_call_timeout=1.5,join_timeout=60"
@@ -294,7 +250,9 @@ def store_host_stopped(c):
     poll(lambda: all(a.records() for a in agents), 90, "three nodes running", c.logs)
     os.kill(agents[0].proc.pid, signal.SIGSTOP)  # the agent only: its workers run on
     try:
-        time.sleep(12)  # two heartbeat thresholds
+        # The stimulus itself, not a wait for an event: the agent stays frozen for two
+        # heartbeat thresholds (nothing it does can be observed while it is stopped).
+        time.sleep(12)
     finally:
         os.kill(agents[0].proc.pid, signal.SIGCONT)
     for a in agents:
@@ -308,7 +266,7 @@ def store_host_stopped(c):
 def other_job_same_rdzv_id(c):
     """A second job's node with the same --rdzv-id and endpoint but another program is
     refused with one line naming both commands; the running job goes on undisturbed."""
-    port = free_port()
+    port = c.reserve_port()
     wargs = ["--steps", "60", "--step-sleep", "0.1"]
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "shared_id", ["--max-restarts=0"]),
                       wargs) for i in range(2)]
@@ -328,7 +286,7 @@ def other_job_same_rdzv_id(c):
 def failed_node_ends_the_job(c):
     """A worker fails for good on one node (no restarts): every agent exits non-zero,
     promptly, and the job's rendezvous is closed (no silent hang on the other node)."""
-    port = free_port()
+    port = c.reserve_port()
     wargs = ["--fail-rank", "1", "--until-world", "99"]
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "fails", ["--node-rank=%d" % i]), wargs)
               for i in range(2)]
@@ -341,7 +299,7 @@ def failed_node_ends_the_job(c):
 
 @test
 def waiting_feedback_then_timeout(c):
-    port = free_port()
+    port = c.reserve_port()
     conf = "keep_alive_interval=0.5,join_timeout=4"
     a = c.start("node0", c10d_args(0, port, 2, "lonely", conf=conf))
     rc = a.wait(60)
@@ -356,7 +314,7 @@ def waiting_feedback_then_timeout(c):
 def _signal_during_rendezvous(c, sig, host):
     """A node waiting for its peer (as the store host, or still connecting to an endpoint
     nobody serves) gets `sig`: it must end promptly with a failure code."""
-    port = free_port()
+    port = c.reserve_port()
     a = c.start("node0", c10d_args(0 if host else 1, port, 2, "sig"))
     if host:
         poll(lambda: _listening(port), 30, "the rendezvous store listening", c.logs)
@@ -457,10 +415,6 @@ def netns_or_skip(nodes):
         raise Skip(f"cannot create network namespaces here: {detail.strip()}")
 
 
-class Skip(Exception):
-    pass
-
-
 def netns_args(i, nnodes, run_id, conf):
     # No --local-addr: the agents find their own address (the route towards the endpoint)
     # and the host recognises the endpoint as one of its interface addresses.
@@ -525,33 +479,5 @@ def _listening(port):
         return False
 
 
-def main():
-    if len(sys.argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    ddprun, name = sys.argv[1], sys.argv[2]
-    if name == "--list":
-        print("\n".join(TESTS))
-        return 0
-    r = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True, text=True)
-    if r.returncode != 0:
-        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
-        print(f"SKIP: {PYTHON} cannot import torch: {why}", file=sys.stderr)
-        return SKIP
-    c = Cluster(os.path.abspath(ddprun))
-    try:
-        TESTS[name](c)
-    except Failed as e:
-        print(f"FAIL {name}: {e}", file=sys.stderr)
-        return 1
-    except Skip as e:
-        print(f"SKIP {name}: {e}", file=sys.stderr)
-        return SKIP
-    finally:
-        c.close()
-    print(f"PASS {name}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(suite.main(sys.argv, Cluster))

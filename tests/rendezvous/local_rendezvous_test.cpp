@@ -56,7 +56,8 @@ TEST_CASE("one node / any backend: no rendezvous traffic / --master-port honoure
   RendezvousParams p;
   p.backend = Backend::kC10d;
   p.endpoint = "nowhere.invalid:29400";  // never contacted for a single node
-  p.master_port = test::free_port();
+  const test::ReservedPort master_port;
+  p.master_port = master_port;
   auto h = make_rendezvous_handler(p);
   auto info = h->next_rendezvous();
   CHECK(info.master_port == p.master_port);

@@ -1,51 +1,28 @@
-// rdzv_test_util.h: helpers of the rendezvous tests: free loopback ports, polling with a
-// deadline, parameters for a node of a loopback "cluster". Single-threaded helpers.
+// rdzv_test_util.h: helpers of the rendezvous tests: parameters for a node of a loopback
+// "cluster", plus the shared test support (eventually, ReservedPort) in the same
+// namespace (ddprun::test). Single-threaded helpers.
 #pragma once
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "rendezvous/registry.h"
+#include "rendezvous/rendezvous.h"
+#include "store/store.h"
+#include "tests/support/eventually.h"
+#include "tests/support/reserved_port.h"
 
-namespace ddprun::rdzv::test {
-
-// A port that was free a moment ago on 127.0.0.1 (bound to port 0, then closed).
-inline std::uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// Polls `pred` every 10 ms until it holds or `timeout` passes; returns its last value.
-inline bool eventually(const std::function<bool()>& pred,
-                       std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
+namespace ddprun::test {
 
 // Node `i` (0-based) of a loopback cluster: --local-addr 127.0.0.<i+1>; the endpoint is
 // 127.0.0.1:port, so node 0 hosts the rendezvous store. Tiny intervals keep tests fast.
-inline RendezvousParams node_params(const std::string& backend, int i, std::uint16_t port,
-                                    int min_nodes, int max_nodes, int nproc = 1) {
-  RendezvousParams p;
-  p.backend = parse_backend(backend);
+inline rdzv::RendezvousParams node_params(const std::string& backend, int i, std::uint16_t port,
+                                          int min_nodes, int max_nodes, int nproc = 1) {
+  rdzv::RendezvousParams p;
+  p.backend = rdzv::parse_backend(backend);
   p.run_id = "test_job";
   p.endpoint = "127.0.0.1:" + std::to_string(port);
   p.min_nodes = min_nodes;
@@ -61,4 +38,29 @@ inline RendezvousParams node_params(const std::string& backend, int i, std::uint
   return p;
 }
 
-}  // namespace ddprun::rdzv::test
+// The heartbeat counters of slots 0..n-1 of round `round` of run "test_job", read through
+// a client of the rendezvous store ("left" or "done" read as 0).
+inline std::vector<long> heartbeats(store::Store& s, int round, int n) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) {
+    keys.push_back("ddprun/rdzv/test_job/r" + std::to_string(round) + "/hb/" + std::to_string(i));
+  }
+  std::vector<long> out;
+  for (const auto& v : s.multi_get(keys)) out.push_back(std::atol(v.c_str()));
+  return out;
+}
+
+// For eventually(): true once each of those n slots has beaten `k` more times than when
+// this was called. A node beats at most once per keep_alive_interval and looks at the
+// round after every beat, so this observes both time gone by and fresh looks of every node.
+inline std::function<bool()> beaten(store::Store& s, int round, int n, int k) {
+  return [&s, round, n, k, since = heartbeats(s, round, n)] {
+    const auto now = heartbeats(s, round, n);
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      if (now[i] < since[i] + k) return false;
+    }
+    return true;
+  };
+}
+
+}  // namespace ddprun::test

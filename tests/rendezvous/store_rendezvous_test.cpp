@@ -171,7 +171,7 @@ class StoreProcess {
 }  // namespace
 
 TEST_CASE("c10d: 4 nodes complete - node 0 hosts - workers' store reachable and shared", "[c10d]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 4; ++i) ps.push_back(node_params("c10d", i, port, 4, 4));
   auto hs = make_all(ps);
@@ -191,7 +191,7 @@ TEST_CASE("c10d: 4 nodes complete - node 0 hosts - workers' store reachable and 
 }
 
 TEST_CASE("c10d: --node-rank on every node is honoured - nproc may differ", "[c10d]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   std::vector<int> nprocs{2, 1, 3, 2};
   for (int i = 0; i < 4; ++i) {
@@ -219,7 +219,7 @@ TEST_CASE(
   std::ostringstream log;
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
   spdlog::default_logger()->sinks().push_back(sink);
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, port, 3, 3));
@@ -247,8 +247,8 @@ TEST_CASE(
 }
 
 TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejected", "[static]") {
-  auto port = test::free_port();
-  auto workers_port = test::free_port();
+  const test::ReservedPort port;
+  const test::ReservedPort workers_port;
   std::vector<RendezvousParams> ps = static_nodes(port, {3, 2});
   for (auto& p : ps) p.conf.workers_port = workers_port;
   {
@@ -263,7 +263,7 @@ TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejecte
   }
   // Two nodes give the same non-zero --node-rank: every node gets a clear error.
   {
-    auto port2 = test::free_port();
+    const test::ReservedPort port2;
     std::vector<RendezvousParams> qs;
     for (int i = 0; i < 3; ++i) {
       qs.push_back(node_params("static", i, port2, 3, 3));
@@ -317,7 +317,7 @@ TEST_CASE("static: the workers use the one --master-port store - rounds survive 
           "[static]") {
   // torchrun's static backend serves the workers from the store at --master-port, so a
   // cluster whose firewall opens only that port works; ddprun must too.
-  auto port = test::free_port();
+  const test::ReservedPort port;
   auto hs = make_all(static_nodes(port, {1, 1}));
   auto first = rendezvous_all(hs);
   check_consistent(first, {1, 1});
@@ -343,7 +343,7 @@ TEST_CASE("static: the workers use the one --master-port store - rounds survive 
 
 TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then joins",
           "[c10d][elastic]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 4; ++i) {
     ps.push_back(node_params("c10d", i, port, 2, 4));
@@ -382,7 +382,11 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
       return std::string(e.what());
     }
   });
-  std::this_thread::sleep_for(600ms);  // several heartbeat ticks
+  // It waits in round 2; then every node of round 1 beats (and looks) six more times:
+  // several heartbeat ticks.
+  auto raw = connect("127.0.0.1", port);
+  REQUIRE(test::eventually([&] { return raw->check({"ddprun/rdzv/test_job/r2/node/0"}); }));
+  REQUIRE(test::eventually(test::beaten(*raw, 1, 4, 6)));
   for (auto& h : first) CHECK_FALSE(h->needs_new_round());
   CHECK(first[0]->num_nodes_waiting() == 0);
   fifth->interrupt();
@@ -391,7 +395,7 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
 
 TEST_CASE("c10d: a participant that stops heartbeating is detected - survivors go on",
           "[c10d][elastic]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 2; ++i) ps.push_back(node_params("c10d", i, port, 2, 3));
   Handlers hs = make_all(ps);
@@ -428,7 +432,7 @@ TEST_CASE("c10d: a participant that stops heartbeating is detected - survivors g
 
 TEST_CASE("c10d: a node that shuts down is noticed at once - too few nodes time out",
           "[c10d][elastic]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, port, 3, 3));
@@ -457,7 +461,7 @@ TEST_CASE("c10d: a node that shuts down is noticed at once - too few nodes time 
 }
 
 TEST_CASE("closed rendezvous rejects joiners - exit barrier waits for every node", "[c10d]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   Handlers hs = two_c10d_nodes_formed(port);
   auto barrier0 = std::async(std::launch::async, [&] { return hs[0]->exit_barrier(10s); });
   CHECK(barrier0.wait_for(300ms) == std::future_status::timeout);  // node 1 still runs
@@ -473,7 +477,7 @@ TEST_CASE("closed rendezvous rejects joiners - exit barrier waits for every node
 }
 
 TEST_CASE("exit barrier returns false soon when a peer left instead", "[c10d]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   Handlers hs = two_c10d_nodes_formed(port);
   hs[1]->shutdown();
   auto t0 = std::chrono::steady_clock::now();
@@ -483,7 +487,7 @@ TEST_CASE("exit barrier returns false soon when a peer left instead", "[c10d]") 
 
 TEST_CASE("losing the store host: the others get a connection error naming the endpoint",
           "[c10d]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   Handlers hs = two_c10d_nodes_formed(port);
   hs[0]->shutdown();  // node 0 hosted the rendezvous store
   REQUIRE(test::eventually([&] { return hs[1]->needs_new_round(); }, 10s));
@@ -496,7 +500,7 @@ TEST_CASE("losing the store host: the others get a connection error naming the e
 }
 
 TEST_CASE("no store at the endpoint: connection error after join_timeout", "[c10d]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   auto p = node_params("c10d", 1, port, 2, 2);
   p.conf.join_timeout = 500ms;
   auto h = make_rendezvous_handler(p);
@@ -506,7 +510,7 @@ TEST_CASE("no store at the endpoint: connection error after join_timeout", "[c10
 }
 
 TEST_CASE("an endpoint name that does not resolve is retried and the error says so", "[c10d]") {
-  auto p = node_params("c10d", 1, test::free_port(), 2, 2);
+  auto p = node_params("c10d", 1, test::ReservedPort(), 2, 2);
   p.endpoint = "ddprun-no-such-host.invalid:29400";  // .invalid never resolves (RFC 2606)
   p.conf.join_timeout = 1s;
   auto h = make_rendezvous_handler(p);  // accepted: the name may resolve later
@@ -516,7 +520,7 @@ TEST_CASE("an endpoint name that does not resolve is retried and the error says 
 }
 
 TEST_CASE("interrupt() ends a waiting next_rendezvous promptly", "[c10d]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   auto h = make_rendezvous_handler(node_params("c10d", 0, port, 2, 2));
   auto f = std::async(std::launch::async, [&] {
     try {
@@ -526,7 +530,9 @@ TEST_CASE("interrupt() ends a waiting next_rendezvous promptly", "[c10d]") {
       return std::string(e.what());
     }
   });
-  std::this_thread::sleep_for(300ms);
+  // It waits: it hosts the store and holds slot 0 of round 0.
+  auto raw = connect("127.0.0.1", port);
+  REQUIRE(test::eventually([&] { return raw->check({"ddprun/rdzv/test_job/r0/node/0"}); }));
   auto t0 = std::chrono::steady_clock::now();
   h->interrupt();
   CHECK_THAT(f.get(), Catch::Contains("interrupted"));
@@ -535,7 +541,8 @@ TEST_CASE("interrupt() ends a waiting next_rendezvous promptly", "[c10d]") {
 
 TEST_CASE("interrupt() ends next_rendezvous promptly while it connects to an unserved endpoint",
           "[c10d][interrupt]") {
-  auto p = node_params("c10d", 1, test::free_port(), 2, 2);  // nobody serves that port
+  const test::ReservedPort unserved;  // bound, never listening: nobody serves that port
+  auto p = node_params("c10d", 1, unserved, 2, 2);
   p.conf.is_host = false;
   p.conf.join_timeout = 600s;
   auto h = make_rendezvous_handler(p);
@@ -549,7 +556,7 @@ TEST_CASE("interrupt() ends next_rendezvous promptly while it connects to an uns
 
 TEST_CASE("an interrupted node leaves its slot: the round's other nodes see it left at once",
           "[c10d][interrupt]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, port, 3, 3));
@@ -606,7 +613,7 @@ TEST_CASE("StoreRendezvous over a MemoryStore: 16 nodes form one round", "[memor
 namespace {
 
 void scale_test(int n) {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < n; ++i) {
     ps.push_back(node_params("c10d", 0, port, n, n));
@@ -634,7 +641,7 @@ TEST_CASE("scale: 128 c10d agents rendezvous on loopback", "[c10d][scale]") { sc
 TEST_CASE("scale: 256 c10d agents rendezvous on loopback", "[.][scale256]") { scale_test(256); }
 
 TEST_CASE("the store host stays in the exit barrier past its timeout while peers run", "[c10d]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   Handlers hs = two_c10d_nodes_formed(port);
   auto host = std::async(std::launch::async, [&] { return hs[0]->exit_barrier(100ms); });
   CHECK(host.wait_for(600ms) == std::future_status::timeout);
@@ -645,7 +652,7 @@ TEST_CASE("the store host stays in the exit barrier past its timeout while peers
 }
 
 TEST_CASE("c10d over IPv6 loopback: [::1]:port endpoint and ::1 addresses", "[c10d][ipv6]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 2; ++i) {
     ps.push_back(node_params("c10d", i, port, 2, 2));
@@ -672,7 +679,7 @@ TEST_CASE("c10d over IPv6 loopback: [::1]:port endpoint and ::1 addresses", "[c1
 
 TEST_CASE("needs_new_round announces leaving - needs_new_round_now sees a peer at once",
           "[c10d][elastic]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, port, 2, 3));
@@ -718,7 +725,7 @@ TEST_CASE("needs_new_round announces leaving - needs_new_round_now sees a peer a
 
 TEST_CASE("c10d: a node of another job with the same run id is refused without a trace",
           "[c10d][fingerprint]") {
-  auto port = test::free_port();
+  const test::ReservedPort port;
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, port, 2, 3));
@@ -748,7 +755,8 @@ TEST_CASE("c10d: a node of another job with the same run id is refused without a
   intruder->shutdown();
   auto raw = connect("127.0.0.1", port);
   CHECK(raw->add("ddprun/rdzv/test_job/r1/joined", 0) == 0);  // no slot taken
-  std::this_thread::sleep_for(1s);  // ten heartbeat ticks: nothing must have changed
+  // Ten heartbeat ticks (and looks) of both nodes: nothing must have changed.
+  REQUIRE(test::eventually(test::beaten(*raw, 0, 2, 10)));
   CHECK(hs[0]->num_nodes_waiting() == 0);
   CHECK_FALSE(hs[0]->needs_new_round_now());
   CHECK_FALSE(hs[1]->needs_new_round_now());
@@ -778,29 +786,13 @@ TEST_CASE("c10d: a frozen rendezvous store blames no one - the round goes on", "
   auto infos = rendezvous_all(hs);
   REQUIRE(infos[0].group_world_size == 3);
   auto raw = connect("127.0.0.1", store.port());
-  const std::vector<std::string> hb_keys{"ddprun/rdzv/test_job/r0/hb/0",
-                                         "ddprun/rdzv/test_job/r0/hb/1",
-                                         "ddprun/rdzv/test_job/r0/hb/2"};
-  auto beats = [&] {
-    std::vector<long> out;
-    for (const auto& v : raw->multi_get(hb_keys)) out.push_back(std::atol(v.c_str()));
-    return out;
-  };
 
   store.freeze();  // longer than the heartbeat threshold: nobody can beat
+  // The stimulus itself, not a wait for an event: nothing moves while the store is frozen.
   std::this_thread::sleep_for(6s);
   store.thaw();
   // Every node beats (and so looks at the others) a few more times after the thaw.
-  const auto thawed = beats();
-  REQUIRE(test::eventually(
-      [&] {
-        auto now = beats();
-        for (std::size_t i = 0; i < now.size(); ++i) {
-          if (now[i] < thawed[i] + 3) return false;
-        }
-        return true;
-      },
-      30s));
+  REQUIRE(test::eventually(test::beaten(*raw, 0, 3, 3), 30s));
   for (auto& h : hs) {
     INFO(dynamic_cast<StoreRendezvous&>(*h).new_round_reason());
     CHECK_FALSE(h->needs_new_round());

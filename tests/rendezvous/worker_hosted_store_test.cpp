@@ -54,7 +54,8 @@ TEST_CASE("one node, use_agent_store=0: no store, a free port each round", "[wor
   CHECK(b.round == a.round + 1);
   CHECK_FALSE(b.use_agent_store);
 
-  p.master_port = test::free_port();  // --master-port is honoured, not bound
+  const test::ReservedPort master_port;
+  p.master_port = master_port;  // --master-port is honoured, not bound
   auto fixed = make_rendezvous_handler(p)->next_rendezvous();
   CHECK(fixed.master_port == p.master_port);
   CHECK(bindable("127.0.0.1", fixed.master_port));
@@ -65,7 +66,7 @@ TEST_CASE("one node, use_agent_store=0: no store, a free port each round", "[wor
 
 TEST_CASE("c10d, use_agent_store=0: every node gets group rank 0's address and one port",
           "[worker_store][c10d]") {
-  const std::uint16_t port = test::free_port();
+  const test::ReservedPort port;
   std::vector<std::unique_ptr<RendezvousHandler>> hs;
   for (int i = 0; i < 3; ++i) {
     auto p = test::node_params("c10d", i, port, 3, 3);

@@ -10,7 +10,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "store/protocol.h"
@@ -27,17 +26,6 @@ Request make_request(Op op, std::vector<std::string> keys = {},
 std::string encode(const Request& req, Dialect dialect);
 std::string encode(Op op, Dialect dialect, std::vector<std::string> keys = {},
                    std::vector<std::string> values = {}, std::int64_t number = 0);
-
-// Polls `pred` every few ms until it holds (true) or `timeout` passes (false).
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 20s) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 // Raises RLIMIT_NOFILE's soft limit to the hard limit; returns the new soft limit.
 std::size_t raise_fd_limit();

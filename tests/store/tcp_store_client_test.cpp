@@ -17,28 +17,13 @@
 #include "store/protocol.h"
 #include "store/tcp_store_server.h"
 #include "store/wire.h"
+#include "tests/support/eventually.h"
+#include "tests/support/reserved_port.h"
 
 namespace ddprun::store {
 namespace {
 
 using namespace std::chrono_literals;
-
-// A port that nothing listens on: bound (so nobody else takes it) but never listening.
-struct ClosedPort {
-  ClosedPort() {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
-  }
-  ~ClosedPort() { ::close(fd); }
-  int fd;
-  std::uint16_t port;
-};
 
 TcpStoreOptions client(std::uint16_t port, Store::Duration connect_timeout = 30s,
                        Store::Duration timeout = 30s, const char* host = "127.0.0.1") {
@@ -58,21 +43,21 @@ ServerOptions loopback(std::uint16_t port = 0) {
 }
 
 TEST_CASE("TcpStore: connection refused names host:port and the reason", "[client][net]") {
-  ClosedPort closed;
+  const test::ReservedPort closed;  // bound, never listening: nobody else takes it
   try {
-    TcpStore store(client(closed.port, 300ms));
+    TcpStore store(client(closed, 300ms));
     FAIL("connected to a closed port");
   } catch (const StoreConnectionError& e) {
     std::string msg = e.what();
-    CHECK(msg.find("127.0.0.1:" + std::to_string(closed.port)) != std::string::npos);
+    CHECK(msg.find("127.0.0.1:" + std::to_string(closed.number())) != std::string::npos);
     CHECK(msg.find("refused") != std::string::npos);
   }
 }
 
 TEST_CASE("TcpStore: connecting gives up soon after its cancel flag is set", "[client][net]") {
-  ClosedPort closed;
+  const test::ReservedPort closed;  // bound, never listening: nobody else takes it
   std::atomic<bool> cancel{false};
-  TcpStoreOptions opts = client(closed.port, 600s);  // would retry for 10 minutes
+  TcpStoreOptions opts = client(closed.number(), 600s);  // would retry for 10 minutes
   opts.cancel = &cancel;
   auto attempt = std::async(std::launch::async, [&]() -> std::string {
     try {
@@ -85,7 +70,7 @@ TEST_CASE("TcpStore: connecting gives up soon after its cancel flag is set", "[c
   std::this_thread::sleep_for(200ms);  // retrying by now (any moment works)
   cancel = true;
   REQUIRE(attempt.wait_for(60s) == std::future_status::ready);
-  CHECK_THAT(attempt.get(), Catch::Contains("127.0.0.1:" + std::to_string(closed.port)) &&
+  CHECK_THAT(attempt.get(), Catch::Contains("127.0.0.1:" + std::to_string(closed.number())) &&
                                 Catch::Contains("cancelled"));
 }
 
@@ -99,13 +84,11 @@ TEST_CASE("TcpStore: name resolution failure is reported", "[client][net]") {
 }
 
 TEST_CASE("TcpStore: keeps retrying until a late server listens", "[client][net]") {
-  std::uint16_t port;
-  {
-    TcpStoreServer probe(loopback());
-    port = probe.start();
-  }  // the port is free again; the server below takes it after the client started trying
+  // Refused until the server below binds it (SO_REUSEADDR) after the client started trying.
+  const test::ReservedPort port;
   std::unique_ptr<TcpStoreServer> server;
   std::thread late([&] {
+    // The stimulus, not a wait for an event: refused attempts leave nothing to observe.
     std::this_thread::sleep_for(300ms);
     server = std::make_unique<TcpStoreServer>(loopback(port));
     server->start();
@@ -172,7 +155,8 @@ TEST_CASE("TcpStore: a store that goes away gives StoreConnectionError, not a ha
   TcpStore store(client(port));
   store.set("k", "v");
   std::thread stopper([&] {
-    std::this_thread::sleep_for(100ms);
+    // Once the get below waits in the server (its WAIT for the missing key is pending).
+    test::eventually([&] { return server->pending_waits() == 1; });
     server->stop();
   });
   CHECK_THROWS_AS(store.get("never"), StoreConnectionError);

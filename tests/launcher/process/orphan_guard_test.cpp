@@ -95,6 +95,15 @@ pid_t find_guard(pid_t agent) {
   return found;
 }
 
+// The set of signals `pid` ignores (SigIgn of /proc/<pid>/status: bit signo-1).
+unsigned long long ignored_signals(pid_t pid) {
+  const std::string status = slurp("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find("SigIgn:");
+  return at == std::string::npos ? 0 : std::strtoull(status.c_str() + at + 7, nullptr, 16);
+}
+constexpr unsigned long long kTerminal =
+    (1ULL << (SIGINT - 1)) | (1ULL << (SIGTERM - 1)) | (1ULL << (SIGHUP - 1));
+
 }  // namespace
 
 TEST_CASE("orphan guard: kill -9 of the agent kills every worker group", "[orphan_guard]") {
@@ -122,9 +131,8 @@ TEST_CASE("orphan guard: kill -9 of the agent kills every worker group", "[orpha
 
 TEST_CASE("orphan guard: kill -9 of the agent also kills daemons that left their group",
           "[orphan_guard][descendants]") {
-  char tmpl[] = "/tmp/ddprun-guard-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
+  const TempDir tmp;
+  const std::string dir = tmp.str();
   FakeAgent agent =
       start_fake_agent(1,
                        daemon_command("setsid", dir + "/setsid", 600) + "; " +
@@ -144,19 +152,25 @@ TEST_CASE("orphan guard: kill -9 of the agent also kills daemons that left their
   for (pid_t p : {setsid_daemon, setpgid_daemon}) {
     if (alive(p)) ::kill(p, SIGKILL);
   }
-  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST_CASE("orphan guard: ignores terminal signals and exits after a normal agent exit",
           "[orphan_guard]") {
-  FakeAgent agent = start_fake_agent(1, "sleep 0.3", true);
+  // The worker (and so the agent) ends when the test says so, not after a guessed time
+  // that a loaded machine could spend before the guard is found.
+  const TempDir dir;
+  const std::string go = dir.str() + "/go";
+  FakeAgent agent = start_fake_agent(1, "while [ ! -e " + go + " ]; do sleep 0.05; done", true);
   pid_t guard = find_guard(agent.pid);
   REQUIRE(guard != 0);
+  // The kernel drops a signal that its target ignores when it is sent: with the three
+  // ignored (SigIgn of /proc/<pid>/status), the kills below cannot end the guard later.
+  CHECK((ignored_signals(guard) & kTerminal) == kTerminal);
   ::kill(guard, SIGINT);
   ::kill(guard, SIGTERM);
   ::kill(guard, SIGHUP);
-  std::this_thread::sleep_for(100ms);
   CHECK(alive(guard));
+  dir.write("go", "");
   int status = 0;
   REQUIRE(::waitpid(agent.pid, &status, 0) == agent.pid);
   CHECK(WIFEXITED(status));

@@ -1,5 +1,6 @@
-// process_test_util.h: helpers for the process-layer tests: poll-until with a deadline,
-// a pipe captured by a reader thread, /proc inspection, and the agent's signal setup.
+// process_test_util.h: helpers for the process-layer tests: a pipe captured by a reader
+// thread, /proc inspection, and the agent's signal setup; with the shared test support
+// (eventually, TempDir, slurp) named in this namespace.
 // Thread-safety: PipeCapture's accessors are safe from the test thread.
 #pragma once
 
@@ -20,18 +21,14 @@
 
 #include "launcher/process/signals.h"
 #include "launcher/process/unique_fd.h"
+#include "tests/support/eventually.h"
+#include "tests/support/temp_dir.h"
 
 namespace ddprun::launcher::test {
 
-inline bool eventually(const std::function<bool()>& pred,
-                       std::chrono::milliseconds limit = std::chrono::seconds(5)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (true) {
-    if (pred()) return true;
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
+using ddprun::test::eventually;
+using ddprun::test::slurp;
+using ddprun::test::TempDir;
 
 // What ddprun's main does before starting threads; tests call it first thing.
 inline void agent_signal_setup() {
@@ -102,13 +99,6 @@ inline std::vector<std::string> split_lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) out.push_back(line);
   return out;
-}
-
-inline std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 struct ProcInfo {

@@ -69,9 +69,8 @@ TEST_CASE("spawn: a missing program is a SpawnError naming it", "[spawn]") {
 }
 
 TEST_CASE("spawn: a non-executable file gives Permission denied", "[spawn]") {
-  char dir_template[] = "/tmp/ddprun-spawn-XXXXXX";
-  REQUIRE(::mkdtemp(dir_template) != nullptr);
-  std::string dir = dir_template;
+  const TempDir tmp;
+  const std::string dir = tmp.str();
   std::string file = dir + "/script";
   { std::ofstream(file) << "#!/bin/sh\necho hi\n"; }
   ::chmod(file.c_str(), 0644);
@@ -84,7 +83,6 @@ TEST_CASE("spawn: a non-executable file gives Permission denied", "[spawn]") {
                     "cannot execute '/bin/true': cannot change directory to '" + dir +
                         "/missing': No such file or directory");
   CHECK(run_child({"/bin/pwd"}, {}, dir).out == dir + "\n");
-  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST_CASE("spawn: the environment is passed exactly", "[spawn]") {

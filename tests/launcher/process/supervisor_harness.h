@@ -1,5 +1,5 @@
 // supervisor_harness.h: what the ProcessSupervisor tests share: a supervisor whose
-// console is two captured pipes, `sh -c` worker specs and a temp dir.
+// console is two captured pipes and `sh -c` worker specs.
 // Used by supervisor_test.cpp and supervisor_output_test.cpp. Thread-safety: one test.
 #pragma once
 
@@ -43,15 +43,5 @@ inline WorkerSpec sh(int rank, const std::string& script, const std::string& pre
   w.line_prefix = prefix;
   return w;
 }
-
-struct TempDir {
-  TempDir() {
-    char t[] = "/tmp/ddprun-sup-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
-  std::string path;
-};
 
 }  // namespace ddprun::launcher::test

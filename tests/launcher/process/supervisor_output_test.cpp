@@ -34,8 +34,8 @@ TEST_CASE("supervisor: concurrent workers' console lines never interleave mid-li
     WorkerSpec w = sh(r, script, "[default" + std::to_string(r) + "]:");
     // Tee'd (-t 3), so console lines carry the prefix that tells the workers apart.
     w.out.mode = w.err.mode = StreamMode::kTee;
-    w.out.file = dir.path + "/" + std::to_string(r) + "/stdout.log";
-    w.err.file = dir.path + "/" + std::to_string(r) + "/stderr.log";
+    w.out.file = dir.str() + "/" + std::to_string(r) + "/stdout.log";
+    w.err.file = dir.str() + "/" + std::to_string(r) + "/stderr.log";
     workers.push_back(std::move(w));
   }
   h.sup->start(workers);
@@ -94,7 +94,7 @@ TEST_CASE("supervisor: a worker printing 50 MB does not stall another's exit", "
   WorkerSpec chatty =
       sh(0, "head -c 50000000 /dev/zero | tr '\\0' 'x' | fold -w 999; echo; sleep 30");
   chatty.out.mode = StreamMode::kRedirect;
-  chatty.out.file = dir.path + "/0/stdout.log";
+  chatty.out.file = dir.str() + "/0/stdout.log";
   WorkerSpec failing = sh(1, "sleep 0.2; exit 5");
   auto t0 = std::chrono::steady_clock::now();
   h.sup->start({chatty, failing});
@@ -140,7 +140,7 @@ TEST_CASE("supervisor: a failed exit carries its stderr's last 64 KiB, whatever 
   TempDir dir;
   WorkerSpec redirected = sh(0, "echo out; echo err-a >&2; printf err-b >&2; exit 3");
   redirected.err.mode = StreamMode::kRedirect;
-  redirected.err.file = dir.path + "/0/stderr.log";
+  redirected.err.file = dir.str() + "/0/stderr.log";
   WorkerSpec chatty =
       sh(1,
          "i=0; while [ $i -lt 20000 ]; do echo line$i; i=$((i+1)); done >&2; printf END >&2; "
@@ -170,12 +170,12 @@ TEST_CASE("supervisor: redirect and tee write files - the prefix only on the con
   TempDir dir;
   WorkerSpec w = sh(0, "echo out1; echo out2; echo err1 >&2; printf no-newline", "[default0]:");
   w.out.mode = StreamMode::kTee;
-  w.out.file = dir.path + "/attempt_0/0/stdout.log";
+  w.out.file = dir.str() + "/attempt_0/0/stdout.log";
   w.err.mode = StreamMode::kRedirect;
-  w.err.file = dir.path + "/attempt_0/0/stderr.log";
+  w.err.file = dir.str() + "/attempt_0/0/stderr.log";
   WorkerSpec hidden = sh(1, "echo secret; echo secret-err >&2", "[default1]:");
   hidden.out.mode = StreamMode::kTee;
-  hidden.out.file = dir.path + "/attempt_0/1/stdout.log";
+  hidden.out.file = dir.str() + "/attempt_0/1/stdout.log";
   hidden.out.show_on_console = false;
   hidden.err.show_on_console = false;
   h.sup->start({w, hidden});
@@ -194,7 +194,7 @@ TEST_CASE("supervisor: only tee'd streams are prefixed (-t 1 leaves stderr bare)
   TempDir dir;
   WorkerSpec w = sh(0, "echo out; echo err >&2", "[default0]:");
   w.out.mode = StreamMode::kTee;
-  w.out.file = dir.path + "/stdout.log";
+  w.out.file = dir.str() + "/stdout.log";
   h.sup->start({w});
   REQUIRE(h.next().kind == Kind::kWorkerExited);
   REQUIRE(h.next().kind == Kind::kAllSucceeded);
@@ -258,7 +258,7 @@ TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[sup
   };
   std::thread reader;
   if (kind == "file") {
-    console.reset(::open((dir.path + "/console").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    console.reset(::open((dir.str() + "/console").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   } else {
     master.reset(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
     REQUIRE(master);
@@ -284,7 +284,7 @@ TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[sup
     REQUIRE(sup.next_event(10s).kind == Kind::kWorkerExited);
   }
   if (kind == "file") {
-    std::string text = slurp(dir.path + "/console");
+    std::string text = slurp(dir.str() + "/console");
     CHECK(text.find("one\n") != std::string::npos);
     CHECK(text.find("two\n") != std::string::npos);
   } else {
@@ -332,11 +332,11 @@ TEST_CASE("supervisor: files and the unprefixed console get the worker's bytes u
       "head -c " + std::to_string(200 * 1024) + " /dev/zero | tr '\\0' a; printf '" + format + "'";
   WorkerSpec w = sh(0, script + "; (" + script + ") >&2", "[default0]:");
   w.err.mode = StreamMode::kRedirect;  // stdout to the console, stderr to a file
-  w.err.file = dir.path + "/0/stderr.log";
+  w.err.file = dir.str() + "/0/stderr.log";
   WorkerSpec both = sh(1, script + "; (" + script + ") >&2", "[default1]:");
   both.out.mode = both.err.mode = StreamMode::kRedirect;
-  both.out.file = dir.path + "/1/stdout.log";
-  both.err.file = dir.path + "/1/stderr.log";
+  both.out.file = dir.str() + "/1/stdout.log";
+  both.err.file = dir.str() + "/1/stderr.log";
   h.sup->start({w, both});
   for (int i = 0; i < 2; ++i) REQUIRE(h.next().kind == Kind::kWorkerExited);
   REQUIRE(h.next().kind == Kind::kAllSucceeded);
@@ -363,7 +363,7 @@ TEST_CASE("supervisor: a long tee'd line comes out whole under one prefix", "[su
       sh(1, "i=0; while [ $i -lt 3000 ]; do echo short$i; i=$((i+1)); done", "[default1]:");
   for (WorkerSpec* w : {&big, &small}) {
     w->out.mode = StreamMode::kTee;
-    w->out.file = dir.path + "/" + std::to_string(w->local_rank) + "/stdout.log";
+    w->out.file = dir.str() + "/" + std::to_string(w->local_rank) + "/stdout.log";
   }
   h.sup->start({big, small});
   for (int i = 0; i < 2; ++i) REQUIRE(h.next().kind == Kind::kWorkerExited);
@@ -402,7 +402,7 @@ TEST_CASE("supervisor: a line held open too long is cut, and resumes under its p
   TempDir dir;
   // Rank 0 writes 100 KB of a line and then waits (for the test's go-ahead) before its
   // end; rank 1's line must not wait for it forever.
-  const std::string go = dir.path + "/go";
+  const std::string go = dir.str() + "/go";
   WorkerSpec slow = sh(0,
                        "head -c 100000 /dev/zero | tr '\\0' c; while [ ! -e " + go +
                            " ]; do sleep 0.05; done; echo END",
@@ -410,7 +410,7 @@ TEST_CASE("supervisor: a line held open too long is cut, and resumes under its p
   WorkerSpec other = sh(1, "sleep 0.3; echo w1; exec sleep 30", "[default1]:");
   for (WorkerSpec* w : {&slow, &other}) {
     w->out.mode = StreamMode::kTee;
-    w->out.file = dir.path + "/" + std::to_string(w->local_rank) + "/stdout.log";
+    w->out.file = dir.str() + "/" + std::to_string(w->local_rank) + "/stdout.log";
   }
   h.sup->start({slow, other});
   CHECK(eventually([&] { return h.out->contains("[default1]:w1\n"); }, 20s));

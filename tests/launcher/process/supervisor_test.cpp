@@ -37,6 +37,7 @@ TEST_CASE("supervisor: exit codes and ranks are reported - no kAllSucceeded on f
   CHECK(exits[2].exit_code == 77);
   CHECK(exits[2].failed());
   CHECK(exits[2].pid > 0);
+  // No event reports "nothing pending", so the absence of one is checked over a while.
   CHECK(h.next(300ms).kind == Kind::kTimeout);
   CHECK(h.sup->stop(SIGTERM, 1s).empty());
 }
@@ -115,15 +116,16 @@ TEST_CASE("supervisor: stop returns early when the workers obey", "[supervisor]"
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
   REQUIRE(exits.size() == 2);
   for (const auto& e : exits) CHECK(e.signal == SIGTERM);
+  // No event reports "nothing pending", so the absence of one is checked over a while.
   CHECK(h.next(100ms).kind == Kind::kTimeout);  // each exit is delivered once
 }
 
 TEST_CASE("supervisor: cut_short ends the grace at once", "[supervisor]") {
   Harness h;
-  h.sup->start({sh(0, "trap '' TERM; echo ready; while :; do sleep 0.05; done")});
+  h.sup->start({sh(0, "trap 'echo got TERM' TERM; echo ready; while :; do sleep 0.05; done")});
   REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
   std::thread cutter([&] {
-    std::this_thread::sleep_for(200ms);
+    eventually([&] { return h.out->contains("got TERM\n"); });  // the grace has begun
     h.sup->cut_short();
   });
   auto t0 = std::chrono::steady_clock::now();
@@ -142,10 +144,11 @@ TEST_CASE("supervisor: a handled signal is reported and cuts a stop's grace shor
   REQUIRE(ev.kind == Kind::kSignal);
   CHECK(ev.signo == SIGHUP);
 
-  h.sup->start({sh(0, "trap '' INT TERM; echo ready; while :; do sleep 0.05; done")});
+  h.sup->start(
+      {sh(0, "trap 'echo got INT' INT; trap '' TERM; echo ready; while :; do sleep 0.05; done")});
   REQUIRE(eventually([&] { return h.out->contains("ready\n"); }));
-  std::thread second_ctrl_c([] {
-    std::this_thread::sleep_for(200ms);
+  std::thread second_ctrl_c([&] {
+    eventually([&] { return h.out->contains("got INT\n"); });  // the grace has begun
     ::kill(::getpid(), SIGINT);
   });
   auto t0 = std::chrono::steady_clock::now();
@@ -195,6 +198,7 @@ TEST_CASE("supervisor: forward_signal delivers without stopping", "[supervisor]"
   h.sup->forward_signal(SIGUSR1);
   CHECK(eventually([&] { return h.out->contains("got USR1\n"); }));
   CHECK(h.sup->live_pids().size() == 1);
+  // No event reports "nothing pending", so the absence of one is checked over a while.
   CHECK(h.next(200ms).kind == Kind::kTimeout);
   auto exits = h.sup->stop(SIGTERM, 2s);
   REQUIRE(exits.size() == 1);

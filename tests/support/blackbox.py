@@ -1,0 +1,218 @@
+"""blackbox.py: the one harness of the black-box suites that run the built binaries as
+real processes (tests/integration/ddprun_test.py, tests/multinode/multinode_test.py): the
+test registry and main() that ctest runs, check() and poll(), the interpreter choice,
+workspaces (a temporary directory, processes started with timeouts and captured output,
+ports reserved until the code under test binds them) and their cleanup.
+
+A suite script builds a Suite, registers its test functions with suite.test and ends with
+`sys.exit(suite.main(sys.argv, Workspace-class))`; ctest runs one test per process:
+
+    <suite>.py <path to ddprun> <test name>
+    <suite>.py <path to ddprun> --list
+    <suite>.py <path to ddprun> --registered <names...>   (checks ctest's list)
+
+The interpreter for workers and clients is $DDPRUN_TEST_PYTHON (PYTHON_EXEC of the jobs):
+Debian 12's /usr/bin/python3 with PyTorch 1.13, or scripts/python-torch26 for the 2.6
+tier. A test that needs torch exits 77 (ctest's SKIP_RETURN_CODE) when it has none.
+Every wait is a poll with a generous deadline, never a fixed sleep that a slow 2-core
+machine could outrun.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+PYTHON = os.environ.get("DDPRUN_TEST_PYTHON", "/usr/bin/python3")
+SKIP = 77
+# What a launcher started from a test must not inherit from the caller's environment.
+LAUNCHER_VARIABLES = ("PET_", "TORCHELASTIC_", "LOGLEVEL")
+
+
+class Failed(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def _context(context):
+    return "".join(f"\n--- {c() if callable(c) else c}" for c in context)
+
+
+def check(cond, what, *context):
+    """Fails the test with `what` and each context item (a callable is called) unless
+    `cond` holds."""
+    if not cond:
+        raise Failed(what + _context(context))
+
+
+def poll(pred, timeout, what, *context):
+    """pred()'s first true value, polling every 50 ms; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.05)
+    value = pred()
+    if value:
+        return value
+    raise Failed(f"timed out after {timeout} s waiting for: {what}" + _context(context))
+
+
+def read_text(path):
+    """The file's text so far ("" when it does not exist yet)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def torch_version():
+    """PYTHON's torch version, or None (and the reason on stdout) when it has none."""
+    r = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        lines = (r.stderr or r.stdout).strip().splitlines()
+        print(f"{PYTHON} cannot import torch: {lines[-1] if lines else f'exit {r.returncode}'}")
+        return None
+    return r.stdout.strip()
+
+
+def job_environment(drop=LAUNCHER_VARIABLES, **extra):
+    """This process's environment without launcher variables (names starting with one of
+    `drop`), with PYTHON_EXEC=PYTHON and `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(PYTHON_EXEC=PYTHON, **extra)
+    return env
+
+
+class Workspace:
+    """A temporary directory and what a test starts in it: processes (killed at close(),
+    with their session when they have their own) and reserved ports (released at
+    close())."""
+
+    def __init__(self, ddprun, prefix):
+        self.ddprun = ddprun
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self._ports = []
+        self._procs = []
+        self._closed = False
+
+    def reserve_port(self, host="127.0.0.1"):
+        """A port number that stays ours until close(): bound with SO_REUSEADDR, never
+        listening. Other processes' bind(0) and outgoing connections cannot get it, yet
+        ddprun, PyTorch's TCPStore and libuv (which all set SO_REUSEADDR) can listen on
+        it. Closing a probe socket before handing the number over would let another test
+        take the port in between."""
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, 0))
+        self._ports.append(s)
+        return s.getsockname()[1]
+
+    def run_process(self, argv, env, timeout, text=True, cwd=None):
+        """Runs argv to the end with captured output: (returncode, stdout, stderr). A run
+        past `timeout` seconds is killed and fails the test, showing its output."""
+        try:
+            p = subprocess.run(argv, env=env, cwd=cwd or self.dir, capture_output=True,
+                               text=text, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise Failed(f"{argv[0]} still running after {timeout} s: {argv}",
+                         e.stdout, e.stderr) from None
+        return p.returncode, p.stdout, p.stderr
+
+    def start_process(self, argv, env, log=None, new_session=False, cwd=None):
+        """Starts argv: stdout and stderr to the file `log` when given (read it while it
+        runs), else to pipes (communicate() with a timeout). In a new session, close()
+        kills its whole process group."""
+        out = open(log, "w") if log else subprocess.PIPE
+        try:
+            p = subprocess.Popen(argv, env=env, cwd=cwd or self.dir, text=True,
+                                 stdout=out,
+                                 stderr=subprocess.STDOUT if log else subprocess.PIPE,
+                                 start_new_session=new_session)
+        finally:
+            if log:
+                out.close()
+        self._procs.append((p, new_session))
+        return p
+
+    def close(self):
+        """Kills what is still running, releases the ports, removes the directory.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for p, own_session in self._procs:
+            try:
+                if own_session:
+                    os.killpg(p.pid, signal.SIGKILL)
+                else:
+                    p.kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                p.communicate(timeout=10)
+            except (subprocess.TimeoutExpired, ValueError, OSError):
+                pass
+        for s in self._ports:
+            s.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Suite:
+    """The test functions of one suite script, and its main()."""
+
+    def __init__(self, doc, needs_torch=False):
+        self.doc = doc
+        self.needs_torch = needs_torch  # the default of the suite's tests
+        self.tests = {}
+
+    def test(self, fn=None, *, needs_torch=None):
+        """Registers a test function fn(workspace): `@suite.test` or
+        `@suite.test(needs_torch=True)`."""
+        def register(f):
+            self.tests[f.__name__] = (f, self.needs_torch if needs_torch is None else needs_torch)
+            return f
+        return register(fn) if fn is not None else register
+
+    def main(self, argv, make_workspace):
+        if len(argv) >= 3 and argv[2] == "--registered":
+            # The suite's CMakeLists.txt lists the tests by name: none may be forgotten.
+            missing = sorted(set(self.tests) - set(argv[3:]))
+            unknown = sorted(set(argv[3:]) - set(self.tests))
+            print(f"not registered with ctest: {missing}; unknown: {unknown}")
+            return 1 if missing or unknown else 0
+        if len(argv) != 3:
+            print(self.doc)
+            return 2
+        ddprun, name = argv[1], argv[2]
+        if name == "--list":
+            print("\n".join(self.tests))
+            return 0
+        if name not in self.tests:
+            print(f"no test named {name!r}; --list lists them")
+            return 2
+        fn, needs_torch = self.tests[name]
+        if needs_torch and torch_version() is None:
+            print(f"SKIP {name}: no torch in {PYTHON}")
+            return SKIP
+        ws = make_workspace(os.path.abspath(ddprun))
+        try:
+            fn(ws)
+        except Failed as e:
+            print(f"FAIL {name}: {e}")
+            return 1
+        except Skip as e:
+            print(f"SKIP {name}: {e}")
+            return SKIP
+        finally:
+            ws.close()
+        print(f"PASS {name}")
+        return 0
