@@ -165,8 +165,9 @@ class StoreRendezvous final : public RendezvousHandler {
   std::optional<Endpoint> await_workers_store(int r, int slot, Clock::time_point deadline);
   void enter_round(int r, int slot, std::vector<NodeDesc> descs, const RendezvousInfo& info);
   void leave_slot(int r, int slot);  // its heartbeat says "left": nobody waits for it
-  // Polls in poll_slice steps until every key exists (true) or `until` passes (false),
-  // calling `between` after each empty slice. Throws RendezvousInterruptedError.
+  // Polls in poll_slice steps (at least once) until every key exists (true) or `until`
+  // passes (false), calling `between` after each empty slice. Throws
+  // RendezvousInterruptedError.
   bool poll_keys(const std::vector<std::string>& keys, Clock::time_point until,
                  const std::function<void()>& between = {});
 

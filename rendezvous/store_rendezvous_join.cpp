@@ -335,12 +335,14 @@ void StoreRendezvous::leave_slot(int r, int slot) {
 
 bool StoreRendezvous::poll_keys(const std::vector<std::string>& keys, Clock::time_point until,
                                 const std::function<void()>& between) {
-  while (now() < until) {
+  // Looks at least once, even when `until` has already passed (a thread that was
+  // stopped or starved, or an injected clock that jumped, must not give up unseen).
+  for (;;) {
     throw_if_stopped();
     if (store_->wait_for(keys, config_.poll_slice)) return true;
+    if (now() >= until) return false;
     if (between) between();
   }
-  return false;
 }
 
 }  // namespace ddprun::rdzv
