@@ -13,6 +13,7 @@
 #include <map>
 
 #include "launcher/nproc.h"
+#include "launcher/slurm_env.h"
 
 extern char** environ;
 
@@ -101,6 +102,10 @@ constexpr OptionDef kOptions[] = {
      "Behave like python -m torch.distributed.launch: pass --local_rank=N to the script"},
     {"--use-env,--use_env", "use_env", true, kLaunch,
      "With --legacy-launch: do not pass --local_rank (read LOCAL_RANK instead)"},
+    // ddprun's own (not torchrun's): Slurm job steps (slurm_env.h, docs/slurm.md).
+    {"--no-slurm,--no_slurm", "no_slurm", true, kRdzv,
+     "Ignore the SLURM_* environment (by default an srun step sets --nnodes, --node-rank, "
+     "the rendezvous and --nproc-per-node)"},
 };
 
 // The value placeholder shown by --help.
@@ -314,6 +319,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
         raw.values[def->dest] = env->second;
       }
     }
+    out.slurm = apply_slurm_environment(raw, host.env);  // fills what was not given
     out.config = build_config(raw, host);
   } catch (const UsageError& e) {
     out.kind = CliOutcome::Kind::kError;

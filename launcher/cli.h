@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "launcher/config.h"
+#include "launcher/slurm_env.h"
 
 namespace ddprun::launcher {
 
@@ -20,6 +21,7 @@ struct CliOutcome {
   Kind kind = Kind::kError;
   std::string text;
   LaunchConfig config;
+  SlurmNotice slurm;  // kRun: the line about SLURM_* to log at start (slurm_env.h)
 };
 
 // Parses `args` (argv without argv[0]) with `host` as the environment and host facts.

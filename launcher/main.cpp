@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   setup_agent_logging(host.env);
+  if (!cli.slurm.text.empty()) {  // what an srun step set (slurm_env.h)
+    spdlog::log(cli.slurm.taken ? spdlog::level::warn : spdlog::level::info, "{}", cli.slurm.text);
+  }
   if (!cli.config.ignored_options.empty()) {
     std::string list;
     for (const auto& o : cli.config.ignored_options) list += (list.empty() ? "" : ", ") + o;

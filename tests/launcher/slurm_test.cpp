@@ -1,0 +1,305 @@
+// Slurm: the compressed host list parser, and what an srun step's SLURM_* environment
+// sets (under what the command line and PET_* give), through parse_command_line.
+#include <catch2/catch.hpp>
+
+#include "launcher/cli.h"
+#include "launcher/slurm_env.h"
+#include "launcher/slurm_hostlist.h"
+
+using namespace ddprun::launcher;
+using ddprun::rdzv::Backend;
+using Env = std::map<std::string, std::string>;
+using Hosts = std::vector<std::string>;
+
+TEST_CASE("Slurm host lists expand as Slurm writes them", "[slurm]") {
+  struct Row {
+    const char* list;
+    Hosts hosts;
+  };
+  const std::vector<Row> rows = {
+      {"n1", {"n1"}},
+      {"node-01.cluster", {"node-01.cluster"}},
+      {"a1,b2", {"a1", "b2"}},
+      {"n[01-04,07]", {"n01", "n02", "n03", "n04", "n07"}},
+      {"a1,b[2-3]", {"a1", "b2", "b3"}},
+      {"n[8-11]", {"n8", "n9", "n10", "n11"}},           // no padding: widths grow
+      {"n[098-101]", {"n098", "n099", "n100", "n101"}},  // padded to the lower bound
+      {"n[0-2]", {"n0", "n1", "n2"}},                    // a lone 0 is not padding
+      {"n[5]", {"n5"}},
+      {"gpu[1-2]-ib", {"gpu1-ib", "gpu2-ib"}},             // text after the bracket
+      {"r[1-2]n[1-2]", {"r1n1", "r1n2", "r2n1", "r2n2"}},  // product, first slowest
+      {"x[3,1],y[2-3],z", {"x3", "x1", "y2", "y3", "z"}},  // Slurm's order kept
+      {"10.0.0.[1-2]", {"10.0.0.1", "10.0.0.2"}},
+  };
+  for (const auto& row : rows) {
+    INFO(row.list);
+    CHECK(expand_hostlist(row.list) == row.hosts);
+  }
+}
+
+TEST_CASE("bad host lists get one line naming the fault", "[slurm]") {
+  struct Row {
+    const char* list;
+    const char* fault;
+  };
+  const std::vector<Row> rows = {
+      {"", "empty"},
+      {"n[1-2", "'[' without ']'"},
+      {"n1-2]", "']' without '['"},
+      {"n[[1]]", "nested"},
+      {"n[]", "empty '[]'"},
+      {"n[a-b]", "'a-b' is not a number"},
+      {"n[1-]", "'1-' is not a number"},
+      {"n[3-1]", "descending"},
+      {"a,,b", "empty host name"},
+      {"a,", "empty host name"},
+      {"a b", "white space"},
+      {"n[1-99999999999]", "more than"},
+      {"r[1-2000]n[1-2000]", "more than"},
+  };
+  for (const auto& row : rows) {
+    INFO(row.list);
+    try {
+      expand_hostlist(row.list);
+      FAIL("accepted");
+    } catch (const HostlistError& e) {
+      const std::string what = e.what();
+      CHECK(what.find(row.fault) != std::string::npos);
+      CHECK(what.find('\n') == std::string::npos);
+    }
+  }
+  CHECK(expand_hostlist("n[1-4]", 4).size() == 4);
+  CHECK_THROWS_AS(expand_hostlist("n[1-5]", 4), HostlistError);
+  CHECK_THROWS_AS(expand_hostlist("a[1-3],b[1-2]", 4), HostlistError);
+}
+
+TEST_CASE("the Slurm port stays in its documented range and separates steps", "[slurm]") {
+  CHECK(slurm_port(0, 0) == kSlurmPortBase);
+  CHECK(slurm_port(1, 0) == kSlurmPortBase + 8);
+  CHECK(slurm_port(1, 1) == kSlurmPortBase + 9);
+  CHECK(slurm_port(250, 0) == kSlurmPortBase);  // 8 * 250 wraps the span
+  for (const unsigned long long job : {0ULL, 7ULL, 123456ULL, 4294967295ULL, ~0ULL}) {
+    for (const unsigned long long step : {0ULL, 1ULL, 7ULL, 4294967200ULL}) {
+      const int p = slurm_port(job, step);
+      CHECK(p >= kSlurmPortBase);
+      CHECK(p < kSlurmPortBase + kSlurmPortSpan);
+    }
+  }
+  CHECK(kSlurmPortBase + kSlurmPortSpan <= 32768);  // below Linux's ephemeral ports
+}
+
+namespace {
+
+// The environment srun gives task `node_id` of `srun -N4 --ntasks-per-node=1` in job 4242.
+Env srun_env(int node_id = 2) {
+  return {{"SLURM_JOB_ID", "4242"},
+          {"SLURM_JOBID", "4242"},
+          {"SLURM_STEP_ID", "3"},
+          {"SLURM_STEPID", "3"},
+          {"SLURM_NNODES", "4"},
+          {"SLURM_STEP_NUM_NODES", "4"},
+          {"SLURM_NODEID", std::to_string(node_id)},
+          {"SLURM_JOB_NODELIST", "n[01-04,07]"},
+          {"SLURM_STEP_NODELIST", "n[02-04,07]"},
+          {"SLURM_NODELIST", "n[02-04,07]"},
+          {"SLURM_NTASKS", "4"},
+          {"SLURM_STEP_NUM_TASKS", "4"},
+          {"SLURM_STEP_TASKS_PER_NODE", "1(x4)"},
+          {"SLURM_PROCID", std::to_string(node_id)},
+          {"SLURM_LOCALID", "0"}};
+}
+
+HostFacts facts(Env env) {
+  HostFacts h;
+  h.env = std::move(env);
+  h.cpu_count = 2;
+  h.file_exists = [](const std::string& p) { return p == "train.py"; };
+  return h;
+}
+
+CliOutcome parse(std::vector<std::string> args, Env env) {
+  return parse_command_line(args, facts(std::move(env)));
+}
+
+LaunchConfig ok(std::vector<std::string> args, Env env, std::string* notice = nullptr) {
+  const CliOutcome out = parse(std::move(args), std::move(env));
+  INFO(out.text);
+  REQUIRE(out.kind == CliOutcome::Kind::kRun);
+  if (notice) *notice = out.slurm.text;
+  return out.config;
+}
+
+std::string error(std::vector<std::string> args, Env env) {
+  const CliOutcome out = parse(std::move(args), std::move(env));
+  REQUIRE(out.kind == CliOutcome::Kind::kError);
+  CHECK(out.text.find('\n') == std::string::npos);
+  return out.text;
+}
+
+}  // namespace
+
+TEST_CASE("a plain srun step needs no flag", "[slurm]") {
+  std::string notice;
+  const LaunchConfig c = ok({"train.py"}, srun_env(2), &notice);
+  CHECK(c.min_nodes == 4);
+  CHECK(c.max_nodes == 4);
+  CHECK(c.node_rank == 2);
+  CHECK(c.rdzv_backend == Backend::kC10d);
+  CHECK(c.rdzv_endpoint == "n02:" + std::to_string(slurm_port(4242, 3)));
+  CHECK(c.rdzv_id == "slurm-4242.3");
+  CHECK(c.nproc_per_node == 1);
+  CHECK(notice ==
+        "Slurm job step 4242.3: from SLURM_*: --nnodes=4 --node-rank=2 --rdzv-backend=c10d "
+        "--rdzv-endpoint=n02:" +
+            std::to_string(slurm_port(4242, 3)) +
+            " --rdzv-id=slurm-4242.3 --nproc-per-node=1 (no GPUs from Slurm) (--no-slurm "
+            "turns this off; docs/slurm.md)");
+  // Every node of the step agrees on everything but its node rank.
+  for (int n = 0; n < 4; ++n) {
+    const LaunchConfig other = ok({"train.py"}, srun_env(n));
+    CHECK(other.node_rank == n);
+    CHECK(other.rdzv_endpoint == c.rdzv_endpoint);
+    CHECK(other.rdzv_id == c.rdzv_id);
+  }
+}
+
+TEST_CASE("nproc comes from the GPUs Slurm gave the step", "[slurm]") {
+  struct Row {
+    Env extra;
+    int nproc;
+  };
+  const std::vector<Row> rows = {
+      {{{"SLURM_GPUS_ON_NODE", "4"}, {"SLURM_JOB_GPUS", "0,1"}}, 4},
+      {{{"SLURM_STEP_GPUS", "2,3"}, {"SLURM_JOB_GPUS", "0,1,2,3"}}, 2},
+      {{{"SLURM_JOB_GPUS", "0,1,2"}}, 3},
+      {{}, 1},
+  };
+  for (const auto& row : rows) {
+    Env env = srun_env();
+    env.insert(row.extra.begin(), row.extra.end());
+    CHECK(ok({"train.py"}, env).nproc_per_node == row.nproc);
+  }
+  Env env = srun_env();
+  env["SLURM_GPUS_ON_NODE"] = "two";
+  CHECK(error({"train.py"}, env).find("SLURM_GPUS_ON_NODE='two' is not a number") == 0);
+}
+
+TEST_CASE("flags and PET_* override Slurm, and the notice says what was kept", "[slurm]") {
+  std::string notice;
+  const LaunchConfig c = ok({"--nnodes=2:4", "--nproc-per-node=3", "--rdzv-id=mine", "train.py"},
+                            srun_env(1), &notice);
+  CHECK(c.min_nodes == 2);
+  CHECK(c.max_nodes == 4);
+  CHECK(c.nproc_per_node == 3);
+  CHECK(c.rdzv_id == "mine");
+  CHECK(c.node_rank == 1);
+  CHECK(notice.find("--nnodes=") == std::string::npos);
+  CHECK(notice.find("; given, kept: --nnodes --rdzv-id --nproc-per-node") != std::string::npos);
+
+  Env env = srun_env(1);
+  env["PET_RDZV_ENDPOINT"] = "head:1234";
+  env["PET_NODE_RANK"] = "3";
+  const LaunchConfig p = ok({"train.py"}, env);
+  CHECK(p.rdzv_endpoint == "head:1234");
+  CHECK(p.node_rank == 3);
+  CHECK(p.rdzv_backend == Backend::kC10d);
+
+  env = srun_env(1);
+  env["DDPRUN_SLURM_PORT"] = "31000";
+  CHECK(ok({"train.py"}, env).rdzv_endpoint == "n02:31000");
+  env["DDPRUN_SLURM_PORT"] = "70000";
+  CHECK(error({"train.py"}, env).find("DDPRUN_SLURM_PORT='70000'") == 0);
+
+  // The static backend asked for: Slurm gives the master address and port instead.
+  const LaunchConfig s = ok({"--rdzv-backend=static", "train.py"}, srun_env(1));
+  CHECK(s.rdzv_backend == Backend::kStatic);
+  CHECK(s.master_addr == "n02");
+  CHECK(s.master_port == slurm_port(4242, 3));
+  CHECK(s.rdzv_endpoint.empty());
+  const LaunchConfig m = ok({"--master-port=29511", "train.py"}, srun_env(0));
+  CHECK(m.rdzv_backend == Backend::kStatic);
+  CHECK(m.master_addr == "n02");
+  CHECK(m.master_port == 29511);
+}
+
+TEST_CASE("--no-slurm, --standalone and non-srun shells leave Slurm out", "[slurm]") {
+  std::string notice;
+  for (const auto& args : {std::vector<std::string>{"--no-slurm", "train.py"},
+                           std::vector<std::string>{"--no_slurm", "train.py"}}) {
+    const LaunchConfig c = ok(args, srun_env(), &notice);
+    CHECK(c.max_nodes == 1);
+    CHECK(!c.node_rank);
+    CHECK(c.rdzv_endpoint == "localhost:0");
+    CHECK(notice.empty());
+  }
+  Env env = srun_env();
+  env["PET_NO_SLURM"] = "1";
+  CHECK(ok({"train.py"}, env).max_nodes == 1);
+  // --no-slurm also hides malformed SLURM_* values.
+  env = srun_env();
+  env["SLURM_STEP_NODELIST"] = "n[1-";
+  CHECK(ok({"--no-slurm", "train.py"}, env).max_nodes == 1);
+
+  const LaunchConfig st = ok({"--standalone", "train.py"}, srun_env(), &notice);
+  CHECK(st.max_nodes == 1);
+  CHECK(notice.find("--standalone: Slurm's settings are not used") == 0);
+
+  // An salloc shell or a batch script: the job's variables, no step. Nothing is taken
+  // (SLURM_NODEID there is not a step's node rank), and the note says how to use srun.
+  Env shell = {{"SLURM_JOB_ID", "77"},
+               {"SLURM_NNODES", "4"},
+               {"SLURM_NODEID", "0"},
+               {"SLURM_JOB_NODELIST", "n[1-4]"},
+               {"SLURM_NODELIST", "n[1-4]"}};
+  const LaunchConfig a = ok({"train.py"}, shell, &notice);
+  CHECK(a.max_nodes == 1);
+  CHECK(a.rdzv_endpoint == "localhost:0");
+  CHECK(notice.find("SLURM_JOB_ID=77 is set but this is not an srun job step") == 0);
+  for (const char* special : {"4294967294", "4294967295", "4294967291"}) {  // Slurm-internal
+    shell["SLURM_STEP_ID"] = special;
+    CHECK(ok({"train.py"}, shell, &notice).max_nodes == 1);
+    CHECK(notice.find("is not an srun job step") != std::string::npos);
+  }
+  CHECK(ok({"train.py"}, Env{}, &notice).max_nodes == 1);
+  CHECK(notice.empty());
+}
+
+TEST_CASE("srun with several tasks per node is refused with the fix", "[slurm]") {
+  Env env = srun_env();
+  env["SLURM_NTASKS"] = "8";
+  env["SLURM_STEP_NUM_TASKS"] = "8";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x4)";
+  CHECK(error({"train.py"}, env) ==
+        "srun started 8 tasks on 4 nodes (SLURM_STEP_NUM_TASKS=8, "
+        "SLURM_STEP_TASKS_PER_NODE=2(x4)): ddprun starts a node's workers itself and must run "
+        "once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm)");
+  CHECK(ok({"--no-slurm", "train.py"}, env).max_nodes == 1);
+}
+
+TEST_CASE("malformed SLURM_* values get one line naming the variable", "[slurm]") {
+  struct Row {
+    const char* var;
+    const char* value;
+    const char* says;
+  };
+  const std::vector<Row> rows = {
+      {"SLURM_STEP_NODELIST", "n[1-", "SLURM_STEP_NODELIST: host list 'n[1-': '[' without ']'"},
+      {"SLURM_STEP_NODELIST", "n[1-3]",
+       "SLURM_STEP_NODELIST=n[1-3] names 3 hosts but "
+       "SLURM_STEP_NUM_NODES=4"},
+      {"SLURM_NODEID", "4", "SLURM_NODEID='4' is not a node of the step's 4"},
+      {"SLURM_NODEID", "x", "SLURM_NODEID='x' is not a number"},
+      {"SLURM_STEP_NUM_NODES", "four", "SLURM_STEP_NUM_NODES='four' is not a number"},
+      {"SLURM_JOB_ID", "12a", "SLURM_JOB_ID='12a' is not a number"},
+  };
+  for (const auto& row : rows) {
+    Env env = srun_env();
+    env[row.var] = row.value;
+    INFO(row.var << "=" << row.value);
+    CHECK_THAT(error({"train.py"}, env), Catch::Contains(row.says));
+  }
+  Env env = srun_env();
+  env.erase("SLURM_STEP_NODELIST");
+  env.erase("SLURM_NODELIST");  // the job's list may hold hosts outside the step: not used
+  CHECK_THAT(error({"train.py"}, env), Catch::Contains("SLURM_STEP_NODELIST: host list is empty"));
+}
