@@ -6,6 +6,13 @@ pairs; node i has 10.213.0.<i+1>/24 on interface mn0. Every address lives inside
 namespaces the test creates (no default route, nothing reaches the outside); close()
 deletes them, and the next Netns deletes those a killed test left behind.
 netns_or_skip(n) raises blackbox.Skip where namespaces cannot be made (not root, no ip).
+
+Named hosts (the Slurm suite): Netns(n, hub_address=True) also gives the hub's bridge
+HUB_ADDR (a head node: a controller, a login shell); write_hosts(path, names) writes one
+hosts file for all of them, and host_prefix(i, name, hosts) / hub_prefix(name, hosts) run a
+command as that host: in its network namespace, with its own hostname (UTS namespace)
+and the hosts file bind-mounted over /etc/hosts in a private mount namespace (nothing
+outside the command sees either).
 """
 import os
 import re
@@ -21,7 +28,9 @@ class Netns:
     """A hub namespace with a bridge, and one namespace per node attached to it by a veth
     pair; node i has 10.213.0.<i+1>/24 on interface mn0."""
 
-    def __init__(self, nodes):
+    HUB_ADDR = "10.213.0.254"
+
+    def __init__(self, nodes, hub_address=False):
         self.remove_stale()
         self.tag = f"ddp{os.getpid()}"
         self.hub = self.tag + "h"
@@ -32,6 +41,9 @@ class Netns:
             self.created.append(self.hub)
             self._in(self.hub, "ip", "link", "add", "br0", "type", "bridge")
             self._in(self.hub, "ip", "link", "set", "br0", "up")
+            if hub_address:
+                self._in(self.hub, "ip", "link", "set", "lo", "up")
+                self._in(self.hub, "ip", "addr", "add", f"{self.HUB_ADDR}/24", "dev", "br0")
             for i, ns in enumerate(self.nodes):
                 self._ip("netns", "add", ns)
                 self.created.append(ns)
@@ -76,17 +88,50 @@ class Netns:
     def prefix(self, i):
         return ["ip", "netns", "exec", self.nodes[i]]
 
+    def write_hosts(self, path, names, hub_name=None):
+        """A hosts file: localhost, names[i] at node i's address, hub_name at HUB_ADDR."""
+        lines = ["127.0.0.1 localhost"]
+        lines += [f"{self.addr(i)} {n}" for i, n in enumerate(names)]
+        if hub_name:
+            lines.append(f"{self.HUB_ADDR} {hub_name}")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+
+    @staticmethod
+    def _as_host(ns, name, hosts):
+        # nsenter, not `ip netns exec`: that remounts /sys, which hides the cgroup mounts
+        # (slurmd refuses to start without them). unshare's mount namespace is private:
+        # the bind mount stays inside the command.
+        return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount", "sh", "-c",
+                'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"',
+                name, hosts]
+
+    def host_prefix(self, i, name, hosts):
+        """Runs a command as host `name` in node i's namespace (see the module doc)."""
+        return self._as_host(self.nodes[i], name, hosts)
+
+    def hub_prefix(self, name, hosts):
+        """Runs a command as host `name` in the hub namespace (Netns(hub_address=True))."""
+        return self._as_host(self.hub, name, hosts)
+
+    def pids(self, i):
+        """The processes in node i's network namespace."""
+        out = subprocess.run(["ip", "netns", "pids", self.nodes[i]], capture_output=True,
+                             text=True).stdout
+        return [int(p) for p in out.split()]
+
     def close(self):
         for ns in reversed(self.created):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.created = []
 
 
-def netns_or_skip(nodes):
+def netns_or_skip(nodes, hub_address=False):
     if os.geteuid() != 0 or shutil.which("ip") is None:
         raise Skip("network namespaces need root and iproute2")
     try:
-        return Netns(nodes)
+        return Netns(nodes, hub_address)
     except (subprocess.CalledProcessError, OSError) as e:
         detail = getattr(e, "stderr", "") or str(e)
         raise Skip(f"cannot create network namespaces here: {detail.strip()}")
