@@ -17,6 +17,7 @@ outside the command sees either).
 import os
 import re
 import shutil
+import signal
 import subprocess
 
 from blackbox import Skip
@@ -61,12 +62,21 @@ class Netns:
     @staticmethod
     def remove_stale():
         """Deletes namespaces this test left behind when it was killed (ddp<pid>h/n<i>,
-        pid gone)."""
+        pid gone), and ends the processes still running in them."""
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for line in out.splitlines():
             name = line.split()[0] if line.split() else ""
             m = re.fullmatch(r"ddp(\d+)(h|n\d+)", name)
             if m and not os.path.exists(f"/proc/{m.group(1)}"):
+                # What still runs inside (daemons that left the test's sessions, such as
+                # slurmstepd) would keep the namespace alive: end it first.
+                pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
+                                      text=True).stdout.split()
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
                 subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
     @staticmethod
