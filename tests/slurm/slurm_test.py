@@ -13,7 +13,6 @@ by the test and killed (with everything in the node namespaces) at the end. Skip
 77) without root, namespaces, the Slurm packages or torch.
 """
 import glob
-import json
 import os
 import re
 import shutil
@@ -189,17 +188,6 @@ PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             self.net = None
 
 
-def records(out_dir):
-    recs = []
-    for f in sorted(glob.glob(os.path.join(out_dir, "*.json"))):
-        try:
-            with open(f) as fh:
-                recs.append(json.load(fh))
-        except (OSError, ValueError):
-            pass  # being written
-    return recs
-
-
 @test
 def srun_four_nodes(c):
     """docs/slurm.md's sbatch script (`srun ddprun train.py`, no flag): node ranks follow
@@ -231,7 +219,7 @@ echo "srun exit $?" > {c.dir}/done
     print(f"batch job done after {time.monotonic() - t0:.1f} s")
     text = blackbox.read_text(os.path.join(c.dir, "batch.log"))
     check(blackbox.read_text(done).strip() == "srun exit 0", "srun in the batch script", c.logs)
-    recs = records(out)
+    recs = blackbox.json_records(out)
     check(len(recs) == 4, f"{len(recs)} records", c.logs)
     for r in recs:
         check(r["allreduce_ok"] and r["WORLD_SIZE"] == "4", "layout", r)
@@ -264,10 +252,10 @@ echo "srun exit $?" > {c.dir}/done
     proc, log = c.srun("kill", ["srun", "-N4", "--no-kill", c.ddprun, "--nnodes=3:4",
                                 "--max-restarts=3", f"--rdzv-conf={FAST}", WORKER,
                                 "--until-world", "3"], MN_OUT=out)
-    poll(lambda: len(records(out)) >= 4, 150, "four workers running", c.logs)
+    poll(lambda: len(blackbox.json_records(out)) >= 4, 150, "four workers running", c.logs)
     c.kill_node(1)
     rc = proc.wait(200)
-    recs = records(out)
+    recs = blackbox.json_records(out)
     check(rc == 0, f"srun --no-kill exit {rc}", c.logs)
     finished = [r for r in recs if r["WORLD_SIZE"] == "3"]
     check(sorted(r["RANK"] for r in finished) == ["0", "1", "2"],
