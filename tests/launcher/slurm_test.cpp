@@ -222,7 +222,7 @@ TEST_CASE("flags and PET_* override Slurm, and the notice says what was kept", "
   CHECK(m.master_port == 29511);
 }
 
-TEST_CASE("--no-slurm, --standalone and non-srun shells leave Slurm out", "[slurm]") {
+TEST_CASE("Slurm is left out by --no-slurm, --standalone and shells outside srun", "[slurm]") {
   std::string notice;
   for (const auto& args : {std::vector<std::string>{"--no-slurm", "train.py"},
                            std::vector<std::string>{"--no_slurm", "train.py"}}) {
