@@ -247,16 +247,19 @@ echo "srun exit $?" > {c.dir}/done
 
     # node02 dies while the step runs. Slurm notices only after SlurmdTimeout (and, with
     # --no-kill, leaves the step running); the agents notice the missing heartbeats first.
+    # srun itself ends once Slurm has declared node02 failed (docs/slurm.md, measured: it
+    # exits 0); the test does not wait for that, only for the survivors' agents.
     out = os.path.join(c.dir, "out_kill")
     os.makedirs(out)
     proc, log = c.srun("kill", ["srun", "-N4", "--no-kill", c.ddprun, "--nnodes=3:4",
                                 "--max-restarts=3", f"--rdzv-conf={FAST}", WORKER,
-                                "--until-world", "3"], MN_OUT=out)
+                                "--until-world", "3"], MN_OUT=out, LOGLEVEL="INFO")
     poll(lambda: len(blackbox.json_records(out)) >= 4, 150, "four workers running", c.logs)
     c.kill_node(1)
-    rc = proc.wait(200)
+    poll(lambda: blackbox.read_text(log).count("all 1 local workers succeeded") >= 3, 150,
+         "three survivors succeed", c.logs)
+    check(proc.poll() in (None, 0), f"srun --no-kill exit {proc.poll()}", c.logs)
     recs = blackbox.json_records(out)
-    check(rc == 0, f"srun --no-kill exit {rc}", c.logs)
     finished = [r for r in recs if r["WORLD_SIZE"] == "3"]
     check(sorted(r["RANK"] for r in finished) == ["0", "1", "2"],
           "three survivors finish in a world of 3", recs, c.logs)
