@@ -111,9 +111,7 @@ TEST_CASE("every option in both spellings", "[cli]") {
           CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1});
         if (row.dash == "--shutdown-timeout") CHECK(c.shutdown_timeout_s == 7);
         if (row.dash == "--numa-binding") CHECK(c.numa_binding == "node");
-        if (row.dash == "--numa-binding") {
-          CHECK(c.ignored_options == std::vector<std::string>{"--numa-binding=node"});
-        }
+        if (row.dash == "--numa-binding") CHECK(c.ignored_options.empty());  // implemented
       }
     }
   }
