@@ -6,7 +6,7 @@ FileTimerClient of the worker's PyTorch, under TORCHELASTIC_ENABLE_FILE_TIMER=1.
 Attempt 0: rank 0 first writes to the pipe what no client would (a malformed line, an
 oversized line, a request whose pid is the agent's), then both ranks enter a scope of the
 same name "step" (timers are per pid): rank 0 leaves it at once and sleeps; rank 1 stays
-in it past its 2 s and is sent SIGTERM, the signal its client asked for. Attempt 1: both
+in it past its 1 s and is sent SIGTERM, the signal its client asked for. Attempt 1: both
 ranks exit 0 at once (no torch import to wait for). Each rank writes
 <out>/<what>.<attempt>.<rank>.
 """
@@ -52,7 +52,7 @@ if ATTEMPT == 0:
         # The oversized line is not one atomic write: no request may land inside it.
         while not os.path.exists(os.path.join(OUT, "sent.0.0")):
             time.sleep(0.05)
-    with expires(after=2, scope="step"):
+    with expires(after=1, scope="step"):
         mark("entered")
         if RANK == 1:
             time.sleep(120)

@@ -2,10 +2,10 @@
 
     stall.py <out dir> <seconds>
 
-Attempt 0 (TORCHELASTIC_RESTART_COUNT=0): rank 1 sleeps forever inside its training step
-while rank 0 blocks in all_reduce waiting for it. Attempt 1: every rank computes for
-<seconds> without printing anything (pure Python: no torch import to wait for) and exits
-0. Each rank writes <out>/start.<attempt>.<rank> (the time it started) and
+Attempt 0 (TORCHELASTIC_RESTART_COUNT=0): both ranks first compute for <seconds> without
+printing anything (no false alarm may come of it), then rank 1 sleeps forever inside its
+training step while rank 0 blocks in all_reduce waiting for it. Attempt 1: every rank
+exits 0 at once. Each rank writes <out>/start.<attempt>.<rank> (the time it started) and
 <out>/step.<attempt>.<rank> (the time it entered the step). The test looks for the lines
 marked "# STALL-..." below in the report's stacks.
 """
@@ -24,11 +24,11 @@ RANK = int(os.environ["RANK"])
 mark(f"start.{ATTEMPT}.{RANK}")
 
 
-def compute_silently(seconds):
-    x, deadline = 0, time.time() + seconds
+def compute_silently(torch, seconds):
+    a, deadline = torch.rand(128, 128), time.time() + seconds
     while time.time() < deadline:
-        x = (x * 31 + 7) % 1000003
-    return x
+        a = torch.tanh(a @ a)
+    return a
 
 
 def train_step(dist, t):
@@ -40,15 +40,15 @@ def train_step(dist, t):
 
 def main():
     if ATTEMPT > 0:
-        mark(f"step.{ATTEMPT}.{RANK}")
-        compute_silently(float(sys.argv[2]))
         return
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
     t = torch.ones(4)
-    dist.all_reduce(t)  # warm-up: both ranks are connected before the step
+    compute_silently(torch, float(sys.argv[2]))
+    mark(f"computed.{ATTEMPT}.{RANK}")
+    dist.all_reduce(t)  # both ranks are connected before the step
     train_step(dist, t)
 
 
