@@ -103,8 +103,8 @@ constexpr OptionDef kOptions[] = {
      "With --legacy-launch: do not pass --local_rank (read LOCAL_RANK instead)"},
     // ddprun's watchdogs (issue 12).
     {"--stall-timeout,--stall_timeout", "stall_timeout", false, kLaunch,
-     "Seconds a worker may make no progress (CPU time or output) before ddprun dumps every "
-     "worker's Python stacks and handles it as a failure (default 0: off)"},
+     "Seconds without progress (CPU time or output) of every worker after which ddprun dumps "
+     "their Python stacks and handles it as a failure (default 0: off)"},
 };
 
 // The value placeholder shown by --help.

@@ -125,6 +125,12 @@ std::vector<std::size_t> StallDetector::stalled(Clock::time_point now) const {
   return out;
 }
 
+bool StallDetector::all_stalled(Clock::time_point now) const {
+  const auto watched = static_cast<std::size_t>(
+      std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.watched; }));
+  return watched > 0 && stalled(now).size() == watched;
+}
+
 std::chrono::milliseconds StallDetector::idle_for(std::size_t index, Clock::time_point now) const {
   if (index >= workers_.size()) return std::chrono::milliseconds(0);
   return std::chrono::duration_cast<std::chrono::milliseconds>(now - workers_[index].last_progress);

@@ -11,7 +11,9 @@
 // (cudaStreamSynchronize with spin-wait) looks busy and is not detected.
 //
 // Used by ProcessSupervisor (supervisor.cpp), which samples every sample_interval() on its
-// EventLoop thread and, when stalled() is non-empty, dumps the workers' Python stacks.
+// EventLoop thread; when all_stalled() it dumps the workers' Python stacks and ends the
+// attempt; a worker in stalled() while others progress is only logged (a rank waiting for
+// a slower peer, e.g. one still importing torch, looks just like a stuck one).
 // Thread-safety: StallDetector is a plain value (one thread); the free functions share no
 // state.
 #pragma once
@@ -64,6 +66,8 @@ class StallDetector {
   void forget(std::size_t index);
   // Workers watched whose last progress (or reset) is at least `timeout` before `now`.
   std::vector<std::size_t> stalled(Clock::time_point now) const;
+  // Every watched worker is stalled (and one is watched): the job as a whole is stuck.
+  bool all_stalled(Clock::time_point now) const;
   // How long worker `index` has gone without progress at `now`.
   std::chrono::milliseconds idle_for(std::size_t index, Clock::time_point now) const;
 

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "launcher/process/descendants.h"
 #include "launcher/process/event_loop.h"
@@ -80,6 +81,7 @@ struct ProcessSupervisor::Impl {
   // The stall watchdog (options.stall_timeout > 0).
   std::optional<StallDetector> stall;
   Clock::time_point next_sample{};
+  std::set<std::size_t> stall_warned;  // idle workers already said so (peers progress)
   struct Dump {
     bool active = false;
     bool killed = false;
@@ -204,7 +206,25 @@ void ProcessSupervisor::Impl::stall_tick() {
     stall->observe(i, now, process_tree_cpu_seconds(group.pid(i)), router.bytes_read(i));
   }
   next_sample = now + stall->sample_interval();
-  if (const auto stalled = stall->stalled(now); !stalled.empty()) stall_fire(stalled, now);
+  const auto stalled = stall->stalled(now);
+  if (!stalled.empty() && stall->all_stalled(now)) {
+    stall_fire(stalled, now);
+    return;
+  }
+  // Some workers idle while others still progress: most often ranks waiting for a slower
+  // peer (a long import, a checkpoint), so it is said once per idle spell, not acted on.
+  for (std::size_t i : stalled) {
+    if (!stall_warned.insert(i).second) continue;
+    spdlog::warn(
+        "stall: local rank {} (pid {}) has made no progress (CPU time or output) for {:g} s "
+        "while other workers still progress",
+        group.local_rank(i), group.pid(i),
+        std::round(static_cast<double>(stall->idle_for(i, now).count()) / 100) / 10);
+  }
+  for (auto it = stall_warned.begin(); it != stall_warned.end();) {
+    it = std::find(stalled.begin(), stalled.end(), *it) == stalled.end() ? stall_warned.erase(it)
+                                                                         : std::next(it);
+  }
 }
 
 void ProcessSupervisor::Impl::stall_fire(const std::vector<std::size_t>& stalled,
@@ -213,32 +233,22 @@ void ProcessSupervisor::Impl::stall_fire(const std::vector<std::size_t>& stalled
   const auto seconds = [](std::chrono::milliseconds ms) {
     return fmt::format("{:g}", std::round(static_cast<double>(ms.count()) / 100) / 10);
   };
-  const auto secs = [&](std::size_t i) { return seconds(stall->idle_for(i, now)); };
   std::string who;
-  for (std::size_t i : stalled) {
-    who += fmt::format("{}local rank {} (pid {})", who.empty() ? "" : ", ", group.local_rank(i),
-                       group.pid(i));
-  }
   dump = Dump{};
   dump.notes.assign(group.size(), "");
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    if (group.reaped(i)) continue;
-    const bool stuck = std::find(stalled.begin(), stalled.end(), i) != stalled.end();
-    dump.notes[i] =
-        stuck ? fmt::format(
-                    "stalled: no progress (CPU time or output) for {} s; stacks dumped by the "
-                    "stall watchdog (SIGABRT)",
-                    secs(i))
-              : fmt::format(
-                    "stopped by the stall watchdog (last progress {} s ago; stalled: {}); "
-                    "stacks dumped (SIGABRT)",
-                    secs(i), who);
+  for (std::size_t i : stalled) {  // every live worker (all_stalled)
+    who += fmt::format("{}local rank {} (pid {})", who.empty() ? "" : ", ", group.local_rank(i),
+                       group.pid(i));
+    dump.notes[i] = fmt::format(
+        "stalled: no progress (CPU time or output) for {} s; stacks dumped by the stall "
+        "watchdog (SIGABRT)",
+        seconds(stall->idle_for(i, now)));
     dump.pending.push_back(i);
   }
   spdlog::error(
-      "stall: {} made no progress (CPU time or output) for {} s; dumping the Python stacks "
-      "of every worker (SIGABRT) and ending the attempt",
-      who, seconds(options.stall_timeout));
+      "stall: no worker made progress (CPU time or output) for {} s: {}; dumping their Python "
+      "stacks (SIGABRT) and ending the attempt",
+      seconds(options.stall_timeout), who);
   dump.active = true;
   dump.deadline = now + kStallDumpWait;
   // The worker process only, not its group: faulthandler prints its own stacks, and its
@@ -376,6 +386,7 @@ void ProcessSupervisor::Impl::do_start(std::vector<WorkerSpec>& specs) {
   }
   if (stall) {
     stall->reset(specs.size(), Clock::now());
+    stall_warned.clear();
     next_sample = Clock::now();  // the baseline sample
   }
   update_attempt_done();

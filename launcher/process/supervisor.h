@@ -40,8 +40,9 @@ struct SupervisorOptions {
   // pidfd_open, SIGCHLD joins the signalfd and each worker is reaped with
   // waitpid(pid, WNOHANG) (never waitpid(-1): the orphan guard is also our child).
   bool use_pidfd = true;
-  // The stall watchdog (stall_watch.h; 0: off). When a live worker has made no progress
-  // for this long, every live worker is sent SIGABRT (with PYTHONFAULTHANDLER set, Python
+  // The stall watchdog (stall_watch.h; 0: off). When every live worker has made no
+  // progress for this long (one idle while others progress is only logged, once), every
+  // live worker is sent SIGABRT (with PYTHONFAULTHANDLER set, Python
   // prints every thread's stack to stderr and dies); once all have exited (SIGKILL after
   // kStallDumpWait) one kStalled event carries their exits, each with its stderr tail
   // and a note saying why it was stopped.

@@ -21,12 +21,13 @@ const std::string kFixtures = std::string(DDPRUN_SOURCE_DIR) + "/tests/launcher/
 std::string materialize(const ddprun::test::TempDir& dir, const std::string& machine) {
   std::ifstream in(kFixtures + machine + ".sysfs");
   REQUIRE(in);
+  std::set<fs::path> made;  // create_directories once per directory (thousands of files)
   for (std::string line; std::getline(in, line);) {
     const auto colon = line.rfind(':');  // PCI addresses hold ':', the values do not
     REQUIRE(colon != std::string::npos);
     REQUIRE(line.rfind("/sys/", 0) == 0);
     const fs::path file = dir.path / line.substr(1, colon - 1);
-    fs::create_directories(file.parent_path());
+    if (made.insert(file.parent_path()).second) fs::create_directories(file.parent_path());
     std::ofstream(file) << line.substr(colon + 1) << "\n";
   }
   return (dir.path / "sys").string();
