@@ -3,6 +3,7 @@
 #include "launcher/agent.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 
@@ -18,6 +19,7 @@
 
 #include "base/sys_error.h"
 #include "launcher/error_file.h"
+#include "launcher/numa.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
 
@@ -215,6 +217,9 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
     w.global_rank = info.rank_base + lr;
     w.argv = worker_argv(config_, lr);
     w.env = to_env_strings(worker_env(config_, facts, agent_env_, lr, error_file_path(lr)));
+    if (lr < static_cast<int>(numa_plan_.size())) {
+      w.cpus.assign(numa_plan_[lr].cpus.begin(), numa_plan_[lr].cpus.end());
+    }
 
     const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) > 0;
     const int tee = config_.tee.for_rank(lr);
@@ -295,6 +300,8 @@ Agent::Step Agent::monitor(RunResult& result) {
         break;
       case Kind::kAllSucceeded:
         return on_success(result);
+      case Kind::kStalled:  // the stall watchdog stopped them (--stall-timeout)
+        return on_failure(ev.exits, result);
       case Kind::kSignal:
         if (forward_only(ev.signo)) {
           spdlog::info("forwarding {} to the workers", signal_name(ev.signo));
@@ -338,6 +345,12 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
 
   if (pending_signal_ != 0) return stopped_by(pending_signal_, result);
   if (remaining_restarts_ > 0) {
+    // The stall watchdog's report (where each rank was stuck) is shown before a restart
+    // too: the next attempt may stall the same way.
+    if (std::any_of(failed.begin(), failed.end(), [](auto& e) { return !e.note.empty(); })) {
+      std::fprintf(stderr, "%s\n",
+                   format_failure_report(config_.training_script, failures, host_fqdn()).c_str());
+    }
     --remaining_restarts_;
     ++restart_count_;
     spdlog::warn("worker group failed (rank {} exitcode {}); restarting ({}/{} restarts)",
@@ -388,6 +401,23 @@ Agent::Step Agent::finish(RunResult& result, RunResult::Outcome outcome) {
   return Step::kDone;
 }
 
+void Agent::plan_numa_binding() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::set<int> allowed;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) allowed.insert(c);
+    }
+  }
+  const auto cvd = agent_env_.find("CUDA_VISIBLE_DEVICES");
+  numa_plan_ =
+      plan_numa(config_.numa_binding, read_topology("/sys"), allowed, config_.nproc_per_node,
+                cvd == agent_env_.end() ? std::nullopt : std::optional<std::string>(cvd->second));
+  // Shown at the default level: the user asked for the binding.
+  spdlog::warn("{}", describe_plan(config_.numa_binding, numa_plan_));
+}
+
 void Agent::remove_default_log_dir() {
   if (default_log_dir_.empty()) return;
   if (keep_default_log_dir_) {
@@ -432,6 +462,7 @@ RunResult Agent::run() {
           "optimal performance in your application as needed. \n"
           "*****************************************");
     }
+    if (!config_.numa_binding.empty()) plan_numa_binding();
     while (true) {
       const auto info = rendezvous(result);
       if (!info) break;

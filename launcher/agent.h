@@ -24,6 +24,8 @@
 //   HEALTHY    | a worker failed, restarts left      | collect failures, stop TERM,| RENDEZVOUS
 //              |                                     | restart_count += 1          |
 //   HEALTHY    | a worker failed, no restart left    | collect, stop TERM, report  | FAILED
+//   HEALTHY    | kStalled (--stall-timeout: stacks   | as "a worker failed", with  | RENDEZVOUS
+//              | dumped, workers ended)              | every stopped worker listed | / FAILED
 //   HEALTHY    | needs_new_round() (polled every 1 s)| stop TERM, same restart_cnt | RENDEZVOUS
 //   HEALTHY    | a worker failed and                 | stop TERM, same restart_cnt | RENDEZVOUS
 //              | needs_new_round_now()               |                             |
@@ -45,6 +47,7 @@
 
 #include "launcher/config.h"
 #include "launcher/failure_report.h"
+#include "launcher/numa.h"
 #include "launcher/process/supervisor_interface.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/rendezvous.h"
@@ -109,6 +112,8 @@ class Agent {
   // Ends the run: shuts the handler down (and the store it hosts) and sets the outcome.
   Step finish(RunResult& result, RunResult::Outcome outcome);
   void make_run_log_dir();
+  // --numa-binding: the plan (numa.h) from /sys, shown in one line. Throws NumaError.
+  void plan_numa_binding();
   // Removes the default torchelastic_XXXXXX directory at the end of the run (after the
   // failure report, which reads the workers' error files), unless --log-dir was given or
   // it holds the only copy of some worker output (a redirected, not tee'd, stream).
@@ -128,7 +133,8 @@ class Agent {
   int restart_count_ = 0;              // restarts spent on failures
   int attempt_ = 0;                    // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt
   int remaining_restarts_ = 0;
-  int pending_signal_ = 0;  // a terminating signal seen while collecting failures
+  int pending_signal_ = 0;                // a terminating signal seen while collecting failures
+  std::vector<RankPlacement> numa_plan_;  // by local rank; empty: no --numa-binding
 };
 
 }  // namespace ddprun::launcher

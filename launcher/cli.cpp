@@ -86,8 +86,8 @@ constexpr OptionDef kOptions[] = {
     {"--local-addr,--local_addr", "local_addr", false, kRdzv,
      "Address this node advertises to its peers"},
     {"--logs-specs,--logs_specs", "logs_specs", false, kCompat, "Logs specs plugin (no effect)"},
-    {"--numa-binding,--numa_binding", "numa_binding", false, kCompat,
-     "NUMA binding mode (no effect)"},
+    {"--numa-binding,--numa_binding", "numa_binding", false, kLaunch,
+     "Bind each worker to CPUs near its GPU: node, socket, exclusive or core-complex"},
     {"--signals-to-handle,--signals_to_handle", "signals_to_handle", false, kLaunch,
      "Signals the agent traps and forwards (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
     {"--shutdown-timeout,--shutdown_timeout", "shutdown_timeout", false, kLaunch,
@@ -106,6 +106,10 @@ constexpr OptionDef kOptions[] = {
     {"--no-slurm,--no_slurm", "no_slurm", true, kRdzv,
      "Ignore the SLURM_* environment (by default an srun step sets --nnodes, --node-rank, "
      "the rendezvous and --nproc-per-node)"},
+    // ddprun's watchdogs (issue 12).
+    {"--stall-timeout,--stall_timeout", "stall_timeout", false, kLaunch,
+     "Seconds without progress (CPU time or output) of every worker after which ddprun dumps "
+     "their Python stacks and handles it as a failure (default 0: off)"},
 };
 
 // The value placeholder shown by --help.
@@ -123,7 +127,8 @@ const char* metavar(const std::string& dest) {
                                                                {"node_rank", "N"},
                                                                {"master_port", "PORT"},
                                                                {"signals_to_handle", "SIG,..."},
-                                                               {"shutdown_timeout", "SECONDS"}};
+                                                               {"shutdown_timeout", "SECONDS"},
+                                                               {"stall_timeout", "SECONDS"}};
   const auto it = kMetavars.find(dest);
   return it == kMetavars.end() ? "TEXT" : it->second;
 }

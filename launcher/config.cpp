@@ -305,6 +305,18 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
     }
   }
 
+  // ddprun's watchdogs.
+  if (const auto* s = find(v, "stall_timeout")) {
+    c.stall_timeout_s = std::min(seconds_value("--stall-timeout", *s), 1e7);
+  }
+  if (const auto* on = find(host.env, "TORCHELASTIC_ENABLE_FILE_TIMER"); on && *on == "1") {
+    const auto* path = find(host.env, "TORCHELASTIC_TIMER_FILE");
+    c.file_timer_path = path ? *path : "/tmp/watchdog_timer_" + random_uuid();
+    if (c.file_timer_path.empty()) {
+      throw UsageError("TORCHELASTIC_TIMER_FILE is empty (TORCHELASTIC_ENABLE_FILE_TIMER=1)");
+    }
+  }
+
   // Accepted for compatibility, not implemented: noted for one warning at start.
   const auto compat = [&](const char* key, const char* flag_name, std::string& field,
                           const char* no_op_value) {
@@ -319,9 +331,8 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   compat("logs_specs", "--logs-specs", c.logs_specs, "");
   if (const auto* s = find(v, "numa_binding")) {
     // torchrun's choices (torch.numa.binding.AffinityMode); "" is not one of them.
-    choice("--numa-binding", *s, {"node", "socket", "exclusive", "core-complex"});
+    c.numa_binding = choice("--numa-binding", *s, {"node", "socket", "exclusive", "core-complex"});
   }
-  compat("numa_binding", "--numa-binding", c.numa_binding, "");
   compat("duplicate_stdout_filters", "--duplicate-stdout-filters", c.duplicate_stdout_filters, "");
   compat("duplicate_stderr_filters", "--duplicate-stderr-filters", c.duplicate_stderr_filters, "");
 

@@ -81,10 +81,18 @@ struct LaunchConfig {
   double shutdown_timeout_s = 30;
   bool virtual_local_rank = false;
 
+  // ddprun's watchdogs (docs/usage.md): --stall-timeout / PET_STALL_TIMEOUT, 0: off.
+  double stall_timeout_s = 0;
+  // torch's file timer: TORCHELASTIC_ENABLE_FILE_TIMER=1 in the agent's environment; the
+  // named pipe is TORCHELASTIC_TIMER_FILE, else /tmp/watchdog_timer_<uuid4> (torchrun's
+  // default). "": off. Workers get TORCHELASTIC_TIMER_FILE=<path>.
+  std::string file_timer_path;
+  // --numa-binding: node, socket, exclusive or core-complex (numa.h); "": none.
+  std::string numa_binding;
+
   // Accepted for torchrun compatibility, no effect (see docs/usage.md).
   std::string event_log_handler = "null";
   std::string logs_specs;
-  std::string numa_binding;
   std::string duplicate_stdout_filters;
   std::string duplicate_stderr_filters;
   // Those of the above that were given a value ddprun would have to act on, as

@@ -83,12 +83,15 @@ Failure make_failure(const WorkerExit& exit, const std::string& error_file_path)
   }
   // No error file: torchrun's texts, and what the worker's stderr ended with.
   std::vector<std::string> shown;
+  if (!exit.note.empty()) shown.push_back(exit.note);
   if (exit.signal != 0) {
     shown.push_back(fmt::format("Signal {} ({}) received by PID {}", exit.signal,
                                 signal_name(exit.signal), exit.pid));
   }
   const StderrExcerpt excerpt = excerpt_stderr(exit.stderr_tail, exit.stderr_tail_cut);
-  if (!excerpt.traceback && !excerpt.lines.empty()) {
+  if (excerpt.stack_dump) {
+    shown.push_back("Python stacks (faulthandler, most recent call first):");
+  } else if (!excerpt.traceback && !excerpt.lines.empty()) {
     shown.push_back(fmt::format("stderr (last {} lines):", excerpt.lines.size()));
   }
   for (const auto& line : excerpt.lines) f.callstack += line + '\n';
@@ -98,7 +101,7 @@ Failure make_failure(const WorkerExit& exit, const std::string& error_file_path)
   // @record's "message" is the exception line; else the signal, the last stderr line.
   if (!excerpt.exception.empty()) {
     f.summary = excerpt.exception;
-  } else if (exit.signal != 0 || excerpt.lines.empty()) {
+  } else if (exit.signal != 0 || excerpt.lines.empty() || excerpt.stack_dump) {
     f.summary = shown.front();
   } else {
     f.summary = excerpt.lines.back();

@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
     SupervisorOptions options;
     options.handled_signals = cli.config.signals_to_handle;
     options.orphan_guard = start_orphan_guard();
+    options.stall_timeout =
+        std::chrono::milliseconds(static_cast<std::int64_t>(cli.config.stall_timeout_s * 1000));
+    options.file_timer_path = cli.config.file_timer_path;
     ProcessSupervisor supervisor(options);
     Agent agent(cli.config, host.env, supervisor, std::move(handler));
     return agent.run().exit_code;

@@ -15,6 +15,9 @@ bool is_header(std::string_view line) {
          line == "  + Exception Group Traceback (most recent call last):";
 }
 
+// How faulthandler starts its dump of the threads' stacks (fatal signals, SIGABRT).
+bool is_dump_header(std::string_view line) { return line.rfind("Fatal Python error: ", 0) == 0; }
+
 // The lines Python prints between two chained tracebacks.
 bool is_chain_link(std::string_view line) {
   return line == "During handling of the above exception, another exception occurred:" ||
@@ -93,7 +96,20 @@ StderrExcerpt excerpt_stderr(std::string_view tail, bool cut) {
   const std::vector<std::string_view> lines = split_lines(tail, cut);
   StderrExcerpt excerpt;
   std::size_t header = lines.size();
-  while (header > 0 && !is_header(lines[header - 1])) --header;
+  while (header > 0 && !is_header(lines[header - 1]) && !is_dump_header(lines[header - 1])) {
+    --header;
+  }
+  if (header > 0 && is_dump_header(lines[header - 1])) {
+    std::vector<std::string_view> dump;
+    for (std::size_t i = header - 1; i < lines.size(); ++i) {
+      if (lines[i].rfind("Extension modules: ", 0) == 0) continue;
+      dump.push_back(lines[i]);
+    }
+    while (!dump.empty() && dump.back().empty()) dump.pop_back();
+    excerpt.stack_dump = true;
+    excerpt.lines = bounded(dump, 0);
+    return excerpt;
+  }
   if (header == 0) {
     excerpt.lines =
         bounded(lines, lines.size() - std::min(lines.size(), StderrExcerpt::kLastLines));

@@ -2,7 +2,9 @@
 // file (a plain script without @record): from the end of its stderr (WorkerExit's
 // stderr_tail, kept whatever --redirects/--tee say), the last Python traceback together
 // with the exceptions chained before it ("During handling of the above exception..."),
-// else the last lines. Bounded to kMaxLines lines and kMaxBytes bytes, lines to
+// else Python faulthandler's dump of every thread's stack ("Fatal Python error: ..."; the
+// stall watchdog's SIGABRT makes one) when it comes after the last traceback, else the
+// last lines. Bounded to kMaxLines lines and kMaxBytes bytes, lines to
 // kMaxLineBytes; what is left out is said in a line of its own.
 // Used by failure_report.cpp. Thread-safety: pure functions.
 #pragma once
@@ -24,6 +26,9 @@ struct StderrExcerpt {
   // True: `lines` is a traceback (from "Traceback (most recent call last):"); false: the
   // last lines of stderr, or nothing when stderr held only blank lines.
   bool traceback = false;
+  // True: `lines` is a faulthandler dump, from its "Fatal Python error:" line to the end
+  // (its "Extension modules:" line left out).
+  bool stack_dump = false;
   // The lines, without their '\n'; a line shows what a terminal would (the part after its
   // last '\r'). Omitted lines are replaced by one "... (N lines omitted) ..." line.
   std::vector<std::string> lines;

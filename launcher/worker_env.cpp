@@ -77,6 +77,10 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const
   env.emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
   env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (defaults_omp_num_threads(config, agent_env)) env["OMP_NUM_THREADS"] = "1";
+  // The stall watchdog's SIGABRT makes faulthandler print every thread's stack; a user's
+  // value (even "", which turns it off) is kept.
+  if (config.stall_timeout_s > 0) env.emplace("PYTHONFAULTHANDLER", "1");
+  if (!config.file_timer_path.empty()) env["TORCHELASTIC_TIMER_FILE"] = config.file_timer_path;
   if (config.virtual_local_rank) {
     const auto cvd = agent_env.find("CUDA_VISIBLE_DEVICES");
     if (cvd == agent_env.end()) {

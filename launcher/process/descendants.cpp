@@ -14,9 +14,6 @@
 #include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
-namespace {
-
-// The whole of a small /proc file ("" if it cannot be read).
 std::string read_proc_file(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   std::string text;
@@ -30,6 +27,8 @@ std::string read_proc_file(const std::string& path) {
   }
   return text;
 }
+
+namespace {
 
 // State and parent pid from /proc/<pid>/stat; false if gone.
 bool stat_of(pid_t pid, char* state, pid_t* ppid) {
@@ -59,11 +58,12 @@ std::vector<pid_t> numeric_entries(const char* dir) {
 
 bool become_child_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0; }
 
-std::vector<pid_t> child_pids() {
+std::vector<pid_t> child_pids(pid_t parent) {
   std::vector<pid_t> kids;
   bool listed = false;
-  for (pid_t tid : numeric_entries("/proc/self/task")) {
-    const std::string path = "/proc/self/task/" + std::to_string(tid) + "/children";
+  const std::string proc = parent == 0 ? "/proc/self" : "/proc/" + std::to_string(parent);
+  for (pid_t tid : numeric_entries((proc + "/task").c_str())) {
+    const std::string path = proc + "/task/" + std::to_string(tid) + "/children";
     if (::access(path.c_str(), R_OK) != 0) continue;
     listed = true;
     const std::string text = read_proc_file(path);
@@ -75,7 +75,7 @@ std::vector<pid_t> child_pids() {
     }
   }
   if (listed) return kids;
-  const pid_t self = ::getpid();
+  const pid_t self = parent == 0 ? ::getpid() : parent;
   for (pid_t pid : numeric_entries("/proc")) {
     char state = 0;
     pid_t ppid = 0;

@@ -22,9 +22,13 @@ inline constexpr std::string_view kJobTokenVar = "DDPRUN_JOB_TOKEN";
 // PR_SET_CHILD_SUBREAPER on this process. Returns false (errno set) if refused.
 bool become_child_subreaper();
 
-// This process's children, zombies included: /proc/self/task/*/children, or a scan of
-// /proc/*/stat for the parent pid where that file is missing (CONFIG_PROC_CHILDREN).
-std::vector<pid_t> child_pids();
+// The children of `parent` (0: this process), zombies included: /proc/<pid>/task/*/children,
+// or a scan of /proc/*/stat for the parent pid where that file is missing
+// (CONFIG_PROC_CHILDREN). Empty when `parent` is gone.
+std::vector<pid_t> child_pids(pid_t parent = 0);
+
+// The whole of a small /proc file ("" if it cannot be read).
+std::string read_proc_file(const std::string& path);
 
 // A fresh random token (32 hex digits). Throws std::system_error.
 std::string make_job_token();

@@ -94,6 +94,10 @@ void OutputRouter::take_stderr_tail(std::size_t index, WorkerExit& exit) const {
   exit.stderr_tail_cut = pipe.tail_cut || keep < pipe.tail.size();
 }
 
+std::uint64_t OutputRouter::bytes_read(std::size_t index) const {
+  return pipes_.at(2 * index)->bytes + pipes_.at(2 * index + 1)->bytes;
+}
+
 void OutputRouter::keep_tail(Pipe& pipe, std::string_view chunk) {
   pipe.tail.append(chunk);
   // Trimmed back to tail_limit once it holds twice that: each byte is copied at most twice.
@@ -120,6 +124,7 @@ void OutputRouter::read(Pipe& pipe, bool drain) {
     if (n > 0) {
       budget -= static_cast<std::size_t>(n);
       const std::string_view chunk(buf, static_cast<std::size_t>(n));
+      pipe.bytes += static_cast<std::size_t>(n);
       pipe.route->on_data(chunk);
       if (pipe.tail_limit > 0) keep_tail(pipe, chunk);
       continue;

@@ -54,6 +54,8 @@ class OutputRouter {
   // Puts into `exit` the last WorkerExit::kStderrTailBytes worker `index` wrote to stderr
   // (kept for every worker of the attempt, whatever its routes; drain() first).
   void take_stderr_tail(std::size_t index, WorkerExit& exit) const;
+  // Bytes read so far from worker `index`'s stdout and stderr (the stall watchdog).
+  std::uint64_t bytes_read(std::size_t index) const;
 
   // Queues `event` behind the console output queued so far (for at most kHoldLimit: a
   // console that stopped reading must not keep a failure from the agent).
@@ -83,7 +85,8 @@ class OutputRouter {
     // stderr only: the last bytes read (between tail_limit and twice that, then trimmed).
     std::size_t tail_limit = 0;
     std::string tail;
-    bool tail_cut = false;  // bytes before `tail` were dropped
+    bool tail_cut = false;    // bytes before `tail` were dropped
+    std::uint64_t bytes = 0;  // read so far
   };
   struct Console {
     explicit Console(int fd) : writer(fd) {}

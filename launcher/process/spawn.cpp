@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -16,13 +17,14 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <memory>
 
 #include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 namespace {
 
-enum class Step : int { kSetsid = 1, kPdeathsig, kDup, kChdir, kExec };
+enum class Step : int { kSetsid = 1, kPdeathsig, kDup, kChdir, kExec, kAffinity };
 
 struct ChildError {
   int step;
@@ -109,6 +111,8 @@ std::string describe(const SpawnOptions& options, const ChildError& e) {
       return "cannot execute '" + prog + "': prctl(PR_SET_PDEATHSIG) failed: " + reason;
     case Step::kDup:
       return "cannot execute '" + prog + "': dup2 failed: " + reason;
+    case Step::kAffinity:
+      return "cannot execute '" + prog + "': sched_setaffinity (--numa-binding) failed: " + reason;
   }
   return "cannot execute '" + prog + "': " + reason;
 }
@@ -170,6 +174,20 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
   const int child_err = err_fd.get();
   const pid_t parent = ::getpid();
   const bool scan_proc = options.scan_proc_fds;
+  // The CPU set for sched_setaffinity, allocated here (malloc is not async-signal-safe).
+  std::size_t cpu_set_size = 0;
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpu_set(nullptr, [](cpu_set_t* s) {
+    if (s) CPU_FREE(s);
+  });
+  if (!options.cpus.empty()) {
+    const int count = *std::max_element(options.cpus.begin(), options.cpus.end()) + 1;
+    cpu_set.reset(CPU_ALLOC(count));
+    if (!cpu_set) throw_errno("CPU_ALLOC");
+    cpu_set_size = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(cpu_set_size, cpu_set.get());
+    for (int c : options.cpus) CPU_SET_S(c, cpu_set_size, cpu_set.get());
+  }
+  cpu_set_t* const affinity = cpu_set.get();
 
   pid_t pid = ::fork();
   if (pid < 0)
@@ -199,6 +217,9 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
       }
     }
     if (cwd != nullptr && ::chdir(cwd) != 0) child_fail(report_fd, Step::kChdir);
+    if (affinity != nullptr && ::sched_setaffinity(0, cpu_set_size, affinity) != 0) {
+      child_fail(report_fd, Step::kAffinity);
+    }
     ::execve(program.c_str(), argv.data(), envp.data());
     child_fail(report_fd, Step::kExec);
   }

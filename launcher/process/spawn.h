@@ -30,6 +30,7 @@ struct SpawnOptions {
   std::string cwd;                // empty: inherit
   int stdout_fd = -1;             // dup2'ed onto fd 1 in the child; -1: inherit
   int stderr_fd = -1;             // dup2'ed onto fd 2 in the child; -1: inherit
+  std::vector<int> cpus;          // sched_setaffinity in the child before exec; empty: inherit
   // Tests only: skip close_range to exercise the fallback for kernels older than 5.11
   // (scan /proc/self/fd and mark every fd close-on-exec).
   bool scan_proc_fds = false;
@@ -49,7 +50,8 @@ std::string resolve_program(const std::string& name, const std::vector<std::stri
 // disposition back to SIG_DFL (SIGPIPE included) and an empty signal mask (the agent
 // blocks its handled signals and ignores SIGPIPE; execve would pass both on); dup2 of
 // the pipes onto 1 and 2 (stdin stays inherited, as with torchrun); every other fd
-// marked close-on-exec (close_range, else a close() loop); chdir; execve.
+// marked close-on-exec (close_range, else a close() loop); chdir; sched_setaffinity when
+// `cpus` is set; execve.
 // If any step fails, the child writes {step, errno} to the close-on-exec pipe and exits
 // 127 (ENOENT) or 126 (anything else), tini-style; the parent reaps it and throws.
 //

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <csignal>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "launcher/process/orphan_guard.h"
@@ -39,7 +40,21 @@ struct SupervisorOptions {
   // pidfd_open, SIGCHLD joins the signalfd and each worker is reaped with
   // waitpid(pid, WNOHANG) (never waitpid(-1): the orphan guard is also our child).
   bool use_pidfd = true;
+  // The stall watchdog (stall_watch.h; 0: off). When every live worker has made no
+  // progress for this long (one idle while others progress is only logged, once), every
+  // live worker is sent SIGABRT (with PYTHONFAULTHANDLER set, Python
+  // prints every thread's stack to stderr and dies); once all have exited (SIGKILL after
+  // kStallDumpWait) one kStalled event carries their exits, each with its stderr tail
+  // and a note saying why it was stopped.
+  std::chrono::milliseconds stall_timeout{0};
+  // torch's FileTimerServer (file_timer.h; "": none): the named pipe created at this path
+  // for the whole life of the supervisor. An expired timer's signal goes to its pid if
+  // that is a worker or a worker's descendant; the exit then carries a note saying so.
+  std::string file_timer_path;
 };
+
+// How long the stall watchdog waits for the workers it sent SIGABRT before SIGKILL.
+inline constexpr std::chrono::milliseconds kStallDumpWait{5000};
 
 class ProcessSupervisor final : public Supervisor {
  public:

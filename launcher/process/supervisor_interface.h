@@ -23,6 +23,7 @@ struct WorkerSpec {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH of `env` if it has no '/'
   std::vector<std::string> env;   // the complete environment, "NAME=value"
   std::string cwd;                // empty: inherit
+  std::vector<int> cpus;          // the CPUs it is bound to (--numa-binding); empty: inherit
   std::string line_prefix;        // console prefix for the lines of kTee streams only,
                                   // e.g. "[default0]:"
   StreamSpec out;
@@ -43,6 +44,9 @@ struct WorkerExit {
   // whatever --redirects/--tee say; `stderr_tail_cut` when earlier bytes were dropped.
   std::string stderr_tail;
   bool stderr_tail_cut = false;
+  // Why the supervisor ended this worker, shown first in its failure report entry
+  // (the stall watchdog: "no progress for 30 s; ..."); "" for an exit of its own.
+  std::string note;
   bool failed() const { return signal != 0 || exit_code != 0; }
 };
 
@@ -52,10 +56,13 @@ struct SupervisorEvent {
     kAllSucceeded,  // every worker of the attempt has exited 0
     kSignal,        // the agent received `signo` (one of the handled signals)
     kTimeout,       // next_event's timeout passed
+    kStalled,       // the stall watchdog ended the attempt: `exits` holds every worker it
+                    // stopped (each with its note and the stacks it dumped to stderr)
   };
   Kind kind = Kind::kTimeout;
   WorkerExit exit;
   int signo = 0;
+  std::vector<WorkerExit> exits;  // kStalled
 };
 
 // One attempt's workers at a time. The contract (ProcessSupervisor documents it fully):

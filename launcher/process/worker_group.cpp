@@ -14,6 +14,7 @@
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
+#include "launcher/process/stall_watch.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -80,6 +81,7 @@ void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
   // Inherited by every descendant: how the guard finds daemons once the agent is gone.
   if (!guard_.token.empty()) set_env_entry(so.env, kJobTokenVar, guard_.token);
   so.cwd = std::move(spec.cwd);
+  so.cpus = std::move(spec.cpus);
   so.stdout_fd = stdout_fd;
   so.stderr_fd = stderr_fd;
   try {
@@ -260,6 +262,26 @@ std::vector<pid_t> WorkerGroup::live_pids() const {
     if (!w->reaped) pids.push_back(w->pid);
   }
   return pids;
+}
+
+pid_t WorkerGroup::pid(std::size_t index) const { return workers_.at(index)->pid; }
+
+int WorkerGroup::local_rank(std::size_t index) const { return workers_.at(index)->local_rank; }
+
+bool WorkerGroup::reaped(std::size_t index) const { return workers_.at(index)->reaped; }
+
+bool WorkerGroup::owns(pid_t pid) const {
+  constexpr int kMaxDepth = 64;
+  for (int depth = 0; depth < kMaxDepth && pid > 1 && pid != ::getpid(); ++depth) {
+    if (std::any_of(workers_.begin(), workers_.end(),
+                    [&](auto& w) { return !w->reaped && w->pid == pid; })) {
+      return true;
+    }
+    const auto st = parse_proc_stat(read_proc_file("/proc/" + std::to_string(pid) + "/stat"));
+    if (!st) return false;
+    pid = st->ppid;
+  }
+  return false;
 }
 
 void WorkerGroup::guard(int op, pid_t pgid) {

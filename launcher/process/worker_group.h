@@ -70,6 +70,14 @@ class WorkerGroup {
   // The owner's loop must wake this often to reap (no pidfds and a worker alive), or -1.
   int poll_interval_ms() const;
   std::vector<pid_t> live_pids() const;
+  // Workers added so far, and worker `index`'s pid and state (the stall watchdog).
+  std::size_t size() const { return workers_.size(); }
+  pid_t pid(std::size_t index) const;
+  int local_rank(std::size_t index) const;
+  bool reaped(std::size_t index) const;
+  // Whether `pid` is a live worker of the attempt or a descendant of one (its parent
+  // chain in /proc reaches a worker): the processes the file timer may signal.
+  bool owns(pid_t pid) const;
 
  private:
   struct Worker;

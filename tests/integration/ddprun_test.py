@@ -494,11 +494,11 @@ def ignored_options_said_once(job):
     script = os.path.join(job.dir, "ok.py")
     with open(script, "w") as f:
         f.write("print('ran')\n")
-    rc, out, err = job.run(["--nproc-per-node=2", "--numa-binding=node",
+    rc, out, err = job.run(["--nproc-per-node=2", "--logs-specs=x",
                             "--duplicate-stderr-filters=x", script], timeout=60)
     check(rc == 0, f"ddprun exited {rc}", err)
     lines = [l for l in err.splitlines() if "ignoring" in l]
-    check(len(lines) == 1 and "--numa-binding=node" in lines[0]
+    check(len(lines) == 1 and "--logs-specs=x" in lines[0]
           and "--duplicate-stderr-filters=x" in lines[0], "one warning naming both", err)
     rc, out, err = job.run([script], timeout=60)
     check(rc == 0 and "ignoring" not in err, "no warning without those options", err)
@@ -702,6 +702,126 @@ def kill_9_kills_daemons(job):
     p.kill()
     p.communicate(timeout=30)
     poll(lambda: not job.job_processes(), 10, "every worker and daemon gone")
+
+
+# ---------------------------------------------------------------------------------------
+# Watchdogs (issue 12)
+
+
+def marked_line(path, marker):
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if marker in line:
+                return number
+    raise AssertionError(f"{marker} not in {path}")
+
+
+def read_time(path):
+    return float(read_text(path) or "nan")
+
+
+@test(needs_torch=True)
+def stall_watchdog_reports_stacks(job):
+    """PET_STALL_TIMEOUT=3, a gloo job (workers/stall.py) whose ranks first compute for twice
+    the timeout without printing (no false alarm), then rank 1 sleeps forever in its
+    training step while rank 0 blocks in all_reduce: ddprun prints both ranks' Python
+    stacks (the sleep's and the all_reduce's file:line) in the stall report and restarts
+    within the timeout plus a bound (--max-restarts=1); the next attempt succeeds."""
+    worker = os.path.join(WORKERS, "stall.py")
+    timeout = 3
+    rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=1", worker, job.out,
+                            str(2 * timeout)], env={"PET_STALL_TIMEOUT": str(timeout)},
+                           timeout=240)
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    stalls = [l for l in err.splitlines() if "error: stall: " in l]
+    check(len(stalls) == 1 and "local rank 0 (pid " in stalls[0]
+          and "local rank 1 (pid " in stalls[0], "one stall naming both ranks", err)
+    check("restarting (1/1 restarts)" in err, "restart not logged", err)
+    lines = err.splitlines()
+    check("stall.py FAILED" in err, "no stall report", err)
+    report = lines[lines.index(next(l for l in lines if l.endswith("stall.py FAILED"))):]
+    blocks = {}
+    for i, line in enumerate(report):
+        if line.startswith("  rank      : "):
+            blocks[int(line.split()[2])] = report[i:i + 40]
+    check(sorted(blocks) == [0, 1], "both ranks in the report", err)
+    sleep_at = f'File "{worker}", line {marked_line(worker, "# STALL-SLEEP")} in train_step'
+    reduce_at = f'File "{worker}", line {marked_line(worker, "# STALL-ALLREDUCE")} in train_step'
+    r1 = "\n".join(blocks[1])
+    r0 = "\n".join(blocks[0])
+    for r, text in ((0, r0), (1, r1)):
+        check("stalled: no progress (CPU time or output) for " in text, f"rank {r}'s note", text)
+    check(sleep_at in r1, "rank 1's stack shows the sleep", r1)
+    check(reduce_at in r0, "rank 0's stack shows the all_reduce", r0)
+    check("in all_reduce" in r0 and "distributed_c10d.py" in r0, "torch's frame", r0)
+    check("  exitcode  : -6 (pid: " in r0 + r1, "SIGABRT exit", err)
+    # Detected about the timeout after both ranks went idle, and within it plus a bound
+    # (sampling, the dump, the restart and rendezvous, the next workers' Python start).
+    # Idleness starts with the last CPU burst before a step's mark, and samples are
+    # timeout/5 apart: up to a second early, measured from the later mark.
+    stuck = max(read_time(os.path.join(job.out, f"step.0.{r}")) for r in (0, 1))
+    restarted = min(read_time(os.path.join(job.out, f"start.1.{r}")) for r in (0, 1))
+    check(timeout - 1 <= restarted - stuck <= timeout + 15,
+          f"restarted {restarted - stuck:.1f} s after the stall began", err)
+    for r in (0, 1):
+        check(os.path.exists(os.path.join(job.out, f"computed.0.{r}")), f"rank {r} computed", err)
+        check(os.path.exists(os.path.join(job.out, f"start.1.{r}")), f"rank {r} attempt 1", err)
+
+
+@test(needs_torch=True)
+def file_timer_kills_expired_scope(job):
+    """TORCHELASTIC_ENABLE_FILE_TIMER=1 with the worker PyTorch's own FileTimerClient
+    (workers/file_timer.py): the expired scope's worker gets the signal its client asked
+    for (SIGTERM), the one that left its scope of the same name is untouched, malformed,
+    oversized and foreign-pid requests are ignored with warnings, the group restarts
+    (--max-restarts=1) and the next attempt succeeds; the pipe is removed at the end."""
+    pipe = os.path.join(job.dir, "timer.fifo")
+    rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=1",
+                            os.path.join(WORKERS, "file_timer.py"), job.out],
+                           env={"TORCHELASTIC_ENABLE_FILE_TIMER": "1",
+                                "TORCHELASTIC_TIMER_FILE": pipe}, timeout=180)
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    check("file timer: ignoring a malformed request (not JSON): this is not json" in err,
+          "malformed request warning", err)
+    check("ignoring a malformed request ('pid' is missing or not an integer)" in err,
+          "mistyped request warning", err)
+    check("file timer: ignoring a request longer than 4096 bytes" in err, "oversized", err)
+    check("which is not a process of this job; not signalling it" in err, "foreign pid", err)
+    check("file timer: scope 'step' of pid " in err and "expired; sending it SIGTERM" in err,
+          "expiry line", err)
+    check(err.count("expired; sending it") == 1, "only rank 1 signalled", err)
+    check("restarting (1/1 restarts)" in err, "restart", err)
+    lines = err.splitlines()
+    check("  rank      : 1 (local_rank: 1)" in lines and "  exitcode  : -15 (pid: " in err,
+          "rank 1 killed by SIGTERM in the report", err)
+    check("file timer: scope 'step' expired; sent SIGTERM by ddprun" in err, "report note", err)
+    for name in ("entered.0.0", "left.0.0", "entered.0.1", "done.1.0", "done.1.1"):
+        check(os.path.exists(os.path.join(job.out, name)), f"{name} missing", err)
+    check(not os.path.exists(os.path.join(job.out, "left.0.1")), "rank 1 left its scope", err)
+    check(not os.path.exists(pipe), "the pipe was not removed")
+
+
+@test()
+def numa_binding_pins_workers(job):
+    """--numa-binding on this machine: one line shows the plan, and each worker's
+    Cpus_allowed_list (/proc/self/status, read by the worker itself) is its rank's CPUs."""
+    script = os.path.join(job.dir, "affinity.py")
+    with open(script, "w") as f:
+        f.write("import os\n"
+                "line = [l for l in open('/proc/self/status') if l.startswith('Cpus_allowed_list')]\n"
+                "print('rank', os.environ['LOCAL_RANK'], 'cpus', line[0].split()[1])\n")
+    for mode in ("node", "socket", "exclusive", "core-complex"):
+        rc, out, err = job.run(["--nproc-per-node=2", f"--numa-binding={mode}", script],
+                               timeout=60)
+        check(rc == 0, f"{mode}: ddprun exited {rc}", out, err)
+        plans = [l for l in err.splitlines() if f"numa binding ({mode}):" in l]
+        check(len(plans) == 1, f"{mode}: one plan line", err)
+        plan = dict(part.split(" -> ") for part in
+                    plans[0].split(f"numa binding ({mode}): ")[1].split(", "))
+        for r in (0, 1):
+            want = plan[f"rank {r}"].split(" cpus ")[1].split(" ")[0]
+            check(f"rank {r} cpus {want}" in out, f"{mode}: rank {r} runs on {want}", out, err)
+    check("ignoring" not in err, "--numa-binding is no longer ignored", err)
 
 
 if __name__ == "__main__":

@@ -197,3 +197,40 @@ TEST_CASE("make_failure without an error file: the traceback from stderr", "[fai
   const Failure blank = make_failure(exit_of(0, 0, 5, 3, 0, 1000, "\n\n"), missing);
   CHECK(blank.message.rfind("To enable traceback see: ", 0) == 0);
 }
+
+TEST_CASE("make_failure: a stall watchdog's note and faulthandler's stacks", "[failure_report]") {
+  WorkerExit e;
+  e.global_rank = 1;
+  e.local_rank = 1;
+  e.pid = 42;
+  e.signal = SIGABRT;
+  e.note = "stalled: no progress (CPU time or output) for 30 s; stacks dumped";
+  // An earlier traceback (handled, printed) is not what the report shows: the dump is later.
+  e.stderr_tail =
+      "Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\nKeyError: 1\n"
+      "epoch 3\n"
+      "Fatal Python error: Aborted\n\n"
+      "Thread 0x00007f0cafdd36c0 (most recent call first):\n"
+      "  File \"/w/train.py\", line 4 in bg\n\n"
+      "Current thread 0x00007f0cd2104040 (most recent call first):\n"
+      "  File \"/w/train.py\", line 9 in step\n"
+      "  File \"/w/train.py\", line 14 in <module>\n\n"
+      "Extension modules: torch._C, numpy.core._multiarray_umath (total: 2)\n";
+  const Failure f = make_failure(e, "");
+  CHECK(f.exitcode == -SIGABRT);
+  CHECK(f.message ==
+        "stalled: no progress (CPU time or output) for 30 s; stacks dumped\n"
+        "  Signal 6 (SIGABRT) received by PID 42\n"
+        "  Python stacks (faulthandler, most recent call first):\n"
+        "  Fatal Python error: Aborted\n"
+        "  \n"
+        "  Thread 0x00007f0cafdd36c0 (most recent call first):\n"
+        "    File \"/w/train.py\", line 4 in bg\n"
+        "  \n"
+        "  Current thread 0x00007f0cd2104040 (most recent call first):\n"
+        "    File \"/w/train.py\", line 9 in step\n"
+        "    File \"/w/train.py\", line 14 in <module>");
+  CHECK(f.summary == e.note);
+  CHECK(f.callstack.find("line 9 in step\n") != std::string::npos);
+  CHECK(f.callstack.find("Extension modules") == std::string::npos);
+}

@@ -161,3 +161,19 @@ TEST_CASE("${local_rank} substitution follows torchrun's string.Template rules",
   CHECK(substitute_local_rank("a${local_rank}b", 12) == "a12b");
   CHECK(to_env_strings({{"A", "1"}, {"B", "x=y"}}) == std::vector<std::string>{"A=1", "B=x=y"});
 }
+
+TEST_CASE("watchdogs: PYTHONFAULTHANDLER with --stall-timeout, the file timer's pipe",
+          "[worker_env]") {
+  LaunchConfig c = config(2);
+  CHECK(worker_env(c, attempt(), {}, 0, "e").count("PYTHONFAULTHANDLER") == 0);
+  CHECK(worker_env(c, attempt(), {}, 0, "e").count("TORCHELASTIC_TIMER_FILE") == 0);
+  c.stall_timeout_s = 30;
+  c.file_timer_path = "/tmp/watchdog_timer_x";
+  const EnvMap env = worker_env(c, attempt(), {}, 1, "e");
+  CHECK(env.at("PYTHONFAULTHANDLER") == "1");
+  CHECK(env.at("TORCHELASTIC_TIMER_FILE") == "/tmp/watchdog_timer_x");
+  // A user's value, even an empty one (faulthandler off), is kept.
+  CHECK(worker_env(c, attempt(), {{"PYTHONFAULTHANDLER", ""}}, 0, "e")
+            .at("PYTHONFAULTHANDLER")
+            .empty());
+}

@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 
 // A supervisor whose console is two captured pipes.
 struct Harness {
-  explicit Harness(bool use_pidfd = true) {
+  explicit Harness(bool use_pidfd = true, std::chrono::milliseconds stall_timeout = 0ms) {
     agent_signal_setup();
     out = std::make_unique<PipeCapture>();
     err = std::make_unique<PipeCapture>();
@@ -25,6 +25,7 @@ struct Harness {
     o.console_stdout_fd = out->fd();
     o.console_stderr_fd = err->fd();
     o.use_pidfd = use_pidfd;
+    o.stall_timeout = stall_timeout;
     sup = std::make_unique<ProcessSupervisor>(o);
   }
   // Next event that is not a timeout, or a kTimeout after `limit`.

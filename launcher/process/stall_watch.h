@@ -1,0 +1,87 @@
+// stall_watch.h: the stall watchdog's parts (--stall-timeout): what "progress" of a worker
+// is, read cheaply from /proc and the worker's output, and the decision of which workers
+// have made none for too long.
+//
+// Progress (docs/usage.md, "Stall watchdog"): between two samples, a worker made progress
+// when it wrote any byte to stdout or stderr, or when the CPU time of its process tree
+// (the worker and every descendant, /proc/<pid>/stat utime+stime plus the cutime+cstime
+// of children already reaped) grew by more than kMinBusyFraction of the wall time between
+// the samples. A rank blocked in a gloo collective, in time.sleep or on a lock uses ~0;
+// a rank that computes silently uses ~100 %. A host thread spinning on a hung GPU
+// (cudaStreamSynchronize with spin-wait) looks busy and is not detected.
+//
+// Used by ProcessSupervisor (supervisor.cpp), which samples every sample_interval() on its
+// EventLoop thread; when all_stalled() it dumps the workers' Python stacks and ends the
+// attempt; a worker in stalled() while others progress is only logged (a rank waiting for
+// a slower peer, e.g. one still importing torch, looks just like a stuck one).
+// Thread-safety: StallDetector is a plain value (one thread); the free functions share no
+// state.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// The fields of /proc/<pid>/stat the watchdog needs.
+struct ProcStat {
+  pid_t ppid = 0;
+  char state = '?';
+  // utime + stime + cutime + cstime, in clock ticks (sysconf(_SC_CLK_TCK)).
+  std::uint64_t cpu_ticks = 0;
+};
+
+// Parses the text of /proc/<pid>/stat ("pid (comm) state ppid ..."; comm may hold spaces
+// and parentheses, so fields are counted after the last ')'). nullopt when malformed.
+std::optional<ProcStat> parse_proc_stat(std::string_view text);
+
+// CPU time used by `pid` and its descendants (found through /proc/<p>/task/*/children),
+// in seconds; processes that vanish meanwhile are skipped. 0 when `pid` is gone.
+double process_tree_cpu_seconds(pid_t pid);
+
+class StallDetector {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // CPU growth below this share of one core between two samples is not progress.
+  static constexpr double kMinBusyFraction = 0.05;
+
+  // `timeout`: how long a worker may go without progress. REQUIRES: timeout > 0.
+  explicit StallDetector(std::chrono::milliseconds timeout);
+
+  // How often the owner samples: timeout / 5, between 100 ms and 1 s.
+  std::chrono::milliseconds sample_interval() const;
+
+  // Starts watching `count` workers (indices 0..count-1) at `now`; forgets earlier ones.
+  void reset(std::size_t count, Clock::time_point now);
+  // One sample of worker `index`: its tree's CPU seconds and the bytes it has written so
+  // far (both cumulative). The first sample after reset() is the baseline.
+  void observe(std::size_t index, Clock::time_point now, double cpu_seconds,
+               std::uint64_t output_bytes);
+  // A worker that exited is no longer watched.
+  void forget(std::size_t index);
+  // Workers watched whose last progress (or reset) is at least `timeout` before `now`.
+  std::vector<std::size_t> stalled(Clock::time_point now) const;
+  // Every watched worker is stalled (and one is watched): the job as a whole is stuck.
+  bool all_stalled(Clock::time_point now) const;
+  // How long worker `index` has gone without progress at `now`.
+  std::chrono::milliseconds idle_for(std::size_t index, Clock::time_point now) const;
+
+ private:
+  struct Worker {
+    bool watched = false;
+    bool sampled = false;
+    Clock::time_point last_sample;
+    double cpu = 0;
+    std::uint64_t bytes = 0;
+    Clock::time_point last_progress;
+  };
+  std::chrono::milliseconds timeout_;
+  std::vector<Worker> workers_;
+};
+
+}  // namespace ddprun::launcher
