@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 
 #include "rendezvous/progress.h"
@@ -165,94 +166,92 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     waiting_ = 0;
   }
   const auto deadline = Clock::now() + config_.join_timeout;
-  {
-    check_closed();
-    check_same_job();
-    ensure_lease();
-    auto next_log = Clock::now() + config_.progress_interval;
-    std::int64_t seen_mod = -1;
-    auto changed_at = Clock::now();
-    int waiting_in = -1;  // the round this node registered as a late joiner of
-    for (;;) {
-      throw_if_stopped();
-      {
-        std::lock_guard lock(mu_);
-        if (!fatal_.empty()) throw RendezvousConnectionError(fatal_);
-      }
-      ensure_lease();  // again when it expired
-      if (Clock::now() >= deadline) {
-        throw RendezvousTimeoutError(where() + ": no round formed within join_timeout (" +
-                                     std::to_string(config_.join_timeout.count() / 1000) +
-                                     " s; min " + std::to_string(config_.min_nodes) + " nodes)");
-      }
-      auto kv = client_.get(key("state"));
-      if (!kv) {
-        client_.txn({{key("state"), EtcdCompare::Target::kCreate, 0, {}}},
-                    {{key("state"), encode_round_state({0, config_.max_nodes == 1, {me_}}), 0}});
-        continue;
-      }
-      std::optional<EtcdRoundState> s = decode_round_state(kv->value);
-      if (!s) {
-        throw RendezvousStateError(where() + ": corrupt round state at " + key("state") + ": '" +
-                                   kv->value + "'");
-      }
-      if (kv->mod_revision != seen_mod) {
-        seen_mod = kv->mod_revision;
-        changed_at = Clock::now();
-      }
-      const std::vector<std::string> live = live_members();
-      const bool all_live = std::all_of(s->members.begin(), s->members.end(),
-                                        [&](const auto& m) { return contains(live, m); });
-      const bool mine = contains(s->members, me_);
-      auto cas = [&](const EtcdRoundState& next) {
-        return client_.txn({{key("state"), EtcdCompare::Target::kMod, kv->mod_revision, {}}},
-                           {{key("state"), encode_round_state(next), 0}});
-      };
-      if (s->final) {
-        if (mine && s->round != left_round && all_live) {
-          if (auto info = formed(*s, deadline)) return *info;
-          continue;
-        }
-        if (s->round == left_round || !all_live) {
-          // The round is over for someone (a member left, died or wants a new round):
-          // open the next one with this node in it.
-          cas({s->round + 1, config_.max_nodes == 1, {me_}});
-          continue;
-        }
-        // A running round without this node: wait under it, so its members start a new
-        // round (num_nodes_waiting() > 0 on their side).
-        if (waiting_in != s->round) {
-          client_.put(rkey(s->round, "waiting/" + me_), "1", lease_.load());
-          waiting_in = s->round;
-        }
-        check_closed();
-      } else if (!all_live) {
-        EtcdRoundState next = *s;
-        std::erase_if(next.members, [&](const auto& m) { return !contains(live, m); });
-        cas(next);
-        continue;
-      } else if (!mine) {
-        if (static_cast<int>(s->members.size()) < config_.max_nodes) {
-          EtcdRoundState next = *s;
-          next.members.push_back(me_);
-          next.final = static_cast<int>(next.members.size()) == config_.max_nodes;
-          cas(next);
-          continue;
-        }
-      } else if (static_cast<int>(s->members.size()) >= config_.min_nodes &&
-                 (static_cast<int>(s->members.size()) >= config_.max_nodes ||
-                  Clock::now() - changed_at >= config_.last_call_timeout)) {
-        EtcdRoundState next = *s;
-        next.final = true;
-        cas(next);
-        continue;
-      }
-      if (Clock::now() >= next_log) {
-        log_progress(*s, deadline);
-        next_log = Clock::now() + config_.progress_interval;
-      }
-      sleep_for(config_.poll_interval);
+  check_closed();
+  check_same_job();
+  ensure_lease();
+  auto next_log = Clock::now() + config_.progress_interval;
+  std::int64_t seen_mod = -1;
+  auto changed_at = Clock::now();
+  int waiting_in = -1;  // the round this node registered as a late joiner of
+  for (;;) {
+    throw_if_stopped();
+    {
+      std::lock_guard lock(mu_);
+      if (!fatal_.empty()) throw RendezvousConnectionError(fatal_);
     }
+    ensure_lease();  // again when it expired
+    if (Clock::now() >= deadline) {
+      throw RendezvousTimeoutError(where() + ": no round formed within join_timeout (" +
+                                   std::to_string(config_.join_timeout.count() / 1000) +
+                                   " s; min " + std::to_string(config_.min_nodes) + " nodes)");
+    }
+    auto kv = client_.get(key("state"));
+    if (!kv) {
+      client_.txn({{key("state"), EtcdCompare::Target::kCreate, 0, {}}},
+                  {{key("state"), encode_round_state({0, config_.max_nodes == 1, {me_}}), 0}});
+      continue;
+    }
+    std::optional<EtcdRoundState> s = decode_round_state(kv->value);
+    if (!s) {
+      throw RendezvousStateError(where() + ": corrupt round state at " + key("state") + ": '" +
+                                 kv->value + "'");
+    }
+    if (kv->mod_revision != seen_mod) {
+      seen_mod = kv->mod_revision;
+      changed_at = Clock::now();
+    }
+    const std::vector<std::string> live = live_members();
+    const bool all_live = std::all_of(s->members.begin(), s->members.end(),
+                                      [&](const auto& m) { return contains(live, m); });
+    const bool mine = contains(s->members, me_);
+    auto cas = [&](const EtcdRoundState& next) {
+      return client_.txn({{key("state"), EtcdCompare::Target::kMod, kv->mod_revision, {}}},
+                         {{key("state"), encode_round_state(next), 0}});
+    };
+    if (s->final) {
+      if (mine && s->round != left_round && all_live) {
+        if (auto info = formed(*s, deadline)) return *info;
+        continue;
+      }
+      if (s->round == left_round || !all_live) {
+        // The round is over for someone (a member left, died or wants a new round):
+        // open the next one with this node in it.
+        cas({s->round + 1, config_.max_nodes == 1, {me_}});
+        continue;
+      }
+      // A running round without this node: wait under it, so its members start a new
+      // round (num_nodes_waiting() > 0 on their side).
+      if (waiting_in != s->round) {
+        client_.put(rkey(s->round, "waiting/" + me_), "1", lease_.load());
+        waiting_in = s->round;
+      }
+      check_closed();
+    } else if (!all_live) {
+      EtcdRoundState next = *s;
+      std::erase_if(next.members, [&](const auto& m) { return !contains(live, m); });
+      cas(next);
+      continue;
+    } else if (!mine) {
+      if (static_cast<int>(s->members.size()) < config_.max_nodes) {
+        EtcdRoundState next = *s;
+        next.members.push_back(me_);
+        next.final = static_cast<int>(next.members.size()) == config_.max_nodes;
+        cas(next);
+        continue;
+      }
+    } else if (static_cast<int>(s->members.size()) >= config_.min_nodes &&
+               (static_cast<int>(s->members.size()) >= config_.max_nodes ||
+                Clock::now() - changed_at >= config_.last_call_timeout)) {
+      EtcdRoundState next = *s;
+      next.final = true;
+      cas(next);
+      continue;
+    }
+    if (Clock::now() >= next_log) {
+      log_progress(*s, deadline);
+      next_log = Clock::now() + config_.progress_interval;
+    }
+    sleep_for(config_.poll_interval);
   }
 }
 
@@ -300,15 +299,9 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     if (s.members[i] == me_) slot = static_cast<int>(i);
     descs.push_back(std::move(*d));
   }
-  RankAssignment assigned = assign_group_ranks(descs, /*static_ranks=*/false, config_.max_nodes);
-  if (!assigned.error.empty()) throw RendezvousStateError(where() + ": " + assigned.error);
-  if (!assigned.ignored.empty() && !node_rank_warned_) {
-    node_rank_warned_ = true;
-    spdlog::warn(
-        "{}: --node-rank ignored: {}; group ranks follow (address, host, pid) order instead",
-        where(), assigned.ignored);
-  }
-  RendezvousInfo info = round_layout(descs, assigned.group_rank, slot);
+  const std::vector<int> ranks = group_ranks_or_throw(
+      descs, /*static_ranks=*/false, config_.max_nodes, where(), node_rank_warned_);
+  RendezvousInfo info = round_layout(descs, ranks, slot);
   info.round = s.round;
   info.use_agent_store = config_.agent_store;
   const std::string master_key = rkey(s.round, "master");

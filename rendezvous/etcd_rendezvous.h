@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +119,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::atomic<std::int64_t> lease_{0};
   std::string me_;  // lease id in hex
   std::thread thread_;
+  std::minstd_rand rng_{std::random_device{}()};  // CAS back-off (agent thread)
 
   std::mutex mu_;  // guards what follows; with cv_ for sleeps
   std::condition_variable cv_;
