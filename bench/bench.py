@@ -432,6 +432,25 @@ def bench_launch(bins, cfg, tmp, results):
                     continue
                 rdzv.setdefault(key, []).append(rendezvous(tool, prefix, n, tmp, cfg))
         log(f"rendezvous: rep {rep + 1}/{cfg.rdzv_reps} done")
+    # The same through a 3-member etcd cluster on loopback (etcd-v3 backend).
+    ddprun = tools.get("ddprun")
+    if not isinstance(ddprun, str) and os.access("/usr/bin/etcd", os.X_OK):
+        sys.path.insert(0, str(ROOT / "tests" / "support"))
+        import blackbox
+        import etcd_cluster
+        ws = blackbox.Workspace(None, "ddprun-bench-etcd-")
+        try:
+            etcd = etcd_cluster.EtcdCluster(ws, 3)
+            for rep in range(cfg.rdzv_reps):
+                for n in cfg.rdzv_n:
+                    key = f"ddprun-etcd|{n}"
+                    if any(isinstance(x, str) for x in rdzv.get(key, [])):
+                        continue
+                    rdzv.setdefault(key, []).append(
+                        rendezvous("ddprun", ddprun, n, tmp, cfg, etcd))
+                log(f"rendezvous (etcd-v3): rep {rep + 1}/{cfg.rdzv_reps} done")
+        finally:
+            ws.close()
 
 
 def failure_latency(tool, prefix, tmp):
@@ -517,19 +536,20 @@ def orphans_after_kill9(tool, prefix, tmp):
         kill_tree(proc)
 
 
-def rendezvous(tool, prefix, n, tmp, cfg):
-    """N agents (1 worker each) on one machine, c10d backend: seconds from the last agent's
-    start until every worker has run."""
+def rendezvous(tool, prefix, n, tmp, cfg, etcd=None):
+    """N agents (1 worker each) on one machine, c10d backend (or etcd-v3 through the
+    cluster `etcd`, ddprun only): seconds from the last agent's start until every worker
+    has run."""
     d = Path(tempfile.mkdtemp(dir=tmp, prefix="rdzv-"))
     port = free_port()
     worker = ["/bin/sh", "-c", f'touch "{d}/w.$RANK"']
     procs = []
+    backend = ["--rdzv-backend=etcd-v3", f"--rdzv-endpoint={etcd.endpoints()}"] if etcd else \
+        opt(tool, "rdzv-backend", "c10d") + opt(tool, "rdzv-endpoint", f"127.0.0.1:{port}")
     try:
         for i in range(n):
             argv = list(prefix) + opt(tool, "nnodes", n) + opt(tool, "nproc-per-node", 1) + \
-                opt(tool, "rdzv-backend", "c10d") + \
-                opt(tool, "rdzv-endpoint", f"127.0.0.1:{port}") + \
-                opt(tool, "rdzv-id", f"bench{port}")
+                backend + opt(tool, "rdzv-id", f"bench{port}")
             if is_torchrun(tool):
                 argv += opt(tool, "monitor-interval", "0.1")
             else:
@@ -822,8 +842,9 @@ def report(results, cfg, m):
     for n in cfg.rdzv_n:
         rows.append([n] + [fmt_stat(rz.get(f"{t}|{n}", []), " ms", 1e3)
                            if (t == "ddprun" or n <= cfg.torchrun_rdzv_max) else "not run"
-                           for t in tools])
-    out(table(["N agents", "ddprun", "torchrun 1.13", "torchrun 2.6"], rows))
+                           for t in tools] + [fmt_stat(rz.get(f"ddprun-etcd|{n}", []), " ms", 1e3)])
+    out(table(["N agents", "ddprun", "torchrun 1.13", "torchrun 2.6",
+               "ddprun etcd-v3 (3-member etcd)"], rows))
     out("")
     out("## How to reproduce\n")
     out("```\nbench/run            # full run (about 15 minutes on 2 cores)\n"

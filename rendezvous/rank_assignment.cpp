@@ -1,5 +1,7 @@
 #include "rendezvous/rank_assignment.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -101,6 +103,20 @@ RendezvousInfo round_layout(const std::vector<NodeDesc>& descs, const std::vecto
     info.node_names.push_back(d.name());
   }
   return info;
+}
+
+std::vector<int> group_ranks_or_throw(const std::vector<NodeDesc>& descs, bool static_ranks,
+                                      int max_nodes, const std::string& where, bool& warned) {
+  RankAssignment assigned = assign_group_ranks(descs, static_ranks, max_nodes);
+  if (!assigned.error.empty()) throw RendezvousStateError(where + ": " + assigned.error);
+  // c10d, as torchrun (which ignores --node-rank there): say so once per agent.
+  if (!assigned.ignored.empty() && !warned) {
+    warned = true;
+    spdlog::warn(
+        "{}: --node-rank ignored: {}; group ranks follow (address, host, pid) order instead", where,
+        assigned.ignored);
+  }
+  return std::move(assigned.group_rank);
 }
 
 }  // namespace ddprun::rdzv

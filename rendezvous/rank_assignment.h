@@ -1,7 +1,8 @@
 // rank_assignment.h: who gets which group rank in a formed round, and what that makes
 // of this node's RendezvousInfo. Every agent of the round computes the same answer from
 // the same descriptors, so no one has to publish it. Used by StoreRendezvous; table
-// tests in tests/rendezvous/rank_assignment_test.cpp. Thread-safety: pure functions.
+// tests in tests/rendezvous/rank_assignment_test.cpp. Thread-safety: pure functions
+// (group_ranks_or_throw also logs).
 #pragma once
 
 #include <string>
@@ -29,6 +30,13 @@ struct RankAssignment {
 // so every agent names the same conflicts in the same words.
 RankAssignment assign_group_ranks(const std::vector<NodeDesc>& descs, bool static_ranks,
                                   int max_nodes);
+
+// assign_group_ranks() for a handler: throws RendezvousStateError("<where>: <error>") when
+// the static node ranks cannot be used; logs the c10d "--node-rank ignored" warning once
+// per agent (when `warned` is false, then sets it). Used by StoreRendezvous and
+// EtcdRendezvous (the one function here that logs).
+std::vector<int> group_ranks_or_throw(const std::vector<NodeDesc>& descs, bool static_ranks,
+                                      int max_nodes, const std::string& where, bool& warned);
 
 // This node's view of the round, from the descriptors (by slot), their group ranks and
 // this node's slot: group rank and world size, rank base (the nproc of the lower group

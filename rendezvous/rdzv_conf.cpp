@@ -71,8 +71,23 @@ Setter whole(std::optional<int> RdzvConf::*field, int min, int max) {
     c.*field = integer(k, v, min, max);
   };
 }
+Setter path(std::optional<std::string> RdzvConf::*field) {
+  return [=](RdzvConf& c, const std::string& k, const std::string& v) {
+    if (v.empty()) bad(k, v, "is empty (expected a file)");
+    c.*field = v;
+  };
+}
 Setter flag(std::optional<bool> RdzvConf::*field) {
   return [=](RdzvConf& c, const std::string& k, const std::string& v) { c.*field = boolean(k, v); };
+}
+
+Setter etcd_prefix() {
+  return [](RdzvConf& c, const std::string& k, const std::string& v) {
+    if (v.size() < 2 || v.front() != '/' || v.find_first_of(" \t\n") != std::string::npos) {
+      bad(k, v, "is not an etcd key prefix ('/' and a name, no blanks, e.g. /ddprun/rdzv)");
+    }
+    c.etcd_prefix = v.back() == '/' ? v.substr(0, v.size() - 1) : v;
+  };
 }
 
 // The one table of the keys ddprun understands, and how each value is read.
@@ -96,6 +111,12 @@ const std::map<std::string, Setter>& setters() {
       {"workers_port", whole(&RdzvConf::workers_port, 0, 65535)},
       {"use_agent_store", flag(&RdzvConf::use_agent_store)},
       {"job_check", flag(&RdzvConf::job_check)},
+      {"etcd_prefix", etcd_prefix()},
+      {"prefix", etcd_prefix()},
+      {"cacert", path(&RdzvConf::cacert)},
+      {"cert", path(&RdzvConf::cert)},
+      {"key", path(&RdzvConf::key)},
+      {"failover_timeout", duration(&RdzvConf::failover_timeout, /*positive=*/true)},
   };
   return table;
 }

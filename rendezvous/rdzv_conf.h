@@ -32,6 +32,12 @@ struct RdzvConf {
   std::optional<int> workers_port;      // 0..65535: a separate workers' store on this port
   std::optional<bool> use_agent_store;  // false: worker rank 0 hosts the workers' store
   std::optional<bool> job_check;        // false: nodes may run different arguments
+  // etcd-v3 (etcd_rendezvous.h): the key prefix ("etcd_prefix" as torchrun, or
+  // "prefix"; starts with '/', no blanks), TLS files, how long one etcd call keeps
+  // trying the members before the agent gives up.
+  std::optional<std::string> etcd_prefix;
+  std::optional<std::string> cacert, cert, key;
+  std::optional<Ms> failover_timeout;  // 30 s; > 0
   // Every key given, in the order given (unknown ones too), for warn_unused_conf_keys.
   std::vector<std::string> keys;
 };

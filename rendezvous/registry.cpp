@@ -2,9 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "rendezvous/endpoint.h"
+#include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/local_rendezvous.h"
 #include "rendezvous/rdzv_conf.h"
 #include "rendezvous/store_rendezvous.h"
@@ -320,21 +323,109 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   return finish(std::move(c), rs);
 }
 
+// torchrun's name of the etcd backend that parse_backend() last mapped to etcd-v3 ("" =
+// none, or already said).
+std::mutex alias_mu;
+std::string alias_used;
+
+// --rdzv-endpoint of etcd-v3: comma-separated client URLs or host[:port] (default 2379),
+// each checked (RendezvousError naming the bad one).
+std::vector<std::string> etcd_endpoints(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty()) continue;
+    parse_etcd_endpoint(item);
+    out.push_back(item);
+  }
+  if (out.empty()) {
+    throw RendezvousError(
+        "--rdzv-backend etcd-v3 needs --rdzv-endpoint: the etcd members' client URLs, "
+        "comma-separated (e.g. http://10.0.0.1:2379,http://10.0.0.2:2379)");
+  }
+  return out;
+}
+
+std::unique_ptr<RendezvousHandler> make_etcd(const RendezvousParams& p,
+                                             const std::vector<std::string>& endpoints) {
+  using namespace std::chrono_literals;
+  const RdzvConf& conf = p.conf;
+  warn_unused_conf_keys(
+      conf,
+      {"join_timeout", "last_call_timeout", "keep_alive_interval", "keep_alive_max_attempt",
+       "read_timeout", "failover_timeout", "etcd_prefix", "prefix", "cacert", "cert", "key",
+       "workers_port", "use_agent_store", "job_check", "timeout"},
+      "etcd-v3");
+  EtcdRendezvous::Config c;
+  c.etcd.endpoints = endpoints;
+  c.etcd.cacert = conf.cacert.value_or("");
+  c.etcd.cert = conf.cert.value_or("");
+  c.etcd.key = conf.key.value_or("");
+  c.etcd.request_timeout = conf.read_timeout.value_or(5s);
+  c.etcd.failover_timeout = conf.failover_timeout.value_or(30s);
+  c.prefix = conf.etcd_prefix.value_or("/ddprun/rdzv");
+  c.run_id = p.run_id;
+  c.min_nodes = p.min_nodes;
+  c.max_nodes = p.max_nodes;
+  c.node_rank = p.node_rank.value_or(-1);
+  c.local_world_size = p.local_world_size;
+  c.job_command = p.job_command;
+  c.job_check = conf.job_check.value_or(true);
+  c.hostname = local_hostname();
+  c.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(600s));
+  c.last_call_timeout = conf.last_call_timeout.value_or(30s);
+  c.keep_alive_interval = conf.keep_alive_interval.value_or(5s);
+  c.keep_alive_max_attempt = conf.keep_alive_max_attempt.value_or(3);
+  c.progress_interval = std::min<Ms>(Ms(5000), c.keep_alive_interval * 2);
+  c.poll_interval = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(50), Ms(250));
+  c.workers_port = conf.workers_port.value_or(0);
+  c.agent_store = conf.use_agent_store.value_or(true);
+  const EtcdEndpoint first = parse_etcd_endpoint(endpoints.front());
+  if (p.local_addr) {
+    c.advertise_addr = *p.local_addr;
+  } else {
+    std::string routed = routed_local_address(Endpoint{first.host, first.port});
+    c.advertise_addr = !routed.empty() ? routed : c.hostname;
+  }
+  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
+  // Checks the TLS files now (a usage error), connects on the first call.
+  return std::make_unique<EtcdRendezvous>(std::move(c));
+}
+
 }  // namespace
 
 Backend parse_backend(const std::string& name) {
   if (name == "static") return Backend::kStatic;
   if (name == "c10d") return Backend::kC10d;
+  if (name == "etcd-v3") return Backend::kEtcdV3;
   if (name == "etcd" || name == "etcd-v2") {
-    throw RendezvousError("--rdzv-backend " + name +
-                          " is not supported yet; use c10d (ddprun hosts the store itself)");
+    // Said once, by make_rendezvous_handler (after the launcher set up its logging).
+    std::lock_guard lock(alias_mu);
+    alias_used = name;
+    return Backend::kEtcdV3;
   }
-  throw RendezvousError("unknown --rdzv-backend '" + name + "' (supported: static, c10d)");
+  throw RendezvousError("unknown --rdzv-backend '" + name + "' (supported: static, c10d, etcd-v3)");
 }
 
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParams& params) {
   // Checked whatever the node count, so a typo fails at once (exit 2), never after
   // join_timeout of connection attempts (or on the day the job grows to two nodes).
+  if (params.backend == Backend::kEtcdV3) {
+    std::string alias;
+    {
+      std::lock_guard lock(alias_mu);
+      alias.swap(alias_used);
+    }
+    if (!alias.empty()) {
+      spdlog::warn(
+          "--rdzv-backend {}: ddprun speaks etcd's v3 API (etcd 3.4+, no --enable-v2 needed); "
+          "using etcd-v3",
+          alias);
+    }
+    const std::vector<std::string> endpoints = etcd_endpoints(params.endpoint);
+    if (params.max_nodes == 1) return std::make_unique<LocalRendezvous>(params);
+    return make_etcd(params, endpoints);
+  }
   if (!params.endpoint.empty()) parse_endpoint(params.endpoint, -1, "--rdzv-endpoint");
   if (params.backend == Backend::kStatic) static_node_rank(params);
   if (params.max_nodes == 1) {

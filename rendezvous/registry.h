@@ -8,7 +8,9 @@
 //                          --rdzv-endpoint), group rank = node rank
 //   "c10d"              -> StoreRendezvous with dynamic membership (--nnodes MIN:MAX) at
 //                          --rdzv-endpoint (default port 29400)
-//   "etcd", "etcd-v2"   -> RendezvousError: not supported yet
+//   "etcd-v3"           -> EtcdRendezvous through the etcd members listed in
+//                          --rdzv-endpoint (comma-separated); "etcd" / "etcd-v2" are
+//                          aliases (torchrun's names), with a one-time notice
 // Thread-safety: make_rendezvous_handler() is reentrant.
 #pragma once
 
@@ -23,7 +25,7 @@ inline constexpr int kDefaultC10dPort = 29400;
 inline constexpr int kDefaultMasterPort = 29500;
 
 // The backend named `name` (--rdzv-backend). Throws RendezvousError naming the flag for
-// an unknown name and for etcd / etcd-v2 (not supported yet).
+// an unknown name; etcd / etcd-v2 are etcd-v3 (logged once).
 Backend parse_backend(const std::string& name);
 
 // Checks how `params` combine and builds the handler; nothing is bound or connected

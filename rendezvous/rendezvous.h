@@ -38,8 +38,10 @@ struct RendezvousInfo {
 };
 
 // The rendezvous backends (--rdzv-backend); parse_backend() in registry.h reads the name.
-enum class Backend { kStatic, kC10d };
-inline std::string backend_name(Backend b) { return b == Backend::kStatic ? "static" : "c10d"; }
+enum class Backend { kStatic, kC10d, kEtcdV3 };
+inline std::string backend_name(Backend b) {
+  return b == Backend::kStatic ? "static" : b == Backend::kC10d ? "c10d" : "etcd-v3";
+}
 
 // What the launcher knows that the rendezvous needs, parsed from the command line.
 // Each single value is checked where it is parsed (the launcher's build_config,
@@ -47,6 +49,7 @@ inline std::string backend_name(Backend b) { return b == Backend::kStatic ? "sta
 struct RendezvousParams {
   Backend backend = Backend::kStatic;
   std::string endpoint;         // --rdzv-endpoint, "host[:port]", may be empty
+                                // (etcd-v3: a comma-separated list of client URLs)
   std::string run_id = "none";  // --rdzv-id
   int min_nodes = 1;            // --nnodes MIN:MAX, 1 <= MIN <= MAX
   int max_nodes = 1;

@@ -258,16 +258,8 @@ std::vector<NodeDesc> StoreRendezvous::read_descs(int r, int n) {
 }
 
 std::vector<int> StoreRendezvous::group_ranks(const std::vector<NodeDesc>& descs) {
-  RankAssignment assigned = assign_group_ranks(descs, config_.static_ranks, config_.max_nodes);
-  if (!assigned.error.empty()) throw RendezvousStateError(where() + ": " + assigned.error);
-  // c10d, as torchrun (which ignores --node-rank there): say so once per agent.
-  if (!assigned.ignored.empty() && !node_rank_warned_) {
-    node_rank_warned_ = true;
-    spdlog::warn(
-        "{}: --node-rank ignored: {}; group ranks follow (address, host, pid) order instead",
-        where(), assigned.ignored);
-  }
-  return std::move(assigned.group_rank);
+  return group_ranks_or_throw(descs, config_.static_ranks, config_.max_nodes, where(),
+                              node_rank_warned_);
 }
 
 void StoreRendezvous::publish_workers_store(int r) {

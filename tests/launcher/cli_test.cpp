@@ -225,7 +225,7 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
       {{"--rdzv-conf=a=1,oops", "train.py"}, "'oops'"},
       {{"--rdzv-conf==1", "train.py"}, "--rdzv-conf"},
       {{"--rdzv-backend=zk", "train.py"}, "--rdzv-backend"},
-      {{"--rdzv-backend=etcd", "train.py"}, "--rdzv-backend etcd is not supported"},
+      {{"--rdzv-backend=etcd3", "train.py"}, "supported: static, c10d, etcd-v3"},
       {{"--rdzv-conf=join_timeout=soon", "train.py"}, "join_timeout='soon'"},
       {{"--master-port=70000", "train.py"}, "--master-port"},
       {{"--redirects=4", "train.py"}, "--redirects"},

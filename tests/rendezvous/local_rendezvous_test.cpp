@@ -95,13 +95,39 @@ TEST_CASE("closed single-node rendezvous refuses a new round", "[local]") {
   CHECK_THROWS_AS(h->next_rendezvous(), RendezvousClosedError);
 }
 
-TEST_CASE("backends: static and c10d - one-line errors name the others", "[registry]") {
+TEST_CASE("backends: static, c10d, etcd-v3 - one-line errors name them", "[registry]") {
   CHECK(parse_backend("static") == Backend::kStatic);
   CHECK(parse_backend("c10d") == Backend::kC10d);
   CHECK(backend_name(Backend::kC10d) == "c10d");
-  CHECK_THROWS_WITH(parse_backend("zookeeper"), Catch::Contains("supported: static, c10d"));
-  CHECK_THROWS_WITH(parse_backend("etcd"), Catch::Contains("not supported yet"));
-  CHECK_THROWS_WITH(parse_backend("etcd-v2"), Catch::Contains("not supported yet"));
+  CHECK(parse_backend("etcd-v3") == Backend::kEtcdV3);
+  CHECK(backend_name(Backend::kEtcdV3) == "etcd-v3");
+  // torchrun's names of its v2 backend: etcd-v3 here (etcd 3.4 serves v2 only when told).
+  CHECK(parse_backend("etcd") == Backend::kEtcdV3);
+  CHECK(parse_backend("etcd-v2") == Backend::kEtcdV3);
+  CHECK_THROWS_WITH(parse_backend("zookeeper"),
+                    Catch::Contains("supported: static, c10d, etcd-v3"));
+}
+
+TEST_CASE("registry: etcd-v3's endpoints, prefix and TLS files are checked at once",
+          "[registry][etcd]") {
+  RendezvousParams p;
+  p.backend = Backend::kEtcdV3;
+  p.min_nodes = p.max_nodes = 2;
+  CHECK_THROWS_WITH(make_rendezvous_handler(p), Catch::Contains("needs --rdzv-endpoint"));
+  p.endpoint = "http://127.0.0.1:2379,127.0.0.1:2380";
+  CHECK(make_rendezvous_handler(p)->backend_name() == "etcd-v3");
+  p.endpoint = "http://127.0.0.1:2379,ftp://x";
+  CHECK_THROWS_WITH(make_rendezvous_handler(p), Catch::Contains("'ftp://x'"));
+  p.endpoint = "127.0.0.1:2379";
+  p.conf = parse_rdzv_conf("cacert=/nonexistent/ca.pem");
+  CHECK_THROWS_WITH(make_rendezvous_handler(p), Catch::Contains("cacert='/nonexistent/ca.pem'"));
+  CHECK_THROWS_WITH(parse_rdzv_conf("etcd_prefix=nope"), Catch::Contains("etcd_prefix='nope'"));
+  CHECK_THROWS_WITH(parse_rdzv_conf("prefix=/a b"), Catch::Contains("prefix='/a b'"));
+  CHECK(parse_rdzv_conf("prefix=/x/y/").etcd_prefix == "/x/y");
+  // One node: no rendezvous traffic, whatever the backend (the endpoints still checked).
+  p.conf = {};
+  p.min_nodes = p.max_nodes = 1;
+  CHECK(make_rendezvous_handler(p)->backend_name() == "etcd-v3");
 }
 
 TEST_CASE("registry: the parameters' combinations are checked, whatever the node count",

@@ -1,0 +1,102 @@
+// EtcdRendezvous with threads as nodes against one real etcd member (etcd_cluster.h): a
+// MIN:MAX round after last call, a late joiner waiting under the running round and the
+// members' new round with it, a node leaving, closing. The multi-member cluster, the
+// killed leader and real workers are tests/multinode/etcd_test.py's.
+#include "rendezvous/etcd_rendezvous.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <set>
+
+#include "tests/rendezvous/etcd_cluster.h"
+#include "tests/support/eventually.h"
+
+using namespace ddprun::rdzv;
+using ddprun::test::EtcdCluster;
+using ddprun::test::eventually;
+using namespace std::chrono_literals;
+
+TEST_CASE("etcd round state codec", "[etcd]") {
+  EtcdRoundState s{3, true, {"a1", "b2"}};
+  auto back = decode_round_state(encode_round_state(s));
+  REQUIRE(back);
+  CHECK(back->round == 3);
+  CHECK(back->final);
+  CHECK(back->members == s.members);
+  CHECK_FALSE(decode_round_state("{}"));
+  CHECK_FALSE(decode_round_state("[1]"));
+  CHECK_FALSE(decode_round_state(R"({"round":1,"status":"odd","members":[]})"));
+  CHECK_FALSE(decode_round_state(R"({"round":-1,"status":"final","members":[]})"));
+  CHECK_FALSE(decode_round_state(R"({"round":1,"status":"final","members":[3]})"));
+}
+
+namespace {
+
+EtcdRendezvous::Config config(const EtcdCluster& cluster, int i) {
+  EtcdRendezvous::Config c;
+  c.etcd.endpoints = cluster.urls();
+  c.run_id = "threads";
+  c.min_nodes = 2;
+  c.max_nodes = 3;
+  c.advertise_addr = "127.0.0.1";
+  c.bind_addr = "127.0.0.1";
+  c.hostname = "node" + std::to_string(i);
+  c.job_command = {"train.py"};
+  c.join_timeout = 60s;
+  c.last_call_timeout = 1s;
+  c.keep_alive_interval = 1s;
+  c.keep_alive_max_attempt = 3;
+  c.poll_interval = 50ms;
+  return c;
+}
+
+std::set<int> group_ranks(const std::vector<RendezvousInfo>& infos) {
+  std::set<int> out;
+  for (const auto& i : infos) out.insert(i.group_rank);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing", "[etcd]") {
+  EtcdCluster cluster(1);
+  EtcdRendezvous a(config(cluster, 0)), b(config(cluster, 1)), c(config(cluster, 2));
+
+  auto fa = std::async(std::launch::async, [&] { return a.next_rendezvous(); });
+  auto fb = std::async(std::launch::async, [&] { return b.next_rendezvous(); });
+  std::vector<RendezvousInfo> round0 = {fa.get(), fb.get()};
+  CHECK(group_ranks(round0) == std::set<int>{0, 1});
+  for (const auto& info : round0) {
+    CHECK(info.round == round0[0].round);
+    CHECK(info.group_world_size == 2);
+    CHECK(info.world_size == 2);
+    CHECK(info.master_port == round0[0].master_port);
+    CHECK(info.master_port != 0);
+  }
+  CHECK_FALSE(a.needs_new_round());
+
+  // A late joiner waits under the running round; its members see it and start the next.
+  auto fc = std::async(std::launch::async, [&] { return c.next_rendezvous(); });
+  CHECK(eventually([&] { return a.num_nodes_waiting() == 1 && b.needs_new_round(); }));
+  CHECK(a.new_round_reason().find("waiting to join") != std::string::npos);
+  fa = std::async(std::launch::async, [&] { return a.next_rendezvous(); });
+  fb = std::async(std::launch::async, [&] { return b.next_rendezvous(); });
+  std::vector<RendezvousInfo> round1 = {fa.get(), fb.get(), fc.get()};
+  CHECK(group_ranks(round1) == std::set<int>{0, 1, 2});
+  for (const auto& info : round1) {
+    CHECK(info.round > round0[0].round);
+    CHECK(info.round == round1[0].round);
+    CHECK(info.group_world_size == 3);
+  }
+
+  // A node that goes away (its lease revoked) makes the others start a new round.
+  c.shutdown();
+  CHECK(eventually([&] { return a.needs_new_round() && b.needs_new_round_now(); }));
+  CHECK(a.new_round_reason().find("left or its lease expired") != std::string::npos);
+
+  // The job ends: a late agent is refused.
+  a.set_closed();
+  EtcdRendezvous d(config(cluster, 3));
+  CHECK_THROWS_AS(d.next_rendezvous(), RendezvousClosedError);
+}
