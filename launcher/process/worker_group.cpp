@@ -80,6 +80,7 @@ void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
   // Inherited by every descendant: how the guard finds daemons once the agent is gone.
   if (!guard_.token.empty()) set_env_entry(so.env, kJobTokenVar, guard_.token);
   so.cwd = std::move(spec.cwd);
+  so.stdin_fd = spec.stdin_fd;
   so.stdout_fd = stdout_fd;
   so.stderr_fd = stderr_fd;
   try {
