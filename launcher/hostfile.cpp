@@ -183,7 +183,9 @@ std::vector<HostEntry> filter_hosts(std::vector<HostEntry> hosts, const std::str
   const std::string flag = inc ? "--include" : "--exclude";
   if (!inc && exclude.empty()) return hosts;
   const auto filter = parse_filter(flag, inc ? include : exclude);
-  for (const auto& [name, gpus] : filter) {
+  for (const auto& entry : filter) {
+    const std::string& name = entry.first;
+    const std::vector<int>& gpus = entry.second;
     const auto it = std::find_if(hosts.begin(), hosts.end(),
                                  [&](const HostEntry& h) { return h.name == name; });
     if (it == hosts.end()) {
