@@ -144,12 +144,16 @@ def hosts_arg(c, n, slots=None):
 
 @test
 def three_hosts_one_command(c):
-    """A 3-host gloo DDP job (4 workers) from one command: every rank's record, output of
-    every host on the launcher's terminal under its host prefix, line-intact, the per-host
-    logs under --log-dir, exit status 0."""
+    """A 3-host gloo DDP job (4 workers, from a hostfile) from one command: every rank's
+    record, node ranks in file order, output of every host on the launcher's terminal under
+    its host prefix, line-intact, the per-host logs under --log-dir, exit status 0."""
     c.start_hosts(3)
     logs = os.path.join(c.dir, "hostlogs")
-    p = c.launch(["--hosts", hosts_arg(c, 3, {1: 2}), f"--rdzv-conf={FAST}", "--log-dir", logs])
+    hostfile = os.path.join(c.dir, "hostfile")
+    with open(hostfile, "w") as f:
+        f.write(f"# DeepSpeed's format\n{c.host(0)}\n\n{c.host(1)} slots=2  # two workers\n"
+                f"{c.host(2)} slots=1\n")
+    p = c.launch(["--hostfile", hostfile, f"--rdzv-conf={FAST}", "--log-dir", logs])
     check(c.wait(p, 180) == 0, "the job succeeds", c.text())
     recs = c.records()
     check(sorted(int(r["RANK"]) for r in recs) == [0, 1, 2, 3], "four ranks", recs, c.text())
