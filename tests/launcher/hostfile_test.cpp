@@ -5,21 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/config.h"
+#include "tests/launcher/usage_error_text.h"
 
 using namespace ddprun::launcher;
-
-namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using ddprun::launcher::test::usage_error_text;
 
 TEST_CASE("hostfile: DeepSpeed lines, comments, blank lines", "[hostfile]") {
   const auto hosts = parse_hostfile(
@@ -64,11 +53,11 @@ TEST_CASE("hostfile: each bad line is one error naming file:line", "[hostfile]")
   };
   for (const auto& c : cases) {
     INFO(c.text);
-    const std::string e = error_of([&] { parse_hostfile(c.text, "hf"); });
+    const std::string e = usage_error_text([&] { parse_hostfile(c.text, "hf"); });
     CHECK(e.rfind(c.error, 0) == 0);
     CHECK(e.find('\n') == std::string::npos);
   }
-  CHECK(error_of([] { read_hostfile("/nonexistent/hostfile"); }) ==
+  CHECK(usage_error_text([] { read_hostfile("/nonexistent/hostfile"); }) ==
         "--hostfile /nonexistent/hostfile: cannot read the file");
 }
 
@@ -81,10 +70,11 @@ TEST_CASE("--hosts a,b:2,c", "[hostfile]") {
   CHECK(hosts[1].slots == 2);
   CHECK(hosts[2].name == "c");
   CHECK(hosts[2].line == 0);
-  CHECK(error_of([] { parse_hosts_list("a,b:0"); }) ==
+  CHECK(usage_error_text([] { parse_hosts_list("a,b:0"); }) ==
         "--hosts 'a,b:0': 'b:0': the count after ':' must be a positive integer");
-  CHECK(error_of([] { parse_hosts_list("a,,b"); }) == "--hosts 'a,,b': empty host name");
-  CHECK(error_of([] { parse_hosts_list("a,a:2"); }) == "--hosts 'a,a:2': host 'a' is listed twice");
+  CHECK(usage_error_text([] { parse_hosts_list("a,,b"); }) == "--hosts 'a,,b': empty host name");
+  CHECK(usage_error_text([] { parse_hosts_list("a,a:2"); }) ==
+        "--hosts 'a,a:2': host 'a' is listed twice");
 }
 
 TEST_CASE("--include/--exclude become nproc and CUDA_VISIBLE_DEVICES", "[hostfile]") {
@@ -107,19 +97,19 @@ TEST_CASE("--include/--exclude become nproc and CUDA_VISIBLE_DEVICES", "[hostfil
   }
   SECTION("no filter") { CHECK(filter_hosts(all, "", "").size() == 3); }
   SECTION("errors name the flag") {
-    CHECK(error_of([&] { filter_hosts(all, "a", "b"); }) ==
+    CHECK(usage_error_text([&] { filter_hosts(all, "a", "b"); }) ==
           "--include and --exclude cannot be combined");
-    CHECK(error_of([&] { filter_hosts(all, "z", ""); }) ==
+    CHECK(usage_error_text([&] { filter_hosts(all, "z", ""); }) ==
           "--include: host 'z' is not in the host list");
-    CHECK(error_of([&] { filter_hosts(all, "b:2", ""); }) ==
+    CHECK(usage_error_text([&] { filter_hosts(all, "b:2", ""); }) ==
           "--include: host 'b' has 2 slots; GPU 2 is out of range");
-    CHECK(error_of([&] { filter_hosts(all, "", "c:0"); }) ==
+    CHECK(usage_error_text([&] { filter_hosts(all, "", "c:0"); }) ==
           "--exclude: host 'c' has no slots count, so its other GPUs are unknown (give slots=N)");
-    CHECK(error_of([&] { filter_hosts(all, "a:x", ""); }) ==
+    CHECK(usage_error_text([&] { filter_hosts(all, "a:x", ""); }) ==
           "--include 'a:x': 'x' is not a GPU index");
-    CHECK(error_of([&] { filter_hosts(all, "a:1,1", ""); }) ==
+    CHECK(usage_error_text([&] { filter_hosts(all, "a:1,1", ""); }) ==
           "--include 'a:1,1': GPU 1 named twice");
-    CHECK(error_of([&] { filter_hosts(all, "", "a@b@c"); }) ==
+    CHECK(usage_error_text([&] { filter_hosts(all, "", "a@b@c"); }) ==
           "--exclude: no host is left to run on");
   }
 }

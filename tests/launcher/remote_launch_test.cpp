@@ -11,19 +11,12 @@
 
 #include "launcher/cli.h"
 #include "launcher/ssh_launch.h"
+#include "tests/launcher/usage_error_text.h"
 
 using namespace ddprun::launcher;
+using ddprun::launcher::test::usage_error_text;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // What /bin/sh makes of `command`: each word it passes to printf, NUL-terminated.
 std::vector<std::string> sh_words(const std::string& words) {
@@ -89,13 +82,13 @@ TEST_CASE("--ssh-command is split like a shell, without expansions", "[remote_la
   CHECK(split_command_words("ssh \"a\\\"b\\\\c\" $HOME") ==
         std::vector<std::string>{"ssh", "a\"b\\c", "$HOME"});
   CHECK(split_command_words("ssh a''b") == std::vector<std::string>{"ssh", "ab"});
-  CHECK(error_of([] { split_command_words("ssh 'x"); }) ==
+  CHECK(usage_error_text([] { split_command_words("ssh 'x"); }) ==
         "--ssh-command 'ssh 'x': unterminated single quote");
-  CHECK(error_of([] { split_command_words("ssh \"x"); }) ==
+  CHECK(usage_error_text([] { split_command_words("ssh \"x"); }) ==
         "--ssh-command 'ssh \"x': unterminated double quote");
-  CHECK(error_of([] { split_command_words("ssh x\\"); }) ==
+  CHECK(usage_error_text([] { split_command_words("ssh x\\"); }) ==
         "--ssh-command 'ssh x\\': ends with a backslash");
-  CHECK(error_of([] { split_command_words("  "); }) == "--ssh-command: empty command");
+  CHECK(usage_error_text([] { split_command_words("  "); }) == "--ssh-command: empty command");
 }
 
 TEST_CASE("the environment allow-list and --env", "[remote_launch]") {
@@ -121,9 +114,9 @@ TEST_CASE("the environment allow-list and --env", "[remote_launch]") {
         with.end());
   CHECK(std::find(with.begin(), with.end(),
                   std::pair<std::string, std::string>("PYTHONPATH", "/q")) != with.end());
-  CHECK(error_of([&] { forwarded_env(env, {"UNSET_VAR"}); }) ==
+  CHECK(usage_error_text([&] { forwarded_env(env, {"UNSET_VAR"}); }) ==
         "--env UNSET_VAR: not set in this environment (or give NAME=VALUE)");
-  CHECK(error_of([&] { forwarded_env(env, {"A B"}); }) ==
+  CHECK(usage_error_text([&] { forwarded_env(env, {"A B"}); }) ==
         "--env 'A B': expected NAME or NAME=VALUE");
 }
 
@@ -202,10 +195,10 @@ TEST_CASE("the plan: the user's options pass through, the job's are appended", "
   }
   SECTION("--nnodes against the host count") {
     const LaunchConfig c = parse({"--hosts", "a,b:3,c", "--nnodes", "4", "train.py"});
-    CHECK(error_of([&] { make_ssh_plan(c, facts.env, hosts, "/d", "/w", "r"); }) ==
+    CHECK(usage_error_text([&] { make_ssh_plan(c, facts.env, hosts, "/d", "/w", "r"); }) ==
           "--nnodes needs at least 4 nodes but the host list has 3");
     const LaunchConfig d = parse({"--hosts", "a,b:3,c", "--nnodes", "1:2", "train.py"});
-    CHECK(error_of([&] { make_ssh_plan(d, facts.env, hosts, "/d", "/w", "r"); }) ==
+    CHECK(usage_error_text([&] { make_ssh_plan(d, facts.env, hosts, "/d", "/w", "r"); }) ==
           "--nnodes 1:2: the host list has 3 hosts");
   }
   SECTION("usage errors") {

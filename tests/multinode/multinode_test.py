@@ -11,8 +11,6 @@ deadlines. Every agent runs in its own session and is killed (with its workers) 
 The harness (registry, check/poll, processes, ports, cleanup) is tests/support/blackbox.py,
 shared with the integration suite.
 """
-import glob
-import json
 import os
 import signal
 import socket
@@ -49,14 +47,7 @@ class Agent:
                                           env, log=self.log, new_session=True)
 
     def records(self):
-        out = []
-        for f in sorted(glob.glob(os.path.join(self.out, "*.json"))):
-            try:
-                with open(f) as fh:
-                    out.append(json.load(fh))
-            except (OSError, ValueError):
-                pass  # being written
-        return out
+        return blackbox.json_records(self.out)
 
     def text(self):
         return blackbox.read_text(self.log)

@@ -14,7 +14,6 @@ shares this machine's file system and process table, so "nothing left on any hos
 scan of /proc for the test's tag. Skipped (exit 77) without root, namespaces, sshd or torch.
 """
 import glob
-import json
 import os
 import re
 import shutil
@@ -97,14 +96,7 @@ class SshHosts(blackbox.Workspace):
         return blackbox.read_text(self.log)
 
     def records(self):
-        out = []
-        for f in sorted(glob.glob(os.path.join(self.out, "*.json"))):
-            try:
-                with open(f) as fh:
-                    out.append(json.load(fh))
-            except (OSError, ValueError):
-                pass  # being written
-        return out
+        return blackbox.json_records(self.out)
 
     def leftovers(self):
         """Processes of this test's job on any host: the tag (the test directory) in their

@@ -17,6 +17,8 @@ tier. A test that needs torch exits 77 (ctest's SKIP_RETURN_CODE) when it has no
 Every wait is a poll with a generous deadline, never a fixed sleep that a slow 2-core
 machine could outrun.
 """
+import glob
+import json
 import os
 import shutil
 import signal
@@ -72,6 +74,18 @@ def read_text(path):
     except FileNotFoundError:
         return ""
 
+
+def json_records(directory):
+    """The JSON files in `directory` (sorted by name), each parsed; a file still being
+    written (unreadable or incomplete JSON) is left out."""
+    out = []
+    for f in sorted(glob.glob(os.path.join(directory, "*.json"))):
+        try:
+            with open(f) as fh:
+                out.append(json.load(fh))
+        except (OSError, ValueError):
+            pass  # being written
+    return out
 
 def torch_version():
     """PYTHON's torch version, or None (and the reason on stdout) when it has none."""
