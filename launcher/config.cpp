@@ -273,7 +273,9 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
 
   if (const auto* s = find(v, "nnodes")) std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(*s);
   if (const auto* s = find(v, "nproc_per_node")) c.nproc_spec = trim(*s);
-  c.nproc_per_node = resolve_nproc(c.nproc_spec, host);
+  // An ssh launch runs no worker here: each host's agent resolves cpu/gpu/auto itself.
+  const bool ssh_launch = v.count("hostfile") > 0 || v.count("hosts") > 0;
+  c.nproc_per_node = ssh_launch ? 1 : resolve_nproc(c.nproc_spec, host);
 
   try {
     if (const auto* s = find(v, "rdzv_backend")) c.rdzv_backend = rdzv::parse_backend(trim(*s));

@@ -218,6 +218,10 @@ TEST_CASE("the plan: the user's options pass through, the job's are appended", "
     CHECK(err({"--ssh-port", "22", "t.py"}) == "--ssh-port needs --hostfile or --hosts");
     CHECK(err({"--hosts", "a", "--ssh-port", "0", "t.py"}).rfind("--ssh-port", 0) == 0);
   }
+  SECTION("--nproc-per-node gpu is resolved on the hosts, not on a launcher without GPUs") {
+    const LaunchConfig c = parse({"--hosts", "a", "--nproc-per-node", "gpu", "train.py"});
+    CHECK(c.ssh.agent_options == std::vector<std::string>{"--nproc-per-node", "gpu"});
+  }
   SECTION("no PET_ fallback for the ssh options") {
     facts.env["PET_HOSTS"] = "a,b";
     CHECK(!parse({"train.py"}).ssh.active());
