@@ -10,7 +10,7 @@
 using namespace ddprun::launcher;
 using ddprun::launcher::test::usage_error_text;
 
-TEST_CASE("hostfile: DeepSpeed lines, comments, blank lines", "[hostfile]") {
+TEST_CASE("hostfile: DeepSpeed lines with comments and blank lines", "[hostfile]") {
   const auto hosts = parse_hostfile(
       "# the cluster\n"
       "node1 slots=4\n"
@@ -61,7 +61,7 @@ TEST_CASE("hostfile: each bad line is one error naming file:line", "[hostfile]")
         "--hostfile /nonexistent/hostfile: cannot read the file");
 }
 
-TEST_CASE("--hosts a,b:2,c", "[hostfile]") {
+TEST_CASE("hosts list with slot counts", "[hostfile]") {
   const auto hosts = parse_hosts_list("a, b:2 ,c");
   REQUIRE(hosts.size() == 3);
   CHECK(hosts[0].name == "a");
@@ -77,7 +77,7 @@ TEST_CASE("--hosts a,b:2,c", "[hostfile]") {
         "--hosts 'a,a:2': host 'a' is listed twice");
 }
 
-TEST_CASE("--include/--exclude become nproc and CUDA_VISIBLE_DEVICES", "[hostfile]") {
+TEST_CASE("include and exclude filters become nproc and CUDA_VISIBLE_DEVICES", "[hostfile]") {
   const auto all = parse_hostfile("a slots=4\nb slots=2\nc\n", "hf");
   SECTION("include hosts and GPUs") {
     const auto h = filter_hosts(all, "a:0,2@c", "");

@@ -75,7 +75,7 @@ TEST_CASE("shell_quote: a real /bin/sh reads every hostile string back unchanged
   CHECK(shell_quote("it's") == "'it'\\''s'");
 }
 
-TEST_CASE("--ssh-command is split like a shell, without expansions", "[remote_launch]") {
+TEST_CASE("the ssh command is split like a shell without expansions", "[remote_launch]") {
   CHECK(split_command_words("ssh") == std::vector<std::string>{"ssh"});
   CHECK(split_command_words("  ssh -i '/k ey' -o \"A=b c\" -J x\\ y  ") ==
         std::vector<std::string>{"ssh", "-i", "/k ey", "-o", "A=b c", "-J", "x y"});
@@ -150,7 +150,8 @@ TEST_CASE("each host's ssh argv and remote command", "[remote_launch]") {
         plain_words.end());
 }
 
-TEST_CASE("the plan: the user's options pass through, the job's are appended", "[remote_launch]") {
+TEST_CASE("the plan: the user's options pass through and the job's are appended",
+          "[remote_launch]") {
   HostFacts facts;
   facts.env = {{"PATH", "/bin"}, {"PET_NPROC_PER_NODE", "2"}};
   facts.file_exists = [](const std::string&) { return true; };

@@ -428,7 +428,7 @@ TEST_CASE("supervisor: a line held open too long is cut, and resumes under its p
   CHECK(slurp(slow.out.file) == std::string(100000, 'c') + "END\n");
 }
 
-TEST_CASE("supervisor: prefix_all prefixes every console line; stdin_fd is the worker's stdin",
+TEST_CASE("supervisor: prefix_all prefixes every console line - stdin_fd is the worker's stdin",
           "[supervisor]") {
   Harness h;
   int fds[2];
