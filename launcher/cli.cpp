@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <string_view>
 
 #include "launcher/nproc.h"
 #include "launcher/slurm_env.h"
@@ -30,6 +31,10 @@ constexpr const char* kLaunch = "User-code launch related arguments";
 constexpr const char* kLogs = "Logging related arguments";
 constexpr const char* kStatic = "Static rendezvous (master) arguments";
 constexpr const char* kCompat = "Accepted for compatibility (no effect in ddprun)";
+// ddprun's own multi-host launch (ssh_launch.h); no PET_* fallback, not passed on to the
+// remote agents. kHidden: the launcher's internal options (not in --help).
+constexpr const char* kSsh = "Multi-host launch over ssh (ddprun only)";
+constexpr const char* kHidden = "";
 
 struct OptionDef {
   const char* names;  // CLI11 name list; both spellings of long names
@@ -110,6 +115,22 @@ constexpr OptionDef kOptions[] = {
     {"--stall-timeout,--stall_timeout", "stall_timeout", false, kLaunch,
      "Seconds without progress (CPU time or output) of every worker after which ddprun dumps "
      "their Python stacks and handles it as a failure (default 0: off)"},
+    {"--hostfile", "hostfile", false, kSsh,
+     "Start one agent per host of FILE over ssh (lines: host [slots=N], # comments)"},
+    {"--hosts", "hosts", false, kSsh,
+     "Start one agent per host over ssh: a,b:2,c (:N = workers on that host)"},
+    {"--include", "include", false, kSsh,
+     "Only these hosts/GPUs of the host list: host[:gpu,gpu][@host...]"},
+    {"--exclude", "exclude", false, kSsh, "Leave out these hosts/GPUs (same form as --include)"},
+    {"--ssh-command,--ssh_command", "ssh_command", false, kSsh,
+     "The ssh client and its options, e.g. 'ssh -i KEY -J jump' (default ssh)"},
+    {"--ssh-port,--ssh_port", "ssh_port", false, kSsh, "Port of the hosts' sshd"},
+    {"--remote-ddprun,--remote_ddprun", "remote_ddprun", false, kSsh,
+     "Path of ddprun on the hosts (default: this ddprun's absolute path)"},
+    {"--env", "env", false, kSsh,
+     "More environment for the hosts: NAME or NAME=VALUE, comma-separated"},
+    {"--exit-on-stdin-eof", "exit_on_stdin_eof", true, kHidden,
+     "Internal: stop as on SIGTERM when stdin reaches end of file"},
 };
 
 // The value placeholder shown by --help.
@@ -128,9 +149,51 @@ const char* metavar(const std::string& dest) {
                                                                {"master_port", "PORT"},
                                                                {"signals_to_handle", "SIG,..."},
                                                                {"shutdown_timeout", "SECONDS"},
-                                                               {"stall_timeout", "SECONDS"}};
+                                                               {"stall_timeout", "SECONDS"},
+                                                               {"hostfile", "FILE"},
+                                                               {"hosts", "HOST[:N],..."},
+                                                               {"include", "HOST[:GPU,..]@.."},
+                                                               {"exclude", "HOST[:GPU,..]@.."},
+                                                               {"ssh_command", "COMMAND"},
+                                                               {"ssh_port", "PORT"},
+                                                               {"remote_ddprun", "PATH"},
+                                                               {"env", "NAME[=VALUE],..."}};
   const auto it = kMetavars.find(dest);
   return it == kMetavars.end() ? "TEXT" : it->second;
+}
+
+const OptionDef* find_option(const std::string& name) {
+  for (const auto& def : kOptions) {
+    std::string names = def.names;
+    for (std::size_t start = 0; start < names.size();) {
+      const auto comma = names.find(',', start);
+      if (names.substr(start, comma - start) == name) return &def;
+      start = comma == std::string::npos ? names.size() : comma + 1;
+    }
+  }
+  return nullptr;
+}
+
+// The launcher's own arguments (`expanded`, up to the training script) that the remote
+// agents of an ssh launch are given: all but the ssh group's and --log-dir (the launcher
+// keeps the hosts' logs locally), each option with its value.
+std::vector<std::string> agent_options(const std::vector<std::string>& expanded) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < expanded.size(); ++i) {
+    const std::string& arg = expanded[i];
+    if (arg == "--" || arg.empty() || arg[0] != '-') break;  // the training script
+    const auto eq = arg.find('=');
+    const OptionDef* def = find_option(arg.substr(0, eq));
+    std::size_t take = 1;
+    if (def && !def->is_flag && eq == std::string::npos && i + 1 < expanded.size()) take = 2;
+    const bool keep = !def || (def->group != kSsh && def->group != kHidden &&
+                               std::string_view(def->dest) != "log_dir");
+    for (std::size_t k = 0; k < take; ++k) {
+      if (keep) out.push_back(expanded[i + k]);
+    }
+    i += take - 1;
+  }
+  return out;
 }
 
 std::string pet_name(const char* dest) {
@@ -264,7 +327,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
                 ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
                 ->type_name(metavar(def.dest));
     }
-    opt->group(def.group);
+    opt->group(def.group);  // kHidden ("") hides it from --help
     bound.emplace_back(&def, opt);
   }
 
@@ -301,7 +364,8 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
   try {
     for (const auto& [def, opt] : bound) {
       const std::string env_name = pet_name(def->dest);
-      const auto env = host.env.find(env_name);
+      const bool own = def->group == kSsh || def->group == kHidden;  // no PET_* fallback
+      const auto env = own ? host.env.end() : host.env.find(env_name);
       if (def->is_flag) {
         if (opt->count() > 0) {
           raw.flags.insert(def->dest);
@@ -326,6 +390,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
     }
     out.slurm = apply_slurm_environment(raw, host.env);  // fills what was not given
     out.config = build_config(raw, host);
+    if (out.config.ssh.active()) out.config.ssh.agent_options = agent_options(expanded);
   } catch (const UsageError& e) {
     out.kind = CliOutcome::Kind::kError;
     out.text = e.what();

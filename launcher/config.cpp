@@ -128,6 +128,55 @@ int resolve_nproc(const std::string& spec, const HostFacts& host) {
   return static_cast<int>(*v);
 }
 
+// --hostfile / --hosts and the options of the ssh launch (ssh_launch.h).
+void read_ssh_options(const RawOptions& raw, LaunchConfig& c) {
+  const auto& v = raw.values;
+  SshLaunchOptions& o = c.ssh;
+  for (const auto& [dest, value] : v) o.given.insert(dest);
+  if (const auto* s = find(v, "hostfile")) o.hostfile = trim(*s);
+  if (const auto* s = find(v, "hosts")) o.hosts = trim(*s);
+  if (const auto* s = find(v, "include")) o.include = trim(*s);
+  if (const auto* s = find(v, "exclude")) o.exclude = trim(*s);
+  if (const auto* s = find(v, "ssh_command")) o.ssh_command = *s;
+  if (const auto* s = find(v, "ssh_port")) o.ssh_port = int_in_range("--ssh-port", *s, 1, 65535);
+  if (const auto* s = find(v, "remote_ddprun")) o.remote_ddprun = trim(*s);
+  if (const auto* s = find(v, "env")) {
+    for (const auto& e : split(*s, ',')) {
+      if (!trim(e).empty()) o.env.push_back(trim(e));
+    }
+  }
+  o.exit_on_stdin_eof = raw.flags.count("exit_on_stdin_eof") > 0;
+  if (!o.hostfile.empty() && !o.hosts.empty()) {
+    throw UsageError("--hostfile and --hosts cannot be used together");
+  }
+  const auto flag_name = [](const char* dest) {
+    std::string name = std::string("--") + dest;
+    std::replace(name.begin(), name.end(), '_', '-');
+    return name;
+  };
+  if (!o.active()) {
+    for (const char* dest :
+         {"include", "exclude", "ssh_command", "ssh_port", "remote_ddprun", "env"}) {
+      if (v.count(dest) > 0) throw UsageError(flag_name(dest) + " needs --hostfile or --hosts");
+    }
+    return;
+  }
+  if (raw.flags.count("standalone") > 0) {
+    throw UsageError("--standalone cannot be used with --hostfile/--hosts (one node vs many)");
+  }
+  for (const char* dest : {"node_rank", "master_addr", "master_port"}) {
+    if (v.count(dest) > 0) {
+      throw UsageError(flag_name(dest) +
+                       " cannot be used with --hostfile/--hosts: the launcher sets the "
+                       "rendezvous of every host (c10d)");
+    }
+  }
+  if (const auto* s = find(v, "rdzv_backend"); s && trim(*s) != "c10d") {
+    throw UsageError("--rdzv-backend " + trim(*s) +
+                     ": --hostfile/--hosts launch with the c10d backend only");
+  }
+}
+
 }  // namespace
 
 int StdStreams::for_rank(int local_rank) const {
@@ -224,7 +273,9 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
 
   if (const auto* s = find(v, "nnodes")) std::tie(c.min_nodes, c.max_nodes) = parse_nnodes(*s);
   if (const auto* s = find(v, "nproc_per_node")) c.nproc_spec = trim(*s);
-  c.nproc_per_node = resolve_nproc(c.nproc_spec, host);
+  // An ssh launch runs no worker here: each host's agent resolves cpu/gpu/auto itself.
+  const bool ssh_launch = v.count("hostfile") > 0 || v.count("hosts") > 0;
+  c.nproc_per_node = ssh_launch ? 1 : resolve_nproc(c.nproc_spec, host);
 
   try {
     if (const auto* s = find(v, "rdzv_backend")) c.rdzv_backend = rdzv::parse_backend(trim(*s));
@@ -350,6 +401,8 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
     c.rdzv_endpoint = "localhost:0";
     if (!explicit_id) c.rdzv_id = random_uuid();
   }
+
+  read_ssh_options(raw, c);
 
   // Positionals: the script, then everything after it belongs to the script.
   auto pos = raw.positional;

@@ -44,6 +44,25 @@ enum class EntryKind {
   kExecutable,    // script args                          (--no-python)
 };
 
+// The multi-host launch over ssh (--hostfile / --hosts; ssh_launch.h): the values as
+// given, checked where they are used (hostfile.h, remote_launch.h, ssh_launch.h).
+struct SshLaunchOptions {
+  std::string hostfile;             // --hostfile FILE
+  std::string hosts;                // --hosts a,b:2,c
+  std::string include;              // --include host[:gpu,...][@host...]
+  std::string exclude;              // --exclude (same form)
+  std::string ssh_command = "ssh";  // --ssh-command, split like a shell
+  std::optional<int> ssh_port;      // --ssh-port
+  std::string remote_ddprun;        // --remote-ddprun; empty: this ddprun's path
+  std::vector<std::string> env;     // --env NAME[=VALUE],...
+  bool exit_on_stdin_eof = false;   // hidden: set by the launcher on its agents
+  // The launcher options as given on the command line (cli.cpp), without this group's
+  // and --log-dir: what every remote agent is given.
+  std::vector<std::string> agent_options;
+  std::set<std::string> given;  // torchrun dest names given (command line or PET_*)
+  bool active() const { return !hostfile.empty() || !hosts.empty(); }
+};
+
 struct LaunchConfig {
   // --nnodes N | MIN:MAX
   int min_nodes = 1;
@@ -105,6 +124,8 @@ struct LaunchConfig {
 
   std::string training_script;
   std::vector<std::string> script_args;
+
+  SshLaunchOptions ssh;
 
   // True when workers are given --local_rank=N on their command line.
   bool passes_local_rank_arg() const { return legacy_launch && !use_env; }

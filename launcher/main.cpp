@@ -4,8 +4,10 @@
 // (0 success, 1 failure, 2 bad usage).
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,8 @@
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/supervisor.h"
+#include "launcher/ssh_launch.h"
+#include "launcher/stdin_watch.h"
 #include "rendezvous/registry.h"
 
 using namespace ddprun::launcher;
@@ -37,6 +41,8 @@ int main(int argc, char** argv) {
     spdlog::warn("ignoring {}: accepted for torchrun compatibility, not implemented by ddprun",
                  list);
   }
+  // --hostfile / --hosts: this ddprun only starts and supervises the hosts' agents.
+  if (cli.config.ssh.active()) return run_ssh_launch(cli.config, host.env);
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> handler;
   try {  // only checks the parameters: nothing is bound or connected yet
     handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config));
@@ -54,6 +60,9 @@ int main(int argc, char** argv) {
         std::chrono::milliseconds(static_cast<std::int64_t>(cli.config.stall_timeout_s * 1000));
     options.file_timer_path = cli.config.file_timer_path;
     ProcessSupervisor supervisor(options);
+    // An agent started by an ssh launch stops when the launcher's end closes.
+    std::optional<StdinWatch> stdin_watch;
+    if (cli.config.ssh.exit_on_stdin_eof) stdin_watch.emplace(0, SIGTERM);
     Agent agent(cli.config, host.env, supervisor, std::move(handler));
     return agent.run().exit_code;
   } catch (const std::exception& e) {

@@ -41,11 +41,12 @@ OutputRouter::~OutputRouter() = default;
 
 OutputRouter::ChildEnds OutputRouter::add(const WorkerSpec& spec) {
   // Only tee'd streams carry the prefix on the console, as torchrun's (-t 1 prefixes
-  // stdout lines and leaves stderr lines bare).
+  // stdout lines and leaves stderr lines bare), unless the spec asks for it everywhere.
   auto make = [&](const StreamSpec& s, Console& console, UniqueFd* child_end) {
     auto pipe = std::make_unique<Pipe>();
     *child_end = make_pipe(&pipe->fd);
-    const std::string prefix = s.mode == StreamMode::kTee ? spec.line_prefix : std::string();
+    const std::string prefix =
+        s.mode == StreamMode::kTee || spec.prefix_all ? spec.line_prefix : std::string();
     pipe->route = std::make_unique<StreamRoute>(s, prefix, &console.writer);
     pipe->console = &console.writer;
     return pipe;

@@ -154,7 +154,8 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
   envp.push_back(nullptr);
   const char* cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
 
-  UniqueFd out_fd, err_fd;
+  UniqueFd in_fd, out_fd, err_fd;
+  if (options.stdin_fd >= 0) in_fd = above_stdio(options.stdin_fd);
   if (options.stdout_fd >= 0) out_fd = above_stdio(options.stdout_fd);
   if (options.stderr_fd >= 0) err_fd = above_stdio(options.stderr_fd);
 
@@ -170,6 +171,7 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
     max_fd = static_cast<int>(std::min<rlim_t>(nofile.rlim_cur, 1 << 20));
   }
   const int report_fd = report_write.get();
+  const int child_in = in_fd.get();
   const int child_out = out_fd.get();
   const int child_err = err_fd.get();
   const pid_t parent = ::getpid();
@@ -206,7 +208,8 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
     sigset_t empty;
     sigemptyset(&empty);
     ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-    if (!move_fd(child_out, STDOUT_FILENO) || !move_fd(child_err, STDERR_FILENO)) {
+    if (!move_fd(child_in, STDIN_FILENO) || !move_fd(child_out, STDOUT_FILENO) ||
+        !move_fd(child_err, STDERR_FILENO)) {
       child_fail(report_fd, Step::kDup);
     }
     // Every other fd becomes close-on-exec: the report pipe must stay open until execve.

@@ -28,6 +28,7 @@ struct SpawnOptions {
   std::vector<std::string> argv;  // argv[0] without '/' is looked up in PATH of `env`
   std::vector<std::string> env;   // the complete environment, "NAME=value"
   std::string cwd;                // empty: inherit
+  int stdin_fd = -1;              // dup2'ed onto fd 0 in the child; -1: inherit
   int stdout_fd = -1;             // dup2'ed onto fd 1 in the child; -1: inherit
   int stderr_fd = -1;             // dup2'ed onto fd 2 in the child; -1: inherit
   std::vector<int> cpus;          // sched_setaffinity in the child before exec; empty: inherit
@@ -49,9 +50,9 @@ std::string resolve_program(const std::string& name, const std::vector<std::stri
 // the pid recorded before fork (the parent may have died before prctl); every signal
 // disposition back to SIG_DFL (SIGPIPE included) and an empty signal mask (the agent
 // blocks its handled signals and ignores SIGPIPE; execve would pass both on); dup2 of
-// the pipes onto 1 and 2 (stdin stays inherited, as with torchrun); every other fd
-// marked close-on-exec (close_range, else a close() loop); chdir; sched_setaffinity when
-// `cpus` is set; execve.
+// the pipes onto 1 and 2 (and of stdin_fd onto 0; stdin stays inherited otherwise, as
+// with torchrun); every other fd marked close-on-exec (close_range, else a close()
+// loop); chdir; sched_setaffinity when `cpus` is set; execve.
 // If any step fails, the child writes {step, errno} to the close-on-exec pipe and exits
 // 127 (ENOENT) or 126 (anything else), tini-style; the parent reaps it and throws.
 //

@@ -26,6 +26,10 @@ struct WorkerSpec {
   std::vector<int> cpus;          // the CPUs it is bound to (--numa-binding); empty: inherit
   std::string line_prefix;        // console prefix for the lines of kTee streams only,
                                   // e.g. "[default0]:"
+  bool prefix_all = false;        // the prefix on every console line, whatever the mode
+                                  // (the ssh launcher's "[host]:")
+  int stdin_fd = -1;              // the worker's stdin (dup'ed; the caller keeps and closes
+                                  // its own fd); -1: inherit the agent's
   StreamSpec out;
   StreamSpec err;
 };

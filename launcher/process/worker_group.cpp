@@ -82,6 +82,7 @@ void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
   if (!guard_.token.empty()) set_env_entry(so.env, kJobTokenVar, guard_.token);
   so.cwd = std::move(spec.cwd);
   so.cpus = std::move(spec.cpus);
+  so.stdin_fd = spec.stdin_fd;
   so.stdout_fd = stdout_fd;
   so.stderr_fd = stderr_fd;
   try {

@@ -88,6 +88,7 @@ def json_records(directory):
     return out
 
 
+
 def torch_version():
     """PYTHON's torch version, or None (and the reason on stdout) when it has none."""
     r = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],

@@ -1,6 +1,7 @@
 // ProcessSupervisor's output path with real shell workers, and pipes, files and a
 // terminal standing in for the agent's stdout/stderr: whole lines, prefixes, files,
 // back-pressure, and exits released only after the worker's output.
+#include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
@@ -425,4 +426,29 @@ TEST_CASE("supervisor: a line held open too long is cut, and resumes under its p
   CHECK(h.out->finish() == "[default0]:" + std::string(65536, 'c') + "\n[default1]:w1\n" +
                                "[default0]:" + std::string(100000 - 65536, 'c') + "END\n");
   CHECK(slurp(slow.out.file) == std::string(100000, 'c') + "END\n");
+}
+
+TEST_CASE("supervisor: prefix_all prefixes every console line - stdin_fd is the worker's stdin",
+          "[supervisor]") {
+  Harness h;
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
+  // The worker echoes its stdin to stdout and stderr until end of file.
+  WorkerSpec w = sh(0, "while read -r l; do echo \"got $l\"; echo \"err $l\" >&2; done; echo eof",
+                    "[host-a]:");
+  w.prefix_all = true;
+  w.stdin_fd = read_end.get();
+  h.sup->start({w});
+  read_end.reset();  // only the worker holds the read end now
+  const std::string input = "one\ntwo\n";
+  REQUIRE(::write(write_end.get(), input.data(), input.size()) ==
+          static_cast<ssize_t>(input.size()));
+  write_end.reset();  // end of file: the worker finishes
+  REQUIRE(h.next().kind == Kind::kWorkerExited);
+  REQUIRE(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  CHECK(h.out->finish() == "[host-a]:got one\n[host-a]:got two\n[host-a]:eof\n");
+  CHECK(h.err->finish() == "[host-a]:err one\n[host-a]:err two\n");
 }

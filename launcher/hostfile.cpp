@@ -1,0 +1,239 @@
+// hostfile.cpp: see hostfile.h.
+#include "launcher/hostfile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "launcher/config.h"
+
+namespace ddprun::launcher {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    const auto at = s.find(sep, start);
+    out.emplace_back(trim(s.substr(start, at == std::string_view::npos ? s.npos : at - start)));
+    if (at == std::string_view::npos) return out;
+    start = at + 1;
+  }
+}
+
+// "" when `name` is a usable host name, else why not. A name that ssh would read as an
+// option, or that a shell would split, is refused.
+std::string bad_host_name(const std::string& name) {
+  if (name.empty()) return "empty host name";
+  if (name.front() == '-') return fmt::format("host name '{}' starts with '-'", name);
+  for (const char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (!std::isalnum(u) && c != '.' && c != '-' && c != '_' && c != '@') {
+      return fmt::format(
+          "host name '{}' has the character '{}' (letters, digits, '.', '-', "
+          "'_' and user@ only)",
+          name, c);
+    }
+  }
+  if (std::count(name.begin(), name.end(), '@') > 1 || name.back() == '@') {
+    return fmt::format("host name '{}' is not [user@]host", name);
+  }
+  return "";
+}
+
+// A positive count, or nullopt.
+std::optional<int> positive_int(const std::string& text) {
+  if (text.empty() || text.size() > 6) return std::nullopt;
+  for (const char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+  }
+  const int v = std::stoi(text);
+  return v > 0 ? std::optional<int>(v) : std::nullopt;
+}
+
+// GPU indices "0,2" (each a non-negative int, distinct).
+std::vector<int> parse_gpus(const std::vector<std::string>& parts, const std::string& what) {
+  std::vector<int> gpus;
+  for (const auto& p : parts) {
+    const bool digits = !p.empty() && p.size() <= 4 && std::all_of(p.begin(), p.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c)) != 0;
+    });
+    if (!digits) throw UsageError(fmt::format("{}: '{}' is not a GPU index", what, p));
+    const int g = std::stoi(p);
+    if (std::find(gpus.begin(), gpus.end(), g) != gpus.end()) {
+      throw UsageError(fmt::format("{}: GPU {} named twice", what, g));
+    }
+    gpus.push_back(g);
+  }
+  return gpus;
+}
+
+void add_host(std::vector<HostEntry>& hosts, HostEntry h, const std::string& where) {
+  if (const std::string bad = bad_host_name(h.name); !bad.empty()) {
+    throw UsageError(where + ": " + bad);
+  }
+  for (const auto& other : hosts) {
+    if (other.name == h.name) {
+      throw UsageError(fmt::format(
+          "{}: host '{}' is listed twice{}", where, h.name,
+          other.line > 0 ? fmt::format(" (first at line {})", other.line) : std::string()));
+    }
+  }
+  hosts.push_back(std::move(h));
+}
+
+// "host[:gpu,gpu]@host..." → host → GPUs (empty: the whole host).
+std::map<std::string, std::vector<int>> parse_filter(const std::string& flag,
+                                                     const std::string& text) {
+  std::map<std::string, std::vector<int>> out;
+  for (const auto& item : split(text, '@')) {
+    const auto colon = item.find(':');
+    const std::string name = item.substr(0, colon);
+    if (const std::string bad = bad_host_name(name); !bad.empty()) {
+      throw UsageError(fmt::format("{} '{}': {}", flag, text, bad));
+    }
+    std::vector<int> gpus;
+    if (colon != std::string::npos) {
+      gpus = parse_gpus(split(std::string_view(item).substr(colon + 1), ','),
+                        fmt::format("{} '{}'", flag, text));
+      if (gpus.empty()) throw UsageError(fmt::format("{} '{}': no GPU after ':'", flag, text));
+    }
+    if (!out.emplace(name, std::move(gpus)).second) {
+      throw UsageError(fmt::format("{} '{}': host '{}' named twice", flag, text, name));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<HostEntry> parse_hostfile(std::string_view text, const std::string& source) {
+  std::vector<HostEntry> hosts;
+  std::istringstream in{std::string(text)};
+  std::string raw;
+  for (int line = 1; std::getline(in, raw); ++line) {
+    const std::string where = fmt::format("{}:{}", source, line);
+    std::string_view body(raw);
+    body = trim(body.substr(0, body.find('#')));
+    if (body.empty()) continue;
+    std::istringstream words{std::string(body)};
+    HostEntry h;
+    h.line = line;
+    words >> h.name;
+    for (std::string word; words >> word;) {
+      if (word.rfind("slots=", 0) != 0) {
+        throw UsageError(
+            fmt::format("{}: unexpected '{}' (expected: host [slots=N])", where, word));
+      }
+      if (h.slots) throw UsageError(where + ": slots= given twice");
+      h.slots = positive_int(word.substr(6));
+      if (!h.slots) {
+        throw UsageError(fmt::format("{}: '{}': slots must be a positive integer", where, word));
+      }
+    }
+    add_host(hosts, std::move(h), where);
+  }
+  if (hosts.empty()) throw UsageError(source + ": no host in the hostfile");
+  return hosts;
+}
+
+std::vector<HostEntry> read_hostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("--hostfile {}: cannot read the file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_hostfile(text.str(), path);
+}
+
+std::vector<HostEntry> parse_hosts_list(const std::string& text) {
+  std::vector<HostEntry> hosts;
+  const std::string where = "--hosts '" + text + "'";
+  for (const auto& item : split(text, ',')) {
+    HostEntry h;
+    const auto colon = item.find(':');
+    h.name = item.substr(0, colon);
+    if (colon != std::string::npos) {
+      h.slots = positive_int(item.substr(colon + 1));
+      if (!h.slots) {
+        throw UsageError(
+            fmt::format("{}: '{}': the count after ':' must be a positive integer", where, item));
+      }
+    }
+    add_host(hosts, std::move(h), where);
+  }
+  return hosts;
+}
+
+std::vector<HostEntry> filter_hosts(std::vector<HostEntry> hosts, const std::string& include,
+                                    const std::string& exclude) {
+  if (!include.empty() && !exclude.empty()) {
+    throw UsageError("--include and --exclude cannot be combined");
+  }
+  const bool inc = !include.empty();
+  const std::string flag = inc ? "--include" : "--exclude";
+  if (!inc && exclude.empty()) return hosts;
+  const auto filter = parse_filter(flag, inc ? include : exclude);
+  for (const auto& entry : filter) {
+    const std::string& name = entry.first;
+    const std::vector<int>& gpus = entry.second;
+    const auto it = std::find_if(hosts.begin(), hosts.end(),
+                                 [&](const HostEntry& h) { return h.name == name; });
+    if (it == hosts.end()) {
+      throw UsageError(fmt::format("{}: host '{}' is not in the host list", flag, name));
+    }
+    for (const int g : gpus) {
+      if (it->slots && g >= *it->slots) {
+        throw UsageError(fmt::format("{}: host '{}' has {} slots; GPU {} is out of range", flag,
+                                     name, *it->slots, g));
+      }
+    }
+    if (!inc && !gpus.empty() && !it->slots) {
+      throw UsageError(fmt::format(
+          "{}: host '{}' has no slots count, so its other GPUs are unknown (give slots=N)", flag,
+          name));
+    }
+  }
+  std::vector<HostEntry> out;
+  for (auto& h : hosts) {
+    const auto it = filter.find(h.name);
+    if (inc) {
+      if (it == filter.end()) continue;
+      if (!it->second.empty()) h.gpus = it->second;
+    } else if (it != filter.end()) {
+      if (it->second.empty()) continue;  // the whole host
+      std::vector<int> left;
+      for (int g = 0; g < *h.slots; ++g) {
+        if (std::find(it->second.begin(), it->second.end(), g) == it->second.end()) {
+          left.push_back(g);
+        }
+      }
+      if (left.empty()) continue;
+      h.gpus = std::move(left);
+    }
+    out.push_back(std::move(h));
+  }
+  if (out.empty()) throw UsageError(flag + ": no host is left to run on");
+  return out;
+}
+
+std::string host_address(const std::string& name) {
+  const auto at = name.find('@');
+  return at == std::string::npos ? name : name.substr(at + 1);
+}
+
+std::optional<int> host_nproc(const HostEntry& host) {
+  if (host.gpus) return static_cast<int>(host.gpus->size());
+  return host.slots;
+}
+
+}  // namespace ddprun::launcher

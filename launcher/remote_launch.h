@@ -1,0 +1,73 @@
+// remote_launch.h: the commands of a multi-host launch: for each host, the ssh argv that
+// starts its ddprun agent (c10d rendezvous, node rank, worker count, the user's other
+// options) in the user's working directory with the forwarded environment. Also the two
+// text helpers this needs: POSIX shell quoting (the remote command is one string that the
+// remote login shell splits again) and the word splitting of --ssh-command.
+// Used by ssh_launch.cpp (and tests). Thread-safety: pure functions.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// `s` as one word for a POSIX shell: unchanged when it holds only characters no shell
+// treats specially, else in single quotes (a ' inside becomes '\'').
+std::string shell_quote(const std::string& s);
+
+// Splits --ssh-command as a POSIX shell splits words: blanks separate, '...' is literal,
+// "..." keeps blanks (\ escapes " \ $ ` inside), \ outside quotes escapes the next
+// character. No expansion of any kind. Throws UsageError naming --ssh-command on an
+// unterminated quote or an empty command.
+std::vector<std::string> split_command_words(const std::string& text);
+
+// The environment a remote agent gets from the launcher: the allow-list (PYTHONPATH,
+// PYTHON_EXEC, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, LOGLEVEL and every NCCL_*, GLOO_*,
+// TORCH_*, TORCHELASTIC_*, PET_* variable) present in `env`, plus each `--env` item:
+// NAME (its value here; throws UsageError when it is not set) or NAME=VALUE. Sorted by name.
+std::vector<std::pair<std::string, std::string>> forwarded_env(
+    const std::map<std::string, std::string>& env, const std::vector<std::string>& extra);
+
+// Everything the hosts' commands share.
+struct RemoteJob {
+  std::vector<std::string> ssh_command = {"ssh"};        // --ssh-command, as words
+  std::optional<int> ssh_port;                           // --ssh-port
+  std::string remote_ddprun;                             // absolute path of ddprun on the hosts
+  std::string cwd;                                       // the user's working directory
+  std::vector<std::pair<std::string, std::string>> env;  // forwarded (forwarded_env)
+  // The user's launcher options passed through unchanged, then the job's own (--nnodes,
+  // --rdzv-backend, --rdzv-endpoint, --rdzv-id where the user gave none): later options
+  // win, so the job's come last.
+  std::vector<std::string> options;
+  std::vector<std::string> program;  // the training script and its arguments
+};
+
+// One host's part.
+struct RemoteHost {
+  std::string name;  // what ssh connects to ([user@]host)
+  int node_rank = 0;
+  std::optional<int> nproc;                 // --nproc-per-node for this host
+  std::optional<std::string> visible_gpus;  // CUDA_VISIBLE_DEVICES for this host
+};
+
+// The hidden agent option that makes a remote agent stop (as on SIGTERM) when its stdin
+// reaches end of file: the ssh session closed because the launcher died or the link broke.
+inline constexpr const char* kExitOnStdinEof = "--exit-on-stdin-eof";
+
+// The remote agent's argv: remote_ddprun, job options, --node-rank, --nproc-per-node,
+// kExitOnStdinEof, program.
+std::vector<std::string> remote_agent_argv(const RemoteJob& job, const RemoteHost& host);
+
+// The command string the remote login shell runs:
+//   cd -- 'CWD' && exec env -- 'NAME=value'... 'ARGV0' 'ARG'...
+// A missing or non-executable ddprun makes `env` exit 127 or 126.
+std::string remote_shell_command(const RemoteJob& job, const RemoteHost& host);
+
+// The local argv: ssh_command words, [-p PORT], the launcher's ssh options (no tty,
+// batch mode, keep-alives; after the user's words, so the user's -o wins), host, command.
+std::vector<std::string> ssh_argv(const RemoteJob& job, const RemoteHost& host);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,46 @@
+// ssh_launch.h: the multi-host launch, `ddprun --hostfile FILE` / `--hosts a,b:2,c`: one
+// ddprun agent per host started over the system's ssh client (c10d rendezvous with the
+// first host as endpoint, a generated run id, node ranks in host order), every host's
+// output back on this terminal line by line under a "[host]:" prefix, and one exit status
+// for the job. The ssh processes are supervised by the process library's
+// ProcessSupervisor, like workers; each gets a pipe as stdin whose write end only this
+// process holds, so that when it ends for any reason (SIGKILL included) every remote
+// agent sees end of file and stops (StdinWatch, --exit-on-stdin-eof).
+// Used by main.cpp. Thread-safety: make_ssh_plan is pure; run_ssh_launch runs on main's
+// thread, before any other thread exists (it blocks the signals and forks the orphan guard).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launcher/config.h"
+#include "launcher/hostfile.h"
+#include "launcher/remote_launch.h"
+
+namespace ddprun::launcher {
+
+struct SshPlan {
+  RemoteJob job;
+  std::vector<RemoteHost> hosts;  // in host-list order; node rank = index
+  int min_nodes = 1;              // fewer live hosts than this and the job cannot run
+  std::string endpoint;           // the c10d endpoint ("" when the user gave one)
+  std::string run_id;             // the run id ("" when the user gave one)
+};
+
+// The default c10d port of the endpoint host (torchrun's).
+inline constexpr int kSshRendezvousPort = 29400;
+
+// Builds the plan from the parsed command line and the (filtered) host list. `env`: this
+// process's environment; `self`: this ddprun's absolute path; `run_id`: the generated
+// run id used when the user gave none. Throws UsageError (--nnodes against the host
+// count, --env, --ssh-command).
+SshPlan make_ssh_plan(const LaunchConfig& config, const std::map<std::string, std::string>& env,
+                      const std::vector<HostEntry>& hosts, const std::string& self,
+                      const std::string& cwd, const std::string& run_id);
+
+// Runs the whole multi-host job; returns the exit status (0 every host succeeded, 1 a
+// failure or a stop by signal, 2 bad usage, e.g. an unreadable hostfile). Never throws.
+int run_ssh_launch(const LaunchConfig& config, const std::map<std::string, std::string>& env);
+
+}  // namespace ddprun::launcher

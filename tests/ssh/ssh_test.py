@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Black-box tests of `ddprun --hosts` / `--hostfile`: one command starts an agent per host
+over the system's OpenSSH client, with real sshd servers and real PyTorch gloo workers.
+
+    ssh_test.py <path to ddprun> <test name>     (ctest runs one test per process)
+    ssh_test.py <path to ddprun> --list
+
+Each test host is a network namespace (tests/support/netns.py) running its own
+/usr/sbin/sshd with a configuration, host key, client key and authorized_keys generated in
+the test's directory (port 22 of the namespace's own address; nothing of the system's
+ssh configuration is read or changed). The launcher runs in node 0's namespace, so node 0
+is both the launching host and the first host (the rendezvous endpoint). Every host
+shares this machine's file system and process table, so "nothing left on any host" is a
+scan of /proc for the test's tag. Skipped (exit 77) without root, namespaces, sshd or torch.
+"""
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
+import blackbox  # noqa: E402
+from blackbox import Failed, Skip, check, poll  # noqa: E402
+from netns import Netns, netns_or_skip  # noqa: E402
+
+WORKER = os.path.join(os.path.dirname(HERE), "multinode", "workers", "mn_worker.py")
+SSHD = "/usr/sbin/sshd"
+suite = blackbox.Suite(__doc__, needs_torch=True)
+test = suite.test
+FAST = "last_call_timeout=1,join_timeout=60"
+
+
+class SshHosts(blackbox.Workspace):
+    """Namespaces with an sshd each, the keys, and the launcher's ssh command."""
+
+    def __init__(self, ddprun):
+        super().__init__(ddprun, "ddprun_ssh_")
+        self.net = None
+        self.t0 = time.monotonic()
+        self.out = os.path.join(self.dir, "out")
+        os.makedirs(self.out)
+
+    def start_hosts(self, n, with_sshd=None):
+        """n namespaces; sshd in those listed in with_sshd (default: all)."""
+        for tool in (SSHD, "ssh", "ssh-keygen"):
+            if shutil.which(tool) is None:
+                raise Skip(f"{tool} is not installed")
+        self.net = netns_or_skip(n)
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
+        key = os.path.join(self.dir, "client_key")
+        hostkey = os.path.join(self.dir, "host_key")
+        for k in (key, hostkey):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", k], check=True)
+        shutil.copy(key + ".pub", os.path.join(self.dir, "authorized_keys"))
+        self.ssh_command = (f"ssh -i {key} -o StrictHostKeyChecking=no -o LogLevel=ERROR "
+                            f"-o UserKnownHostsFile={self.dir}/known_hosts -o ConnectTimeout=10")
+        self.sshd_logs = []
+        self.sshd_pids = set()
+        for i in range(n) if with_sshd is None else with_sshd:
+            conf = os.path.join(self.dir, f"sshd_{i}.conf")
+            with open(conf, "w") as f:
+                f.write(f"Port 22\nListenAddress {Netns.addr(i)}\nHostKey {hostkey}\n"
+                        f"AuthorizedKeysFile {self.dir}/authorized_keys\n"
+                        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
+                        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                        f"PidFile {self.dir}/sshd_{i}.pid\nPrintMotd no\nLogLevel INFO\n")
+            log = os.path.join(self.dir, f"sshd_{i}.log")
+            self.sshd_logs.append(log)
+            sshd = self.start_process([*self.net.prefix(i), SSHD, "-D", "-e", "-f", conf],
+                                      os.environ, log=log, new_session=True)
+            self.sshd_pids.add(sshd.pid)  # `ip netns exec` execs sshd: the same pid
+            poll(lambda: "Server listening" in blackbox.read_text(log), 30,
+                 f"sshd {i} listening", lambda: blackbox.read_text(log))
+
+    def host(self, i):
+        return Netns.addr(i)
+
+    def launch(self, args, worker_args=(), log="launcher.log", program=None):
+        """Starts the launcher in node 0's namespace: ddprun ARGS PROGRAM, by default
+        mn_worker.py WORKER_ARGS."""
+        env = blackbox.job_environment(drop=(*blackbox.LAUNCHER_VARIABLES, "MASTER_"),
+                                       TMPDIR=self.dir, MN_OUT=self.out,
+                                       GLOO_SOCKET_IFNAME="mn0")
+        self.log = os.path.join(self.dir, log)
+        print(f"{time.monotonic() - self.t0:5.1f} s: {log}", flush=True)
+        argv = [*self.net.prefix(0), self.ddprun, "--ssh-command", self.ssh_command,
+                "--env", "MN_OUT", *args, *(program or [WORKER, *worker_args])]
+        return self.start_process(argv, env, log=self.log, new_session=True)
+
+    def text(self):
+        return blackbox.read_text(self.log)
+
+    def records(self):
+        return blackbox.json_records(self.out)
+
+    def leftovers(self):
+        """Processes of this test's job on any host: the tag (the test directory) in their
+        command line or environment; the test itself and the sshd listeners excluded."""
+        found = []
+        for d in glob.glob("/proc/[0-9]*"):
+            pid = int(d[6:])
+            if pid == os.getpid() or pid in getattr(self, "sshd_pids", ()):
+                continue
+            try:
+                with open(d + "/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ")
+                with open(d + "/environ", "rb") as f:
+                    env = f.read()
+            except OSError:
+                continue
+            if self.dir.encode() in cmd or self.dir.encode() in env:
+                found.append(f"{pid}: {cmd.decode(errors='replace')[:160]}")
+        return found
+
+    def wait(self, proc, timeout):
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise Failed(f"launcher still running after {timeout} s\n--- {self.text()}")
+
+    def close(self):
+        super().close()
+        if self.net:
+            self.net.close()
+
+
+def hosts_arg(c, n, slots=None):
+    return ",".join(c.host(i) + (f":{slots[i]}" if slots and slots.get(i) else "")
+                    for i in range(n))
+
+
+@test
+def three_hosts_one_command(c):
+    """A 3-host gloo DDP job (4 workers, from a hostfile) from one command: every rank's
+    record, node ranks in file order, output of every host on the launcher's terminal under
+    its host prefix, line-intact, the per-host logs under --log-dir, exit status 0."""
+    c.start_hosts(3)
+    logs = os.path.join(c.dir, "hostlogs")
+    hostfile = os.path.join(c.dir, "hostfile")
+    with open(hostfile, "w") as f:
+        f.write(f"# DeepSpeed's format\n{c.host(0)}\n\n{c.host(1)} slots=2  # two workers\n"
+                f"{c.host(2)} slots=1\n")
+    p = c.launch(["--hostfile", hostfile, f"--rdzv-conf={FAST}", "--log-dir", logs])
+    check(c.wait(p, 180) == 0, "the job succeeds", c.text())
+    recs = c.records()
+    check(sorted(int(r["RANK"]) for r in recs) == [0, 1, 2, 3], "four ranks", recs, c.text())
+    check(all(r["WORLD_SIZE"] == "4" and r["allreduce_ok"] for r in recs), "layout", recs)
+    by_group = {int(r["RANK"]): int(r["GROUP_RANK"]) for r in recs}
+    check(by_group == {0: 0, 1: 1, 2: 1, 3: 2}, f"node ranks in host order: {by_group}")
+    out = c.text()
+    for rank, host in ((0, 0), (1, 1), (2, 1), (3, 2)):
+        line = f"[{c.host(host)}]:rank {rank} of 4 done"
+        check(re.search("^" + re.escape(line) + "$", out, re.M), f"line-intact: {line}", out)
+    for i in range(3):
+        with open(os.path.join(logs, c.host(i), "stdout.log")) as f:
+            check("done" in f.read(), f"host {i}'s stdout log", out)
+    poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
+
+
+# The stop and failure tests run shell workers (no torch import: fast); every worker
+# leaves a file named after its rank in MN_OUT, and `sh -c` gets its script through the
+# remote shell's quoting like any argument.
+def shell_worker(script):
+    return ["--no-python", "sh", "-c", 'touch "$MN_OUT/$RANK"; ' + script]
+
+
+def ranks_started(c):
+    return sorted(int(f) for f in os.listdir(c.out) if f.isdigit())
+
+
+@test(needs_torch=False)
+def stop_and_kill_leave_nothing(c):
+    """Ctrl-C (SIGINT) on the launcher mid-run stops every host's agent and worker (grace,
+    then kill); kill -9 of the launcher leaves no process on any host after a short bound."""
+    c.start_hosts(3)
+    # The worker ignores SIGTERM: the remote agent's grace, then its SIGKILL, must end it.
+    worker = shell_worker("trap '' TERM; while :; do sleep 0.2; done")
+    for how in ("sigint", "sigkill"):
+        for f in os.listdir(c.out):
+            os.unlink(os.path.join(c.out, f))
+        p = c.launch(["--hosts", hosts_arg(c, 3), f"--rdzv-conf={FAST}", "--shutdown-timeout",
+                      "2"], log=f"{how}.log", program=worker)
+        poll(lambda: ranks_started(c) == [0, 1, 2], 120, f"{how}: three workers running",
+             c.text)
+        if how == "sigint":
+            os.kill(p.pid, signal.SIGINT)
+            check(c.wait(p, 60) == 1, "a stopped job exits 1", c.text())
+            check("received SIGINT" in c.text(), "the launcher says why", c.text())
+        else:
+            os.kill(p.pid, signal.SIGKILL)
+            c.wait(p, 10)
+        poll(lambda: not c.leftovers(), 30, f"{how}: no process left on any host",
+             c.leftovers, c.text)
+
+
+@test(needs_torch=False)
+def failures_named_by_host(c):
+    """An unreachable host (no sshd) is named in one line: with --nnodes 2:3 the job runs
+    without it; with 3 nodes required the others are stopped. A host whose worker fails is
+    named with its node rank and the failed rank; a missing remote ddprun names the host."""
+    c.start_hosts(3, with_sshd=[0, 1])
+    gone = c.host(2)
+
+    p = c.launch(["--hosts", hosts_arg(c, 3)], log="required.log", program=shell_worker(""))
+    check(c.wait(p, 60) == 1, "3 of 3 required: the job fails", c.text())
+    t = c.text()
+    check(re.search(rf"^ddprun: error: host {re.escape(gone)}: ssh failed \(exit 255\): .*"
+                    r"Connection refused$", t, re.M), "the unreachable host, in one line", t)
+    poll(lambda: not c.leftovers(), 30, "the other hosts' agents stopped", c.leftovers, c.text)
+
+    p = c.launch(["--hosts", hosts_arg(c, 2), "--remote-ddprun", "/nonexistent/ddprun"],
+                 log="missing.log", program=shell_worker(""))
+    check(c.wait(p, 60) == 1, "no remote ddprun: the job fails", c.text())
+    t = c.text()
+    for i in range(2):
+        check(f"ddprun: error: host {c.host(i)}: cannot run /nonexistent/ddprun there" in t,
+              f"host {i} named", t)
+
+    p = c.launch(["--hosts", hosts_arg(c, 3), "--nnodes", "2:3", f"--rdzv-conf={FAST}"],
+                 log="elastic.log", program=shell_worker('[ "$RANK" != 1 ] || exit 3'))
+    check(c.wait(p, 120) == 1, "a failed worker fails the job", c.text())
+    t = c.text()
+    check(f"ddprun: error: host {gone}: ssh failed" in t, "the unreachable host", t)
+    check(ranks_started(c) == [0, 1], "the job ran on the two reachable hosts", t)
+    check(re.search(rf"^ddprun: error: host {re.escape(c.host(1))} \(node rank 1\) failed with "
+                    r"exit code 1: rank 1 \(local_rank: 0\)$", t, re.M),
+          "the failed host, its node rank and the failed rank", t)
+    poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
+
+
+@test(needs_torch=False)
+def stdin_eof_stops_the_agent(c):
+    """The remote end without ssh (runs as any user): an agent started with
+    --exit-on-stdin-eof stops its workers (as on SIGTERM) when its stdin pipe closes, and
+    a launcher whose ssh client cannot be started says so in one line."""
+    env = blackbox.job_environment(TMPDIR=c.dir, DDPRUN_SSH_TEST_TAG=c.dir)
+    r, w = os.pipe()
+    log = os.path.join(c.dir, "agent.log")
+    with open(log, "w") as out:
+        p = subprocess.Popen([c.ddprun, "--exit-on-stdin-eof", "--no-python", "--shutdown-timeout",
+                              "5", "sleep", "1000"], stdin=r, stdout=out,
+                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    os.close(r)
+    c._procs.append((p, True))
+    poll(lambda: len(c.leftovers()) >= 2, 30, "agent and worker running", c.leftovers)
+    os.close(w)
+    try:
+        code = p.wait(30)
+    except subprocess.TimeoutExpired:
+        raise Failed("the agent did not stop at end of stdin", blackbox.read_text(log))
+    check(code == 1, f"a stopped agent exits 1, not {code}", blackbox.read_text(log))
+    check("stdin reached end of file" in blackbox.read_text(log), "it says why",
+          blackbox.read_text(log))
+    poll(lambda: not c.leftovers(), 10, "its worker is gone", c.leftovers)
+
+    code, out, err = c.run_process([c.ddprun, "--hosts", "127.0.0.1", "--ssh-command",
+                                    "/nonexistent/ssh -x", "--no-python", "true"], env, 30)
+    check(code == 1, f"exit 1, not {code}", out, err)
+    check("cannot execute '/nonexistent/ssh'" in err and len(err.strip().splitlines()) <= 2,
+          "one line naming the ssh command", err)
+
+
+if __name__ == "__main__":
+    sys.exit(suite.main(sys.argv, SshHosts))
