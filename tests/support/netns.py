@@ -2,7 +2,10 @@
 (tests/multinode, and any suite that needs real separate network stacks).
 
 Netns(n) creates a hub namespace with a bridge and n node namespaces joined to it by veth
-pairs; node i has 10.213.0.<i+1>/24 on interface mn0. Every address lives inside
+pairs; node i has 10.213.0.<i+1>/24 on interface mn0. Optionally each node also gets a
+host name of its own (a UTS namespace per command: Netns(n, hostnames=[...])) and a hosts
+file of its own (set_hosts(i, text): bind-mounted over /etc/hosts in a mount namespace
+per command; the machine's /etc is never written). Every address lives inside
 namespaces the test creates (no default route, nothing reaches the outside); close()
 deletes them, and the next Netns deletes those a killed test left behind.
 netns_or_skip(n) raises blackbox.Skip where namespaces cannot be made (not root, no ip).
@@ -11,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 
 from blackbox import Skip
 
@@ -21,8 +25,13 @@ class Netns:
     """A hub namespace with a bridge, and one namespace per node attached to it by a veth
     pair; node i has 10.213.0.<i+1>/24 on interface mn0."""
 
-    def __init__(self, nodes):
+    def __init__(self, nodes, hostnames=None):
         self.remove_stale()
+        # Per node: the host name its commands see (None: the machine's), and the hosts
+        # file they see as /etc/hosts (None: the machine's).
+        self.hostnames = list(hostnames) if hostnames else [None] * nodes
+        self.hosts_files = [None] * nodes
+        self.files = None  # temporary directory of the hosts files
         self.tag = f"ddp{os.getpid()}"
         self.hub = self.tag + "h"
         self.nodes = [f"{self.tag}n{i}" for i in range(nodes)]
@@ -73,20 +82,44 @@ class Netns:
         """Takes node i's link down at the bridge: its peers' packets vanish silently."""
         self._in(self.hub, "ip", "link", "set", f"vh{i}", "down")
 
+    def set_hosts(self, i, text):
+        """Node i's commands started from now on see `text` as /etc/hosts."""
+        if self.files is None:
+            self.files = tempfile.mkdtemp(prefix="ddprun_netns_")
+        path = os.path.join(self.files, f"hosts{i}")
+        with open(path, "w") as f:
+            f.write(text)
+        self.hosts_files[i] = path
+
     def prefix(self, i):
-        return ["ip", "netns", "exec", self.nodes[i]]
+        """The command prefix that runs a command on node i."""
+        base = ["ip", "netns", "exec", self.nodes[i]]
+        if self.hostnames[i] is None and self.hosts_files[i] is None:
+            return base
+        # unshare without --fork execs in place: the command keeps the pid it started with.
+        script = ('if [ -n "$1" ]; then hostname "$1" || exit 1; fi; '
+                  'if [ -n "$2" ]; then mount --bind "$2" /etc/hosts || exit 1; fi; '
+                  'shift 2; exec "$@"')
+        return [*base, "unshare", "--uts", "--mount", "--propagation", "private",
+                "sh", "-c", script, "netns-node", self.hostnames[i] or "",
+                self.hosts_files[i] or ""]
 
     def close(self):
         for ns in reversed(self.created):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.created = []
+        if self.files is not None:
+            shutil.rmtree(self.files, ignore_errors=True)
+            self.files = None
 
 
-def netns_or_skip(nodes):
+def netns_or_skip(nodes, hostnames=None):
     if os.geteuid() != 0 or shutil.which("ip") is None:
         raise Skip("network namespaces need root and iproute2")
+    if hostnames and shutil.which("unshare") is None:
+        raise Skip("host names per node need unshare (util-linux)")
     try:
-        return Netns(nodes)
+        return Netns(nodes, hostnames)
     except (subprocess.CalledProcessError, OSError) as e:
         detail = getattr(e, "stderr", "") or str(e)
         raise Skip(f"cannot create network namespaces here: {detail.strip()}")
