@@ -76,7 +76,7 @@ std::string gloo_interface(const std::vector<NodeDesc>& descs, int slot, std::st
   for (const NodeDesc& d : descs) {
     if (d.slot == slot || !elsewhere(d)) continue;
     const std::string source = routed_local_address({d.addr, 9});
-    const std::string name = is_loopback_host(source) ? "" : interface_of(source);
+    std::string name = is_loopback_host(source) ? "" : interface_of(source);
     if (name.empty()) continue;
     why = "this machine's host name '" + hostname + "' " +
           (resolved.empty() ? "does not resolve" : "resolves to " + resolved.front()) +
