@@ -76,6 +76,8 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const
   // Both spellings: 1.13 reads NCCL_*, 2.x TORCH_NCCL_*. A user's value is kept.
   env.emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
   env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  // Gloo would bind to loopback here (the host name does not resolve to this machine).
+  if (!info.gloo_socket_ifname.empty()) env.emplace("GLOO_SOCKET_IFNAME", info.gloo_socket_ifname);
   if (defaults_omp_num_threads(config, agent_env)) env["OMP_NUM_THREADS"] = "1";
   // The stall watchdog's SIGABRT makes faulthandler print every thread's stack; a user's
   // value (even "", which turns it off) is kept.

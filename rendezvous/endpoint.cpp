@@ -123,6 +123,24 @@ std::vector<std::string> local_interface_addresses() {
   return out;
 }
 
+std::vector<std::string> resolve_addresses(const std::string& host) {
+  return is_ip_literal(host) ? std::vector<std::string>{canonical(host)} : resolve(host);
+}
+
+std::string interface_of(const std::string& addr) {
+  const std::string want = canonical(addr);
+  std::string out;
+  ifaddrs* ifs = nullptr;
+  if (want.empty() || getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* p = ifs; p != nullptr && out.empty(); p = p->ifa_next) {
+    if (p->ifa_addr == nullptr || p->ifa_name == nullptr) continue;
+    if (p->ifa_addr->sa_family != AF_INET && p->ifa_addr->sa_family != AF_INET6) continue;
+    if (numeric_name(p->ifa_addr) == want) out = p->ifa_name;
+  }
+  freeifaddrs(ifs);
+  return out;
+}
+
 std::string local_hostname() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return {};
@@ -132,9 +150,8 @@ std::string local_hostname() {
 bool is_this_host(const std::string& host, const std::string& local_addr) {
   if (!local_addr.empty()) {
     if (host == local_addr) return true;
-    auto want = is_ip_literal(local_addr) ? std::vector<std::string>{canonical(local_addr)}
-                                          : resolve(local_addr);
-    auto have = is_ip_literal(host) ? std::vector<std::string>{canonical(host)} : resolve(host);
+    auto want = resolve_addresses(local_addr);
+    auto have = resolve_addresses(host);
     for (const auto& a : have) {
       if (std::find(want.begin(), want.end(), a) != want.end()) return true;
     }
@@ -144,7 +161,7 @@ bool is_this_host(const std::string& host, const std::string& local_addr) {
   std::string hn = local_hostname();
   if (!hn.empty() && (host == hn || host.rfind(hn + ".", 0) == 0)) return true;
   auto mine = local_interface_addresses();
-  auto have = is_ip_literal(host) ? std::vector<std::string>{canonical(host)} : resolve(host);
+  auto have = resolve_addresses(host);
   for (const auto& a : have) {
     if (std::find(mine.begin(), mine.end(), a) != mine.end()) return true;
   }

@@ -38,6 +38,13 @@ bool is_loopback_host(const std::string& host);
 // Addresses of this machine's interfaces (getifaddrs), numeric.
 std::vector<std::string> local_interface_addresses();
 
+// The numeric addresses `host` resolves to now (itself, canonical, when numeric); empty
+// when it does not resolve.
+std::vector<std::string> resolve_addresses(const std::string& host);
+
+// The name of the local interface that holds the numeric address `addr` ("" when none).
+std::string interface_of(const std::string& addr);
+
 // This machine's host name (gethostname), "" on failure.
 std::string local_hostname();
 

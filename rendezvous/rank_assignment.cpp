@@ -15,14 +15,19 @@ std::string noted(const NodeDesc& d) {
   return d.label() + (d.node_rank_defaulted ? " (no --node-rank given: 0 assumed)" : "");
 }
 
-// Slots in (address, host, pid) order: the fallback order and the order of the checks.
+// Slots in the automatic order: the rendezvous store's host first (group rank 0, the
+// checkpoint writer, where the user pointed --rdzv-endpoint), then (address, host, pid),
+// stable across rounds. The fallback order and the order of the checks.
 std::vector<int> automatic_order(const std::vector<NodeDesc>& descs) {
   std::vector<int> order(descs.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     const NodeDesc& x = descs[static_cast<std::size_t>(a)];
     const NodeDesc& y = descs[static_cast<std::size_t>(b)];
-    return std::tie(x.addr, x.host, x.pid, x.slot) < std::tie(y.addr, y.host, y.pid, y.slot);
+    const bool x_later = !x.rdzv_host;
+    const bool y_later = !y.rdzv_host;
+    return std::tie(x_later, x.addr, x.host, x.pid, x.slot) <
+           std::tie(y_later, y.addr, y.host, y.pid, y.slot);
   });
   return order;
 }
@@ -113,8 +118,9 @@ std::vector<int> group_ranks_or_throw(const std::vector<NodeDesc>& descs, bool s
   if (!assigned.ignored.empty() && !warned) {
     warned = true;
     spdlog::warn(
-        "{}: --node-rank ignored: {}; group ranks follow (address, host, pid) order instead", where,
-        assigned.ignored);
+        "{}: --node-rank ignored: {}; group ranks follow the automatic order instead (the "
+        "rendezvous store's host first, then address, host, pid)",
+        where, assigned.ignored);
   }
   return std::move(assigned.group_rank);
 }

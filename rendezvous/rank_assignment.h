@@ -25,8 +25,9 @@ struct RankAssignment {
 
 // Node ranks are honoured when every node gave a distinct one in range (in [0, n) for
 // static, [0, max_nodes) for c10d, compacted to 0..n-1 in their order); otherwise
-// (c10d only, as torchrun, which ignores --node-rank there) the automatic order
-// (address, host, pid) applies. The node ranks are checked in that automatic order too,
+// (c10d only, as torchrun, which ignores --node-rank there) the automatic order applies:
+// the node that hosts the rendezvous store (NodeDesc::rdzv_host) first, then
+// (address, host, pid). The node ranks are checked in that automatic order too,
 // so every agent names the same conflicts in the same words.
 RankAssignment assign_group_ranks(const std::vector<NodeDesc>& descs, bool static_ranks,
                                   int max_nodes);

@@ -9,6 +9,7 @@
 #include "rendezvous/endpoint.h"
 #include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/local_rendezvous.h"
+#include "rendezvous/published_address.h"
 #include "rendezvous/rdzv_conf.h"
 #include "rendezvous/store_rendezvous.h"
 #include "store/prefix_store.h"
@@ -116,8 +117,9 @@ struct TcpRendezvousStore {
       // A name the cluster's DNS does not know yet (nodes starting together): keep
       // resolving it until join_timeout, and say so.
       if (std::string why = resolution_error(host); !why.empty()) {
-        last_error =
-            "the name '" + host + "' does not resolve (" + why + "); retrying name resolution";
+        last_error = "the name '" + host + "' does not resolve (" + why +
+                     "); retrying name resolution (this node's published address is chosen once it "
+                     "resolves)";
         log_waiting();
         pause(Ms(250), interrupted);
         continue;
@@ -249,8 +251,9 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
   // Node rank 0 hosts both stores, so the workers reach it where the agents did.
   c.advertise_addr = p.local_addr.value_or(ep.host);
   if (node_rank != 0 && !p.local_addr) {
-    std::string routed = routed_local_address(ep);
-    c.advertise_addr = routed.empty() ? c.hostname : routed;
+    c.find_address = [ep, hostname = c.hostname] {
+      return find_published_address(ep, false, hostname);
+    };
   }
   c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   // As torchrun: the workers use the store at --master-port (one port to open). An
@@ -298,19 +301,21 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   if (p.local_addr) {
     c.advertise_addr = *p.local_addr;
   } else {
-    std::string routed = routed_local_address(ep);
-    c.advertise_addr = !routed.empty() ? routed : c.hostname;
+    // Found once the endpoint resolves: the source address of the route towards it.
+    c.find_address = [ep, host, hostname = c.hostname] {
+      return find_published_address(ep, host, hostname);
+    };
   }
   if (is_loopback_host(ep.host) && !p.local_addr) {
     spdlog::warn(
         "c10d rendezvous: the endpoint {} is a loopback address: only agents on this "
         "machine can join; use an address the other nodes can reach",
         ep.to_string());
-  } else if (is_loopback_host(c.advertise_addr) && !is_loopback_host(ep.host)) {
+  } else if (p.local_addr && is_loopback_host(*p.local_addr) && !is_loopback_host(ep.host)) {
     spdlog::warn(
         "c10d rendezvous: this node would advertise the loopback address {}; set "
         "--local-addr to an address the other nodes can reach",
-        c.advertise_addr);
+        *p.local_addr);
   }
   c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   auto rs = std::make_shared<TcpRendezvousStore>();

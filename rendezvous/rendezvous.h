@@ -35,6 +35,10 @@ struct RendezvousInfo {
   std::uint16_t master_port = 0;
   bool use_agent_store = true;          // TORCHELASTIC_USE_AGENT_STORE: an agent hosts that store
   std::vector<std::string> node_names;  // per group rank, for logs and failure reports
+  // GLOO_SOCKET_IFNAME for the workers when gloo would bind to loopback (this machine's
+  // host name does not resolve to one of its addresses) in a round spanning machines;
+  // "" = leave it to PyTorch (and a user's value is always kept).
+  std::string gloo_socket_ifname;
 };
 
 // The rendezvous backends (--rdzv-backend); parse_backend() in registry.h reads the name.

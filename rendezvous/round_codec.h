@@ -17,8 +17,10 @@ namespace ddprun::rdzv {
 
 // One agent of a round, as it described itself in r<r>/node/<slot>:
 //   {"addr": "10.0.0.2", "host": "n2", "pid": 4242, "node_rank": 1,
-//    "node_rank_defaulted": false, "nproc": 8, "job": ["train.py", "--lr", "0.1"]}
-// "job" is absent when the agent does not check fingerprints (job_check=0).
+//    "node_rank_defaulted": false, "nproc": 8, "job": ["train.py", "--lr", "0.1"],
+//    "rdzv_host": false}
+// "job" is absent when the agent does not check fingerprints (job_check=0); a missing
+// "rdzv_host" (a descriptor of an older ddprun) reads as false.
 struct NodeDesc {
   int slot = 0;  // not encoded: the key says it
   std::string addr;
@@ -28,6 +30,9 @@ struct NodeDesc {
   bool node_rank_defaulted = false;  // static: --node-rank absent, 0 assumed
   int nproc = 1;
   std::optional<std::string> job;  // the "job" value as JSON text, when present
+  // This agent hosts the rendezvous store (the --rdzv-endpoint's node): first in the
+  // automatic rank order, so group rank 0 lands where the user pointed the endpoint.
+  bool rdzv_host = false;
 
   // "addr (host) pid N": how messages name the node ("(host)" only when it differs).
   std::string label() const;

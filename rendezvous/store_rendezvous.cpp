@@ -75,6 +75,7 @@ void StoreRendezvous::ensure_connected(Clock::time_point deadline) {
   auto hb = connect_(deadline, interrupted_);
   store_ = main;
   hb_store_ = hb;
+  if (config_.find_address) config_.advertise_addr = config_.find_address();
 }
 
 RendezvousInfo StoreRendezvous::next_rendezvous() {

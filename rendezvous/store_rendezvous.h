@@ -57,8 +57,11 @@ class StoreRendezvous final : public RendezvousHandler {
     std::vector<std::string> job_command;
     bool job_check = true;
     std::string advertise_addr;  // this node's address: descriptor and MASTER_ADDR
-    std::string bind_addr;       // where this node's workers' store binds ("" = all)
-    int workers_port = 0;        // port of that store (0 = OS-chosen)
+    // Set = advertise_addr is found once the rendezvous store is reached (the endpoint
+    // resolves by then; it may not at start), replacing the value above.
+    std::function<std::string()> find_address;
+    std::string bind_addr;  // where this node's workers' store binds ("" = all)
+    int workers_port = 0;   // port of that store (0 = OS-chosen)
     // false (--rdzv-conf use_agent_store=0): group rank 0 hosts no workers' store but
     // publishes a free port (workers_port if set) for worker rank 0 to host one on.
     bool agent_store = true;
@@ -158,6 +161,13 @@ class StoreRendezvous final : public RendezvousHandler {
   bool wait_for_descriptors(int r, int n, Clock::time_point deadline);
   std::vector<NodeDesc> read_descs(int r, int n);
   std::vector<int> group_ranks(const std::vector<NodeDesc>& descs);
+  // Ends round r (n nodes) for every node, for `why`: leaves the slot, and the store's
+  // host waits (a heartbeat threshold at most) until every slot left, so that each node
+  // reads its descriptors and refuses alike. Throws RendezvousStateError(why).
+  [[noreturn]] void refuse_round(int r, int slot, int n, const std::string& why);
+  // The host of the address the workers get as MASTER_ADDR, group rank 0 being
+  // `group_rank0`: its published address, or the shared store's (static).
+  std::string workers_store_host(const NodeDesc& group_rank0) const;
   // Group rank 0: makes the round's workers' store ready and publishes where it is.
   void publish_workers_store(int r);
   // Where round r's workers' store is, once group rank 0 said (beating meanwhile);
@@ -204,6 +214,7 @@ class StoreRendezvous final : public RendezvousHandler {
   bool shut_down_ = false;
   bool job_checked_ = false;       // check_same_job() passed once
   bool node_rank_warned_ = false;  // c10d: "--node-rank ignored" said once per agent
+  bool gloo_warned_ = false;       // "the workers get GLOO_SOCKET_IFNAME" said once
 };
 
 }  // namespace ddprun::rdzv

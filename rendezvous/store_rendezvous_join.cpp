@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "rendezvous/progress.h"
+#include "rendezvous/published_address.h"
 #include "rendezvous/rank_assignment.h"
 #include "rendezvous/rdzv_keys.h"
 #include "rendezvous/store_rendezvous.h"
@@ -34,6 +35,7 @@ NodeDesc StoreRendezvous::this_node() const {
   d.node_rank = config_.node_rank;
   d.node_rank_defaulted = config_.node_rank_defaulted;
   d.nproc = config_.local_world_size;
+  d.rdzv_host = hosts_store();
   if (config_.job_check) d.job = job_fingerprint(config_.job_command);
   return d;
 }
@@ -125,6 +127,13 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
   RendezvousInfo info = round_layout(descs, ranks, slot);
   info.round = r;
   info.use_agent_store = config_.agent_store;
+  // A loopback MASTER_ADDR would send remote workers to their own machine. Every node
+  // decides from the same descriptors, before anything is published, so all refuse alike.
+  const auto first = std::find(ranks.begin(), ranks.end(), 0) - ranks.begin();
+  const std::string master_host = workers_store_host(descs[static_cast<std::size_t>(first)]);
+  if (std::string why = loopback_master_error(master_host, descs, ranks); !why.empty()) {
+    refuse_round(r, slot, n, why);
+  }
   if (info.group_rank == 0) {
     publish_workers_store(r);
   } else {
@@ -138,6 +147,13 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
         where(), descs[static_cast<std::size_t>(host)].label(), r, r + 1);
     leave_slot(r, slot);
     return std::nullopt;
+  }
+  std::string why;
+  info.gloo_socket_ifname = gloo_interface(descs, slot, why);
+  if (!info.gloo_socket_ifname.empty() && !gloo_warned_) {
+    gloo_warned_ = true;
+    spdlog::warn("{}: {}: the workers get GLOO_SOCKET_IFNAME={} (set it to choose another)",
+                 where(), why, info.gloo_socket_ifname);
   }
   info.master_addr = master->host;
   info.master_port = static_cast<std::uint16_t>(master->port);
@@ -262,8 +278,31 @@ std::vector<int> StoreRendezvous::group_ranks(const std::vector<NodeDesc>& descs
                               node_rank_warned_);
 }
 
+void StoreRendezvous::refuse_round(int r, int slot, int n, const std::string& why) {
+  leave_slot(r, slot);
+  if (hosts_store()) {
+    // The others refuse too, from the same descriptors: the store stays up until each
+    // said so (or a heartbeat threshold passed), so they print this line, not "lost the
+    // rendezvous store".
+    const auto until = now() + heartbeat_threshold(config_);
+    const auto all_left = [&] {
+      const std::vector<std::string> beats = store_->multi_get(keys::heartbeats(r, n));
+      return std::all_of(beats.begin(), beats.end(),
+                         [](const std::string& b) { return b == keys::kLeft; });
+    };
+    while (now() < until && !all_left() && sleep_slice(config_.poll_slice)) {
+    }
+  }
+  throw RendezvousStateError(where() + ": " + why);
+}
+
+std::string StoreRendezvous::workers_store_host(const NodeDesc& group_rank0) const {
+  const bool shared = config_.agent_store && config_.shared_store_port > 0;
+  return shared ? config_.shared_store_addr : group_rank0.addr;
+}
+
 void StoreRendezvous::publish_workers_store(int r) {
-  std::string addr = config_.advertise_addr;
+  const std::string addr = workers_store_host(this_node());
   std::uint16_t port = 0;
   if (!config_.agent_store) {
     // No agent store (USE_LIBUV=0): worker rank 0 hosts one on this port.
@@ -273,7 +312,6 @@ void StoreRendezvous::publish_workers_store(int r) {
     // there). The round number in 1.13 workers' key prefix separates the attempts;
     // newer workers do not prefix, so earlier workers' keys are erased.
     if (clear_worker_keys_) clear_worker_keys_();
-    addr = config_.shared_store_addr;
     port = static_cast<std::uint16_t>(config_.shared_store_port);
   } else {
     // Emptied before anyone can learn its address for this round, so no worker of this

@@ -177,3 +177,12 @@ TEST_CASE("watchdogs: PYTHONFAULTHANDLER with --stall-timeout, the file timer's 
             .at("PYTHONFAULTHANDLER")
             .empty());
 }
+
+TEST_CASE("GLOO_SOCKET_IFNAME: the rendezvous' choice, a user's value kept", "[worker_env]") {
+  AttemptFacts spanning = attempt();
+  spanning.info.gloo_socket_ifname = "eth1";  // the host name would make gloo bind loopback
+  CHECK(worker_env(config(1), spanning, {}, 0, "e").at("GLOO_SOCKET_IFNAME") == "eth1");
+  CHECK(worker_env(config(1), spanning, {{"GLOO_SOCKET_IFNAME", "ib0"}}, 0, "e")
+            .at("GLOO_SOCKET_IFNAME") == "ib0");
+  CHECK(worker_env(config(1), attempt(), {}, 0, "e").count("GLOO_SOCKET_IFNAME") == 0);
+}

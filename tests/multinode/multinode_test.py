@@ -33,7 +33,7 @@ FAST = "keep_alive_interval=1,keep_alive_max_attempt=5,last_call_timeout=1.5,joi
 
 
 class Agent:
-    def __init__(self, cluster, name, args, worker_args, prefix=()):
+    def __init__(self, cluster, name, args, worker_args, prefix=(), gloo_ifname=True):
         self.name = name
         self.out = os.path.join(cluster.dir, name)
         os.makedirs(self.out, exist_ok=True)
@@ -41,7 +41,7 @@ class Agent:
         # The output directory goes by environment: every node runs the same command.
         env = blackbox.job_environment(drop=(*blackbox.LAUNCHER_VARIABLES, "MASTER_"),
                                        TMPDIR=cluster.dir, MN_OUT=self.out)
-        if prefix:
+        if prefix and gloo_ifname:
             env["GLOO_SOCKET_IFNAME"] = "mn0"  # gloo would resolve the host name otherwise
         self.proc = cluster.start_process([*prefix, cluster.ddprun, *args, WORKER, *worker_args],
                                           env, log=self.log, new_session=True)
@@ -70,8 +70,8 @@ class Cluster(blackbox.Workspace):
         super().__init__(ddprun, "ddprun_mn_")
         self.agents = []
 
-    def start(self, name, args, worker_args=(), prefix=()):
-        a = Agent(self, name, args, list(worker_args), prefix)
+    def start(self, name, args, worker_args=(), prefix=(), gloo_ifname=True):
+        a = Agent(self, name, args, list(worker_args), prefix, gloo_ifname)
         self.agents.append(a)
         return a
 
@@ -328,12 +328,11 @@ def sigterm_while_connecting(c):
 
 # --- network namespaces (tests/support/netns.py) ---------------------------------------
 
-def netns_args(i, nnodes, run_id, conf):
+def netns_args(i, nnodes, run_id, conf, endpoint=f"{Netns.addr(0)}:29400"):
     # No --local-addr: the agents find their own address (the route towards the endpoint)
     # and the host recognises the endpoint as one of its interface addresses.
     return [f"--nnodes={nnodes}", "--nproc-per-node=1", f"--rdzv-id={run_id}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={Netns.addr(0)}:29400",
-            f"--rdzv-conf={conf}"]
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-conf={conf}"]
 
 
 @test
@@ -379,6 +378,84 @@ def netns_link_cut(c):
                   "survivors finish in a world of 2", c.logs())
         check(agents[2].wait(120) != 0, "the cut node fails", c.logs())
         check(f"{Netns.addr(0)}:29400" in agents[2].text(), "naming the endpoint", c.logs())
+    finally:
+        c.close()
+        net.close()
+
+
+@test
+def netns_hostnames_resolve_nowhere(c):
+    """Three hosts whose own host names resolve nowhere (no hosts entry, no DNS), the
+    endpoint given as node 1's address, no --local-addr: the job runs, every node
+    publishes its route's source address, and the endpoint's node is group rank 0 although
+    node 0 has the smaller address (the others follow by address)."""
+    names = [f"nodns{i}" for i in range(3)]
+    net = netns_or_skip(3, hostnames=names)
+    try:
+        for i in range(3):
+            probe = subprocess.run([*net.prefix(i), "sh", "-c", '! getent hosts "$(hostname)"'],
+                                   capture_output=True, text=True)
+            check(probe.returncode == 0, f"premise: {names[i]} resolves nowhere", probe)
+        endpoint = f"{Netns.addr(1)}:29400"
+        # No GLOO_SOCKET_IFNAME either: ddprun gives it (gloo would bind to loopback).
+        agents = [c.start(f"node{i}", netns_args(i, 3, "nodns", FAST, endpoint),
+                          prefix=net.prefix(i), gloo_ifname=False) for i in range(3)]
+        for a in agents:
+            check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+        for i, want in enumerate([1, 0, 2]):
+            (r,) = agents[i].records()
+            check(r["allreduce_ok"] and r["WORLD_SIZE"] == "3", "layout", r)
+            check(r["GROUP_RANK"] == str(want) and r["RANK"] == str(want),
+                  f"node{i}: group rank {r['GROUP_RANK']}, expected {want} (endpoint host "
+                  "first, then by address)", c.logs())
+            check(r["MASTER_ADDR"] == Netns.addr(1), "MASTER_ADDR: the endpoint host's", r)
+            check("the workers get GLOO_SOCKET_IFNAME=mn0" in agents[i].text(),
+                  f"node{i} says it chose gloo's interface", agents[i].text())
+    finally:
+        c.close()
+        net.close()
+
+
+def debian_hosts(net, names):
+    """Debian's /etc/hosts on every node: `127.0.1.1 <own name>`, the peers by address."""
+    for i, own in enumerate(names):
+        peers = "".join(f"{Netns.addr(j)} {n}\n" for j, n in enumerate(names) if j != i)
+        net.set_hosts(i, f"127.0.0.1 localhost\n127.0.1.1 {own}\n{peers}")
+
+
+@test
+def netns_debian_hosts_file(c):
+    """Debian's default hosts entry (`127.0.1.1 <own name>`) on every node, the endpoint
+    given by node 1's name, which is loopback on node 1 itself, no GLOO_SOCKET_IFNAME: the
+    job runs with a MASTER_ADDR the remote workers reach and node 1 as group rank 0. Then node 1 given a
+    loopback --local-addr: refused with one line naming --local-addr before any worker
+    starts, never remote workers dialing their own loopback."""
+    names = [f"deb{i}" for i in range(3)]
+    net = netns_or_skip(3, hostnames=names)
+    try:
+        debian_hosts(net, names)
+        agents = [c.start(f"node{i}", netns_args(i, 3, "debian", FAST, "deb1:29400"),
+                          prefix=net.prefix(i), gloo_ifname=False) for i in range(3)]
+        for a in agents:
+            check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+        for i in range(3):
+            (r,) = agents[i].records()
+            check(r["allreduce_ok"] and r["WORLD_SIZE"] == "3", "layout", r)
+            check(r["MASTER_ADDR"] == "deb1", "MASTER_ADDR: node 1 by the name its peers dial",
+                  r)
+            if i == 1:
+                check(r["GROUP_RANK"] == "0", "the endpoint's node is group rank 0", c.logs())
+        refused = [c.start(f"refused{i}", netns_args(i, 3, "debian_lo", FAST, "deb1:29401") +
+                           (["--local-addr=127.0.1.1"] if i == 1 else []), prefix=net.prefix(i))
+                   for i in range(3)]
+        for a in refused:
+            check(a.wait(90) != 0, f"{a.name} must fail", c.logs())
+            check(not a.records(), f"{a.name}: no worker may start", c.logs())
+        # Every node refuses from the same descriptors (test_rendezvous "[address]"); the
+        # store's host waits for the others, so they normally print the line too.
+        line = "would give the workers the loopback address 127.0.1.1 as MASTER_ADDR"
+        check(line in refused[1].text() and "start ddprun on deb1 with --local-addr" in
+              refused[1].text(), "the store host names the fix", c.logs())
     finally:
         c.close()
         net.close()

@@ -31,6 +31,12 @@ std::vector<NodeDesc> nodes(const std::vector<std::pair<int, int>>& spec) {
   return out;
 }
 
+// `descs` with the node in `slot` hosting the rendezvous store.
+std::vector<NodeDesc> hosted_by(std::vector<NodeDesc> descs, std::size_t slot) {
+  descs.at(slot).rdzv_host = true;
+  return descs;
+}
+
 }  // namespace
 
 TEST_CASE("rank assignment: honoured, automatic, or refused", "[ranks]") {
@@ -49,6 +55,41 @@ TEST_CASE("rank assignment: honoured, automatic, or refused", "[ranks]") {
        false,
        3,
        {2, 0, 1},
+       "",
+       ""},
+      {"c10d, no ranks: the rendezvous host first, then address order",
+       hosted_by(nodes({{3, -1}, {1, -1}, {2, -1}, {4, -1}}), 2),
+       false,
+       4,
+       {2, 1, 0, 3},
+       "",
+       ""},
+      {"c10d, no ranks: the rendezvous host first even at the largest address",
+       hosted_by(nodes({{3, -1}, {1, -1}, {2, -1}}), 0),
+       false,
+       3,
+       {0, 1, 2},
+       "",
+       ""},
+      {"c10d, distinct ranks: honoured over the rendezvous host",
+       hosted_by(nodes({{1, 2}, {2, 0}, {3, 1}}), 0),
+       false,
+       3,
+       {2, 0, 1},
+       "",
+       ""},
+      {"c10d, some ranks: ignored, the rendezvous host first",
+       hosted_by(nodes({{2, 0}, {1, -1}, {3, -1}}), 2),
+       false,
+       3,
+       {2, 1, 0},
+       "",
+       "only 1 of 3 nodes gave one"},
+      {"static: node ranks, whoever hosts",
+       hosted_by(nodes({{2, 0}, {1, 1}}), 1),
+       true,
+       2,
+       {0, 1},
        "",
        ""},
       {"c10d, distinct ranks: honoured",

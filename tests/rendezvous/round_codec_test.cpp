@@ -46,7 +46,8 @@ TEST_CASE("node descriptor: what is encoded decodes the same", "[codec]") {
              .node_rank = 1,
              .node_rank_defaulted = true,
              .nproc = 8,
-             .job = job_fingerprint({"train.py", "--lr", "0.1"})};
+             .job = job_fingerprint({"train.py", "--lr", "0.1"}),
+             .rdzv_host = true};
   auto back = decode_node_desc(encode_node_desc(d), 5);
   REQUIRE(back);
   CHECK(back->slot == 5);
@@ -57,6 +58,7 @@ TEST_CASE("node descriptor: what is encoded decodes the same", "[codec]") {
   CHECK(back->node_rank_defaulted);
   CHECK(back->nproc == 8);
   CHECK(back->job == d.job);
+  CHECK(back->rdzv_host);
   d.job.reset();  // job_check=0: no "job" field at all
   CHECK(encode_node_desc(d).find("job") == std::string::npos);
   CHECK_FALSE(decode_node_desc(encode_node_desc(d), 0)->job);
@@ -91,7 +93,11 @@ TEST_CASE("node descriptor: decoding what another writer may have left", "[codec
     CHECK(d->label() == row.label);
     CHECK(d->node_rank == row.node_rank);
     CHECK(d->nproc == row.nproc);
+    // Written before the field existed (or by a node that does not host): not the host.
+    CHECK_FALSE(d->rdzv_host);
   }
+  CHECK(decode_node_desc(R"({"addr":"a","rdzv_host":true})", 0)->rdzv_host);
+  CHECK_FALSE(decode_node_desc(R"({"addr":"a","rdzv_host":"yes"})", 0));
 }
 
 TEST_CASE("node descriptor: label and name", "[codec]") {

@@ -612,6 +612,84 @@ TEST_CASE("StoreRendezvous over a MemoryStore: 16 nodes form one round", "[memor
 
 namespace {
 
+// Node `i` of a StoreRendezvous cluster over `mem` (run id "mem"), min = max = `n`,
+// publishing `addr` (or what `find_address` finds once connected); `hosts` says whether
+// it hosts the rendezvous store.
+std::unique_ptr<StoreRendezvous> memory_node(const std::shared_ptr<store::MemoryStore>& mem, int i,
+                                             int n, const std::string& addr, bool hosts,
+                                             std::function<std::string()> find_address = {}) {
+  StoreRendezvous::Config c;
+  c.find_address = std::move(find_address);
+  c.run_id = "mem";
+  c.endpoint = "memory";
+  c.min_nodes = n;
+  c.max_nodes = n;
+  c.advertise_addr = addr;
+  c.bind_addr = "127.0.0.1";
+  c.hostname = "n" + std::to_string(i);
+  c.keep_alive_interval = 100ms;
+  c.poll_slice = 20ms;
+  return std::make_unique<StoreRendezvous>(
+      c,
+      [mem](auto, const auto&) {
+        return std::make_shared<store::PrefixStore>("ddprun/rdzv/mem", mem);
+      },
+      nullptr, [hosts] { return hosts; });
+}
+
+}  // namespace
+
+TEST_CASE("the rendezvous host is group rank 0, at the address found once connected",
+          "[memory][address]") {
+  auto mem = std::make_shared<store::MemoryStore>();
+  Handlers hs;
+  hs.push_back(memory_node(mem, 0, 3, "127.0.0.2", false));
+  // The host has the largest address, known only once the store is reached.
+  hs.push_back(memory_node(mem, 1, 3, "", true, [] { return std::string("127.0.0.9"); }));
+  hs.push_back(memory_node(mem, 2, 3, "127.0.0.3", false));
+  auto infos = rendezvous_all(hs);
+  CHECK(infos[1].group_rank == 0);
+  CHECK(infos[0].group_rank == 1);
+  CHECK(infos[2].group_rank == 2);
+  for (const auto& info : infos) CHECK(info.master_addr == "127.0.0.9");
+  for (auto& h : hs) h->shutdown();
+}
+
+TEST_CASE("a loopback MASTER_ADDR for a member elsewhere is refused by every node",
+          "[memory][address]") {
+  auto mem = std::make_shared<store::MemoryStore>();
+  Handlers hs;
+  hs.push_back(memory_node(mem, 0, 3, "10.0.0.2", false));
+  hs.push_back(memory_node(mem, 1, 3, "127.0.1.1", true));  // Debian's own-name entry
+  hs.push_back(memory_node(mem, 2, 3, "10.0.0.3", false));
+  std::vector<std::future<RendezvousInfo>> fs;
+  for (auto& h : hs) {
+    fs.push_back(std::async(std::launch::async, [&h] { return h->next_rendezvous(); }));
+  }
+  const std::string pid = std::to_string(getpid());
+  for (auto& f : fs) {
+    CHECK_THROWS_MATCHES(
+        f.get(), RendezvousStateError,
+        Catch::Message("rendezvous 'mem' (c10d at memory): group rank 0 (127.0.1.1 (n1) pid " +
+                       pid +
+                       ") would give the workers the loopback address 127.0.1.1 as MASTER_ADDR, "
+                       "which node 10.0.0.2 (n0) pid " +
+                       pid +
+                       " cannot reach; start ddprun on n1 with --local-addr set to its address "
+                       "on the other nodes' network (its host name resolves to loopback there, "
+                       "or it was given a loopback --local-addr)"));
+  }
+  // Every node left the round (the host waited for that before it gave up its store).
+  CHECK(mem->multi_get(
+            {"ddprun/rdzv/mem/r0/hb/0", "ddprun/rdzv/mem/r0/hb/1", "ddprun/rdzv/mem/r0/hb/2"}) ==
+        std::vector<std::string>{"left", "left", "left"});
+  // Decided before anything was published: no workers' store address, no formed round.
+  CHECK_FALSE(mem->check({"ddprun/rdzv/mem/r0/master"}));
+  for (auto& h : hs) h->shutdown();
+}
+
+namespace {
+
 void scale_test(int n) {
   const test::ReservedPort port;
   std::vector<RendezvousParams> ps;

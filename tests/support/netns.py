@@ -2,7 +2,10 @@
 (tests/multinode, and any suite that needs real separate network stacks).
 
 Netns(n) creates a hub namespace with a bridge and n node namespaces joined to it by veth
-pairs; node i has 10.213.0.<i+1>/24 on interface mn0. Every address lives inside
+pairs; node i has 10.213.0.<i+1>/24 on interface mn0. Optionally each node also gets a
+host name of its own (a UTS namespace per command: Netns(n, hostnames=[...])) and a hosts
+file of its own (set_hosts(i, text): bind-mounted over /etc/hosts in a mount namespace
+per command; the machine's /etc is never written). Every address lives inside
 namespaces the test creates (no default route, nothing reaches the outside); close()
 deletes them, and the next Netns deletes those a killed test left behind.
 netns_or_skip(n) raises blackbox.Skip where namespaces cannot be made (not root, no ip).
@@ -19,6 +22,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 
 from blackbox import Skip
 
@@ -31,8 +35,13 @@ class Netns:
 
     HUB_ADDR = "10.213.0.254"
 
-    def __init__(self, nodes, hub_address=False):
+    def __init__(self, nodes, hostnames=None, hub_address=False):
         self.remove_stale()
+        # Per node: the host name its commands see (None: the machine's), and the hosts
+        # file they see as /etc/hosts (None: the machine's).
+        self.hostnames = list(hostnames) if hostnames else [None] * nodes
+        self.hosts_files = [None] * nodes
+        self.files = None  # temporary directory of the hosts files
         self.tag = f"ddp{os.getpid()}"
         self.hub = self.tag + "h"
         self.nodes = [f"{self.tag}n{i}" for i in range(nodes)]
@@ -95,8 +104,19 @@ class Netns:
         """Takes node i's link down at the bridge: its peers' packets vanish silently."""
         self._in(self.hub, "ip", "link", "set", f"vh{i}", "down")
 
+    def set_hosts(self, i, text):
+        """Node i's commands started from now on see `text` as /etc/hosts."""
+        if self.files is None:
+            self.files = tempfile.mkdtemp(prefix="ddprun_netns_")
+        path = os.path.join(self.files, f"hosts{i}")
+        with open(path, "w") as f:
+            f.write(text)
+        self.hosts_files[i] = path
+
     def prefix(self, i):
-        return ["ip", "netns", "exec", self.nodes[i]]
+        """The command prefix that runs a command on node i (with its host name and hosts
+        file, when it has them)."""
+        return self._enter(self.nodes[i], self.hostnames[i], self.hosts_files[i])
 
     def write_hosts(self, path, names, hub_name=None):
         """A hosts file: localhost, names[i] at node i's address, hub_name at HUB_ADDR."""
@@ -109,21 +129,28 @@ class Netns:
         return path
 
     @staticmethod
-    def _as_host(ns, name, hosts):
-        # nsenter, not `ip netns exec`: that remounts /sys, which hides the cgroup mounts
-        # (slurmd refuses to start without them). unshare's mount namespace is private:
-        # the bind mount stays inside the command.
-        return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount", "sh", "-c",
-                'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"',
-                name, hosts]
+    def _enter(ns, name=None, hosts=None):
+        """The one way into a namespace: `ip netns exec`, or, for a host name or hosts
+        file of its own, nsenter (`ip netns exec` remounts /sys, which hides the cgroup
+        mounts slurmd needs) then unshare: a UTS namespace for the name and a private mount
+        namespace for the hosts file bind-mounted over /etc/hosts; both stay inside the
+        command. unshare without --fork execs in place: the command keeps its pid."""
+        if name is None and hosts is None:
+            return ["ip", "netns", "exec", ns]
+        script = ('if [ -n "$1" ]; then hostname "$1" || exit 1; fi; '
+                  'if [ -n "$2" ]; then mount --bind "$2" /etc/hosts || exit 1; fi; '
+                  'shift 2; exec "$@"')
+        return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount",
+                "--propagation", "private", "sh", "-c", script, "netns-host", name or "",
+                hosts or ""]
 
     def host_prefix(self, i, name, hosts):
         """Runs a command as host `name` in node i's namespace (see the module doc)."""
-        return self._as_host(self.nodes[i], name, hosts)
+        return self._enter(self.nodes[i], name, hosts)
 
     def hub_prefix(self, name, hosts):
         """Runs a command as host `name` in the hub namespace (Netns(hub_address=True))."""
-        return self._as_host(self.hub, name, hosts)
+        return self._enter(self.hub, name, hosts)
 
     def pids(self, i):
         """The processes in node i's network namespace."""
@@ -135,13 +162,18 @@ class Netns:
         for ns in reversed(self.created):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.created = []
+        if self.files is not None:
+            shutil.rmtree(self.files, ignore_errors=True)
+            self.files = None
 
 
-def netns_or_skip(nodes, hub_address=False):
+def netns_or_skip(nodes, hostnames=None, hub_address=False):
     if os.geteuid() != 0 or shutil.which("ip") is None:
         raise Skip("network namespaces need root and iproute2")
+    if hostnames and shutil.which("unshare") is None:
+        raise Skip("host names per node need unshare (util-linux)")
     try:
-        return Netns(nodes, hub_address)
+        return Netns(nodes, hostnames, hub_address)
     except (subprocess.CalledProcessError, OSError) as e:
         detail = getattr(e, "stderr", "") or str(e)
         raise Skip(f"cannot create network namespaces here: {detail.strip()}")
