@@ -56,12 +56,14 @@ int last_level_cache(const fs::path& cpu_dir, int cpu) {
     const auto type = read_text(dir / "type");
     if (!type || (*type != "Unified" && *type != "Data")) continue;
     const auto level_text = read_text(dir / "level");
-    const auto level = level_text ? to_long(*level_text) : std::nullopt;
+    // A plain number (-1: unreadable): GCC 12 -O2 sees a std::optional here as maybe
+    // uninitialized (a false -Wmaybe-uninitialized that failed the Release -Werror build).
+    const long level = level_text ? to_long(*level_text).value_or(-1) : -1;
     const auto shared = read_text(dir / "shared_cpu_list");
-    if (!level || !shared || *level <= best_level) continue;
+    if (level < 0 || !shared || level <= best_level) continue;
     const auto cpus = parse_cpu_list(*shared, (dir / "shared_cpu_list").string());
     if (cpus.empty()) continue;
-    best_level = static_cast<int>(*level);
+    best_level = static_cast<int>(level);
     key = *cpus.begin();
   }
   return key;
