@@ -44,9 +44,18 @@ std::string loopback_master_error(const std::string& master_addr,
                                   const std::vector<NodeDesc>& descs,
                                   const std::vector<int>& group_rank) {
   if (!is_loopback_host(master_addr)) return {};
-  const auto remote = std::find_if(descs.begin(), descs.end(), elsewhere);
+  // The member elsewhere named is the one of the lowest group rank: every node names the
+  // same one, whatever order the nodes joined in (slots follow the join order).
+  const NodeDesc* remote = nullptr;
+  int remote_rank = 0;
+  for (std::size_t i = 0; i < descs.size() && i < group_rank.size(); ++i) {
+    if (elsewhere(descs[i]) && (remote == nullptr || group_rank[i] < remote_rank)) {
+      remote = &descs[i];
+      remote_rank = group_rank[i];
+    }
+  }
   const auto first = std::find(group_rank.begin(), group_rank.end(), 0);
-  if (remote == descs.end() || first == group_rank.end()) return {};
+  if (remote == nullptr || first == group_rank.end()) return {};
   const NodeDesc& host = descs.at(static_cast<std::size_t>(first - group_rank.begin()));
   const std::string& name = host.host.empty() ? host.addr : host.host;
   return "group rank 0 (" + host.label() + ") would give the workers the loopback address " +

@@ -70,6 +70,12 @@ TEST_CASE("loopback MASTER_ADDR: refused when a member is elsewhere", "[address]
         "127.0.1.1 as MASTER_ADDR, which node 10.0.0.2 (n2) pid 100 cannot reach; start ddprun "
         "on n1 with --local-addr set to its address on the other nodes' network (its host name "
         "resolves to loopback there, or it was given a loopback --local-addr)");
+  // The same members in another join (slot) order name the same node: the one elsewhere
+  // with the lowest group rank (every node must print the same line).
+  const std::vector<NodeDesc> reordered{member(0, "10.0.0.3", "n3"), member(1, "127.0.1.1", "n1"),
+                                        member(2, "10.0.0.2", "n2")};
+  CHECK_THAT(loopback_master_error("127.0.1.1", reordered, {2, 0, 1}),
+             Catch::Contains("which node 10.0.0.2 (n2) pid 102 cannot reach"));
   CHECK_THAT(loopback_master_error("localhost", mixed, ranks), Catch::Contains("--local-addr"));
   CHECK_THAT(loopback_master_error("::1", mixed, ranks), Catch::Contains("--local-addr"));
   // Reachable addresses, names included (the peers resolve those themselves).
