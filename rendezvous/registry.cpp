@@ -155,10 +155,12 @@ struct TcpRendezvousStore {
   }
 };
 
-StoreRendezvous::Config common_config(const RendezvousParams& p) {
+// The round settings every multi-node backend (StoreRendezvous, EtcdRendezvous) takes
+// from the parameters and --rdzv-conf alike; their Configs name these fields the same.
+template <typename RoundConfig>
+void fill_round_config(RoundConfig& c, const RendezvousParams& p) {
   using namespace std::chrono_literals;
   const RdzvConf& conf = p.conf;
-  StoreRendezvous::Config c;
   c.run_id = p.run_id;
   c.min_nodes = p.min_nodes;
   c.max_nodes = p.max_nodes;
@@ -172,12 +174,17 @@ StoreRendezvous::Config common_config(const RendezvousParams& p) {
   c.keep_alive_max_attempt = conf.keep_alive_max_attempt.value_or(3);
   // Progress lines every 5 s, more often when the caller asked for tiny intervals.
   c.progress_interval = std::min<Ms>(Ms(5000), c.keep_alive_interval * 2);
-  c.poll_slice = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(20), Ms(250));
   // ddprun's own key: the port of a separate workers' store (0 = OS-chosen; c10d's
   // default). Static without it: the workers share the rendezvous store (make_static).
   c.workers_port = conf.workers_port.value_or(0);
   // ddprun's own key: 0 = worker rank 0 hosts the workers' store (PyTorch without libuv).
   c.agent_store = conf.use_agent_store.value_or(true);
+}
+
+StoreRendezvous::Config common_config(const RendezvousParams& p) {
+  StoreRendezvous::Config c;
+  fill_round_config(c, p);
+  c.poll_slice = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(20), Ms(250));
   return c;
 }
 
@@ -369,22 +376,10 @@ std::unique_ptr<RendezvousHandler> make_etcd(const RendezvousParams& p,
   c.etcd.request_timeout = conf.read_timeout.value_or(5s);
   c.etcd.failover_timeout = conf.failover_timeout.value_or(30s);
   c.prefix = conf.etcd_prefix.value_or("/ddprun/rdzv");
-  c.run_id = p.run_id;
-  c.min_nodes = p.min_nodes;
-  c.max_nodes = p.max_nodes;
+  fill_round_config(c, p);
   c.node_rank = p.node_rank.value_or(-1);
-  c.local_world_size = p.local_world_size;
-  c.job_command = p.job_command;
-  c.job_check = conf.job_check.value_or(true);
-  c.hostname = local_hostname();
   c.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(600s));
-  c.last_call_timeout = conf.last_call_timeout.value_or(30s);
-  c.keep_alive_interval = conf.keep_alive_interval.value_or(5s);
-  c.keep_alive_max_attempt = conf.keep_alive_max_attempt.value_or(3);
-  c.progress_interval = std::min<Ms>(Ms(5000), c.keep_alive_interval * 2);
   c.poll_interval = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(50), Ms(250));
-  c.workers_port = conf.workers_port.value_or(0);
-  c.agent_store = conf.use_agent_store.value_or(true);
   const EtcdEndpoint first = parse_etcd_endpoint(endpoints.front());
   if (p.local_addr) {
     c.advertise_addr = *p.local_addr;
