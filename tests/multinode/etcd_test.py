@@ -111,10 +111,11 @@ def etcd_tls_four_nodes_leader_killed(c):
     --rdzv-conf cacert, cert, key). The agents list the leader first; it is SIGKILLed
     while three agents wait for the fourth (which `etcdctl get --prefix` shows): their
     TLS connections fail over and the job completes on the two remaining members, leaving
-    the documented layout. Meanwhile, refused with one line each (tls_refusals): an agent
-    that trusts another CA, one without a client certificate, one with a certificate of
-    another CA, one that reaches the members by a name their certificate does not carry
-    (https://localhost:...), and one whose etcd_prefix holds another program's key."""
+    the documented layout. Before the leader dies, refused with one line each
+    (tls_refusals): an agent that trusts another CA, one without a client certificate, one
+    with a certificate of another CA, one that reaches the members by a name their
+    certificate does not carry (https://localhost:...), and one whose etcd_prefix holds
+    another program's key."""
     etcd = EtcdCluster(c, 3, tls=True)
     t = etcd.tls
     refused = tls_refusals(c, etcd)
@@ -135,6 +136,7 @@ def etcd_tls_four_nodes_leader_killed(c):
 
     poll(three_waiting, 90, "etcdctl shows three agents in the joining round 0", c.logs,
          etcd.logs)
+    refused()  # before a member goes: each refusal names the member it tried last
     etcd.kill(first)  # the leader, unless an election moved it: what the agents reach first
     agents.append(c.start("node3", etcd_args(3, eps, 4, "etcd4", ["--node-rank=0"], conf)))
     for a in agents:
@@ -150,7 +152,6 @@ def etcd_tls_four_nodes_leader_killed(c):
     for k in ("closed", "job", "r0/master"):
         check(base + k in keys, f"key {k}", keys)
     check(not [k for k in keys if "/node/" in k], "leases revoked at exit", keys)
-    refused()
 
 
 @test
