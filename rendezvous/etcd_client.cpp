@@ -1,5 +1,7 @@
 #include "rendezvous/etcd_client.h"
 
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -157,6 +159,7 @@ struct EtcdClient::Impl {
   std::optional<beast::tcp_stream> plain;
   std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
   beast::flat_buffer buffer;
+  bool fresh = false;  // no exchange yet on this connection
 
   beast::tcp_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
 
@@ -167,6 +170,7 @@ struct EtcdClient::Impl {
     plain.reset();
     secure.reset();
     buffer.clear();
+    fresh = false;
   }
 
   // Runs the io_context until the pending operation completed; ec is its result.
@@ -189,14 +193,26 @@ struct EtcdClient::Impl {
       low.async_connect(results, done);
       run();
       if (ec) throw Unreachable{"cannot connect: " + ec.message()};
-      if (!is_ip_literal(ep.host)) {
-        SSL_set_tlsext_host_name(secure->native_handle(), ep.host.c_str());
-      }
-      secure->set_verify_callback(asio::ssl::host_name_verification(ep.host));
+      // The member's certificate must name the host or IP of the endpoint; OpenSSL's
+      // own check, so that a refusal says why (SSL_get_verify_result).
+      SSL* ssl = secure->native_handle();
+      const bool checked =
+          is_ip_literal(ep.host)
+              ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), ep.host.c_str()) == 1
+              : SSL_set_tlsext_host_name(ssl, ep.host.c_str()) == 1 &&
+                    SSL_set1_host(ssl, ep.host.c_str()) == 1;
+      if (!checked) throw Unreachable{"cannot set up the TLS host check for " + ep.host};
       low.expires_after(options.request_timeout);
       secure->async_handshake(asio::ssl::stream_base::client, done);
       run();
-      if (ec) throw Unreachable{"TLS handshake failed: " + ec.message()};
+      if (ec) {
+        std::string why = tls_hint(ec.message());
+        if (const long v = SSL_get_verify_result(ssl); v != X509_V_OK) {
+          why += std::string(" (") + X509_verify_cert_error_string(v) + ")";
+        }
+        throw Unreachable{"TLS handshake failed: " + why};
+      }
+      fresh = true;
     } else {
       plain.emplace(ioc);
       plain->expires_after(options.request_timeout);
@@ -214,7 +230,7 @@ struct EtcdClient::Impl {
     lowest().expires_after(options.request_timeout);
     http::async_write(stream, req, done);
     run();
-    if (ec) throw Unreachable{"cannot send: " + ec.message()};
+    if (ec) throw Unreachable{"cannot send: " + tls_hint(ec.message())};
     http::response_parser<http::string_body> parser;
     parser.body_limit(64u << 20);
     lowest().expires_after(options.request_timeout);
@@ -224,8 +240,27 @@ struct EtcdClient::Impl {
       throw Unreachable{"no answer within " + std::to_string(options.request_timeout.count()) +
                         " ms"};
     }
-    if (ec) throw Unreachable{"connection lost: " + ec.message()};
+    if (ec) throw Unreachable{"connection lost: " + tls_hint(ec.message())};
     return parser.release();
+  }
+
+  // A TLS member that ends a new connection at its first request has most likely refused
+  // this client's certificate: TLS 1.3 checks it after the client's side of the handshake
+  // is done, and the alert that says so may be lost to the connection's reset. Said in
+  // the user's terms: certain when the alert came through (then also in a handshake).
+  std::string tls_hint(std::string why) const {
+    const bool alert = why.find("alert bad certificate") != std::string::npos ||
+                       why.find("alert certificate required") != std::string::npos;
+    if (!secure || (!fresh && !alert)) return why;
+    if (options.cert.empty()) {
+      return why +
+             (alert ? " (the member requires a client certificate: "
+                    : " (does the member require a client certificate? ") +
+             "--rdzv-conf cert=,key=)";
+    }
+    return why + (alert
+                      ? " (the member refused the client certificate '" + options.cert + "')"
+                      : " (does the member refuse the client certificate '" + options.cert + "'?)");
   }
 
   // One call on the current member; Unreachable on a transport failure or an
@@ -242,6 +277,7 @@ struct EtcdClient::Impl {
     http::response<http::string_body> res;
     try {
       res = secure ? exchange(*secure, req) : exchange(*plain, req);
+      fresh = false;
     } catch (const Unreachable&) {
       close();
       throw;

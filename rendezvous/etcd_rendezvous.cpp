@@ -10,6 +10,7 @@
 
 #include "rendezvous/progress.h"
 #include "rendezvous/rank_assignment.h"
+#include "store/store.h"
 
 namespace ddprun::rdzv {
 namespace {
@@ -193,8 +194,11 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     }
     std::optional<EtcdRoundState> s = decode_round_state(kv->value);
     if (!s) {
-      throw RendezvousStateError(where() + ": corrupt round state at " + key("state") + ": '" +
-                                 kv->value + "'");
+      // Another program's key (a wrong etcd_prefix?) or a damaged one: one line.
+      throw RendezvousStateError(where() + ": " + key("state") + " is not a ddprun round state ('" +
+                                 store::escape_bytes(kv->value.substr(0, 80)) +
+                                 "'): another program's keys under etcd_prefix '" + config_.prefix +
+                                 "'? choose another --rdzv-conf etcd_prefix");
     }
     if (kv->mod_revision != seen_mod) {
       seen_mod = kv->mod_revision;

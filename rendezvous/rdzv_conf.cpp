@@ -11,6 +11,7 @@
 #include <map>
 
 #include "rendezvous/rendezvous.h"
+#include "store/store.h"
 
 namespace ddprun::rdzv {
 namespace {
@@ -81,12 +82,21 @@ Setter flag(std::optional<bool> RdzvConf::*field) {
   return [=](RdzvConf& c, const std::string& k, const std::string& v) { c.*field = boolean(k, v); };
 }
 
+// A key prefix etcdctl shows as typed: '/' then '/'-separated names of printable ASCII
+// without blanks (no empty name: "//" is a mistake). Other bytes are shown as \xNN in
+// the error, so that it stays one line.
 Setter etcd_prefix() {
   return [](RdzvConf& c, const std::string& k, const std::string& v) {
-    if (v.size() < 2 || v.front() != '/' || v.find_first_of(" \t\n") != std::string::npos) {
-      bad(k, v, "is not an etcd key prefix ('/' and a name, no blanks, e.g. /ddprun/rdzv)");
+    const std::string p = v.size() > 1 && v.back() == '/' ? v.substr(0, v.size() - 1) : v;
+    const bool printable = std::all_of(p.begin(), p.end(), [](char ch) {
+      return static_cast<unsigned char>(ch) > ' ' && static_cast<unsigned char>(ch) < 0x7f;
+    });
+    if (p.size() < 2 || p.front() != '/' || !printable || p.find("//") != std::string::npos) {
+      bad(k, store::escape_bytes(v),
+          "is not an etcd key prefix: '/' and names of printable characters without blanks, "
+          "e.g. /ddprun/rdzv");
     }
-    c.etcd_prefix = v.back() == '/' ? v.substr(0, v.size() - 1) : v;
+    c.etcd_prefix = p;
   };
 }
 

@@ -11,6 +11,7 @@ needs neither torch nor etcd. Waits are polls with generous deadlines.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -41,26 +42,103 @@ def state(etcd, run_id):
     return json.loads(text) if text else {}
 
 
+def leader(etcd):
+    """The index of the etcd leader (polled: an election may be under way)."""
+    def known():
+        i = etcd.leader()
+        return None if i is None else (i,)
+    return poll(known, 30, "an etcd leader", etcd.logs)[0]
+
+
 def kill_leader(etcd):
-    leader = poll(lambda: (etcd.leader(),) if etcd.leader() is not None else None, 30,
-                  "an etcd leader", etcd.logs)[0]
-    etcd.kill(leader)
-    return leader
+    i = leader(etcd)
+    etcd.kill(i)
+    return i
+
+
+def tls_refusals(c, etcd):
+    """Starts the agents that a TLS etcd must refuse (each with `--no-python true`); returns
+    wait(), which waits for them: each exits 1 with one line naming the endpoint and the
+    problem, within the failover timeout."""
+    t = etcd.tls
+    eps = etcd.endpoints()
+    good = f"cacert={t.ca_pem},cert={t.client_pem},key={t.client_key}"
+    env = blackbox.job_environment()
+    host = etcd.url(0).replace("127.0.0.1", "localhost")
+    # What each refused agent gets: (endpoints, --rdzv-conf, what its error line says).
+    refusals = {
+        "another CA": (eps, good.replace(t.ca_pem, t.other_ca_pem),
+                       ["certificate verify failed (unable to get local issuer certificate)"]),
+        # TLS 1.3: the member's alert may be lost to its reset; the hint then asks.
+        "no client certificate": (etcd.url(0), f"cacert={t.ca_pem}",
+                                  ["a client certificate", "--rdzv-conf cert=,key=)"]),
+        "another name": (host, good, ["certificate verify failed (hostname mismatch)"]),
+        "a stranger's certificate": (
+            etcd.url(0), f"cacert={t.ca_pem},cert={t.stranger_pem},key={t.stranger_key}",
+            [f"the client certificate '{t.stranger_pem}'"]),
+        # A prefix under which another program keeps a key where ddprun's state would be.
+        "foreign keys": (eps, good + ",etcd_prefix=/other/tool",
+                         ["/other/tool/tlsbad/state is not a ddprun round state", "m0',\\x0a"]),
+    }
+    etcd.etcdctl("put", "/other/tool/tlsbad/state", "{'leader': 'm0',\n 'term': 3}")
+    started = time.monotonic()
+    procs = {what: c.start_process(
+        [c.ddprun, "--nnodes=2", "--rdzv-id=tlsbad", "--rdzv-backend=etcd-v3",
+         f"--rdzv-endpoint={endpoint}", f"--rdzv-conf={conf},failover_timeout=2", "--no-python",
+         "true"], env) for what, (endpoint, conf, _) in refusals.items()}
+
+    def wait():
+        for what, p in procs.items():
+            try:
+                out, err = p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise blackbox.Failed(f"{what}: still running after 60 s") from None
+            endpoint, _, says = refusals[what]
+            lines = [ln for ln in err.splitlines() if "error" in ln]
+            check(p.returncode == 1, f"{what}: exit {p.returncode}", out, err)
+            check(len(lines) == 1 and endpoint.split(",")[-1] in lines[0] and
+                  all(x in lines[0] for x in says),
+                  f"{what}: one line naming the endpoint, {says}", err)
+        check(time.monotonic() - started < 60, "refused within the failover timeout")
+
+    return wait
 
 
 @test
-def etcd_four_nodes_leader_killed(c):
-    """4 agents, --nnodes=4 with --node-rank honoured: the etcd leader is SIGKILLed while
-    three agents wait for the fourth; the job completes on the two remaining members, and
-    `etcdctl get --prefix` shows the documented layout."""
-    etcd = EtcdCluster(c, 3)
-    eps = etcd.endpoints()
-    agents = [c.start(f"node{i}", etcd_args(i, eps, 4, "etcd4", [f"--node-rank={3 - i}"]))
+def etcd_tls_four_nodes_leader_killed(c):
+    """4 agents, --nnodes=4 with --node-rank honoured, through a TLS etcd (https client
+    URLs, --client-cert-auth; certificates made with openssl in the test's directory;
+    --rdzv-conf cacert, cert, key). The agents list the leader first; it is SIGKILLed
+    while three agents wait for the fourth (which `etcdctl get --prefix` shows): their
+    TLS connections fail over and the job completes on the two remaining members, leaving
+    the documented layout. Before the leader dies, refused with one line each
+    (tls_refusals): an agent that trusts another CA, one without a client certificate, one
+    with a certificate of another CA, one that reaches the members by a name their
+    certificate does not carry (https://localhost:...), and one whose etcd_prefix holds
+    another program's key."""
+    etcd = EtcdCluster(c, 3, tls=True)
+    t = etcd.tls
+    refused = tls_refusals(c, etcd)
+    first = leader(etcd)
+    eps = ",".join(etcd.url(i) for i in [first] + [i for i in range(3) if i != first])
+    conf = f"{CONF},cacert={t.ca_pem},cert={t.client_pem},key={t.client_key}"
+    agents = [c.start(f"node{i}", etcd_args(i, eps, 4, "etcd4", [f"--node-rank={3 - i}"], conf))
               for i in range(3)]
-    poll(lambda: len(state(etcd, "etcd4").get("members", [])) == 3, 90,
-         "three agents in round 0", c.logs, etcd.logs)
-    kill_leader(etcd)
-    agents.append(c.start("node3", etcd_args(3, eps, 4, "etcd4", ["--node-rank=0"])))
+    base = PREFIX + "etcd4/"
+
+    def three_waiting():
+        lines = etcd.etcdctl("get", "--prefix", base).splitlines()
+        keys = dict(zip(lines[::2], lines[1::2]))
+        joining = json.loads(keys.get(base + "state", "{}"))
+        nodes = [k for k in keys if k.startswith(base + "node/")]
+        ok = joining.get("status") == "joining" and len(joining["members"]) == len(nodes) == 3
+        return keys if ok else None
+
+    poll(three_waiting, 90, "etcdctl shows three agents in the joining round 0", c.logs,
+         etcd.logs)
+    refused()  # before a member goes: each refusal names the member it tried last
+    etcd.kill(first)  # the leader, unless an election moved it: what the agents reach first
+    agents.append(c.start("node3", etcd_args(3, eps, 4, "etcd4", ["--node-rank=0"], conf)))
     for a in agents:
         check(a.wait(150) == 0, f"{a.name} failed", c.logs, etcd.logs)
     for i, a in enumerate(agents):
@@ -69,10 +147,10 @@ def etcd_four_nodes_leader_killed(c):
         check(r["GROUP_RANK"] == str(3 - i) and r["WORLD_SIZE"] == "4",
               f"{a.name}: GROUP_RANK {r['GROUP_RANK']} != node rank {3 - i}", r)
         check(r["MASTER_ADDR"] == "127.0.0.4", "MASTER_ADDR is group rank 0's --local-addr", r)
-    keys = etcd.get_prefix(PREFIX + "etcd4/")
+    keys = etcd.get_prefix(base)
     check(state(etcd, "etcd4")["status"] == "final", "round state final", keys)
     for k in ("closed", "job", "r0/master"):
-        check(PREFIX + "etcd4/" + k in keys, f"key {k}", keys)
+        check(base + k in keys, f"key {k}", keys)
     check(not [k for k in keys if "/node/" in k], "leases revoked at exit", keys)
 
 
@@ -80,42 +158,69 @@ def etcd_four_nodes_leader_killed(c):
 def etcd_store_host_killed_then_all_members_gone(c):
     """--nnodes=2:4 with three agents: mid-run the etcd leader is killed, then the agent
     hosting the workers' store (group rank 0): the two survivors re-rendezvous into a
-    world of 2 and run on. Then the two remaining etcd members are killed: both agents
-    exit non-zero within the failover timeout, naming the endpoints, and leave no worker
-    behind. (One cluster and one set of workers for both stories: the suite's time.)"""
+    world of 2, finish, and exit 0. Meanwhile a second job (two agents, `sleep` workers)
+    runs on the same cluster; once the survivors are done, the two remaining etcd members
+    are killed: both of its agents exit non-zero within the failover timeout, naming the
+    endpoints, and leave no worker behind. (One cluster for both stories: the suite's time.)"""
     etcd = EtcdCluster(c, 3)
     eps = etcd.endpoints()
-    # World 2 must be reached (--until-world 2), then the workers step for 20 s more.
-    wargs = ["--until-world", "2", "--steps", "400", "--step-sleep", "0.05"]
+    # World 2 must be reached (--until-world 2), then the workers step 1 s more and exit.
+    wargs = ["--until-world", "2", "--steps", "20", "--step-sleep", "0.05"]
     conf = CONF.replace("failover_timeout=8", "failover_timeout=4")
     agents = [c.start(f"node{i}", etcd_args(i, eps, "2:4", "etcdkill", ["--max-restarts=3"],
                                             conf), wargs) for i in range(3)]
+    # The second job: its workers are shells that record their pid and sleep.
+    gone_out = os.path.join(c.dir, "gone")
+    os.makedirs(gone_out)
+    env = blackbox.job_environment(drop=(*blackbox.LAUNCHER_VARIABLES, "MASTER_"),
+                                   GONE_OUT=gone_out)
+    # ($$$$: ddprun turns "$$" into "$", as torchrun's ${local_rank} substitution does.)
+    sleeper = ["--no-python", "sh", "-c", 'echo $$$$ > "$GONE_OUT/$RANK"; exec sleep 300']
+    gone = [c.start_process([c.ddprun, *etcd_args(i, eps, 2, "etcdgone", conf=conf), *sleeper],
+                            env, log=os.path.join(c.dir, f"gone{i}.log"), new_session=True)
+            for i in (4, 5)]
+
+    def gone_logs():
+        return "\n".join(blackbox.read_text(os.path.join(c.dir, f"gone{i}.log")) for i in (4, 5))
+
     poll(lambda: all(a.records() for a in agents), 90, "three nodes running", c.logs, etcd.logs)
     check(all(a.records()[0]["WORLD_SIZE"] == "3" for a in agents), "first world is 3", c.logs)
     kill_leader(etcd)
     (host,) = [a for a in agents if a.records()[0]["GROUP_RANK"] == "0"]
     host.kill()
     survivors = [a for a in agents if a is not host]
-    poll(lambda: all(any(r["WORLD_SIZE"] == "2" for r in a.records()) for a in survivors), 90,
-         "the survivors run in a world of 2", c.logs, etcd.logs)
     for a in survivors:
-        check(all(r["allreduce_ok"] for r in a.records()), f"{a.name}: all_reduce", c.logs)
+        check(a.wait(120) == 0, f"{a.name}: a survivor exits 0", c.logs, etcd.logs)
+    finals = [max(a.records(), key=lambda r: int(r["TORCHELASTIC_RESTART_COUNT"]))
+              for a in survivors]
+    check(all(r["WORLD_SIZE"] == "2" and r["allreduce_ok"] for r in finals),
+          "the survivors' last workers ran in a world of 2", finals, c.logs)
+    check(sorted(r["GROUP_RANK"] for r in finals) == ["0", "1"], "group ranks 0 and 1", finals)
+    poll(lambda: len(os.listdir(gone_out)) == 2, 90, "the second job's workers run", gone_logs,
+         etcd.logs)
+    pids = [int(blackbox.read_text(os.path.join(gone_out, f))) for f in os.listdir(gone_out)]
     for i in etcd.alive():
         etcd.kill(i)
-    for a in survivors:
-        check(a.wait(60) != 0, f"{a.name} must fail once etcd is gone", c.logs)
-        check("no member answered" in a.text() and all(etcd.url(i) in a.text() for i in range(3)),
-              f"{a.name}: the error names the endpoints", c.logs)
-        for r in a.records():
-            check(not os.path.exists(f"/proc/{r['pid']}"), f"worker {r['pid']} left behind",
-                  c.logs)
+    for i, p in enumerate(gone):
+        try:
+            rc = p.wait(60)
+        except subprocess.TimeoutExpired:
+            raise blackbox.Failed(f"gone{i}: still running 60 s after etcd was lost",
+                                  gone_logs()) from None
+        check(rc != 0, f"gone{i} must fail once etcd is gone", gone_logs())
+    text = gone_logs()
+    check(text.count("no member answered") >= 2 and all(etcd.url(i) in text for i in range(3)),
+          "both agents' errors name the endpoints", text)
+    for pid in pids:
+        check(not os.path.exists(f"/proc/{pid}"), f"worker {pid} left behind", text)
 
 
 @test(needs_torch=False)
 def etcd_bad_input(c):
     """Unreachable endpoints fail within failover_timeout naming them; a malformed
-    prefix, a missing TLS file or a bad URL is a one-line usage error (exit 2); torchrun's
-    `etcd` name is etcd-v3 with one notice."""
+    prefix (no leading '/', an empty name, a byte etcdctl cannot show), a missing TLS file
+    or a bad URL is a one-line usage error (exit 2); torchrun's `etcd` name is etcd-v3
+    with one notice."""
     dead = [f"127.0.0.1:{c.reserve_port()}" for _ in range(2)]
     env = blackbox.job_environment()
 
@@ -132,6 +237,8 @@ def etcd_bad_input(c):
     check(err.count("using etcd-v3") == 1, "one notice for the etcd alias", err)
     check(time.monotonic() - start < 45, "gave up within the failover timeout", err)
     for conf, what in [("etcd_prefix=nope", "etcd_prefix='nope'"),
+                       ("etcd_prefix=/a//b", "etcd_prefix='/a//b' is not an etcd key prefix"),
+                       ("prefix=/tr\u00e8s", "prefix='/tr\\xc3\\xa8s' is not an etcd key prefix"),
                        ("cacert=/nonexistent/ca.pem", "cacert='/nonexistent/ca.pem'"),
                        ("cert=/nonexistent/c.pem,key=/nonexistent/k.pem", "cert='/nonexistent")]:
         rc, out, err = run(conf=conf)

@@ -124,6 +124,11 @@ TEST_CASE("registry: etcd-v3's endpoints, prefix and TLS files are checked at on
   CHECK_THROWS_WITH(parse_rdzv_conf("etcd_prefix=nope"), Catch::Contains("etcd_prefix='nope'"));
   CHECK_THROWS_WITH(parse_rdzv_conf("prefix=/a b"), Catch::Contains("prefix='/a b'"));
   CHECK(parse_rdzv_conf("prefix=/x/y/").etcd_prefix == "/x/y");
+  CHECK(parse_rdzv_conf("prefix=/a-b_c.d:1").etcd_prefix == "/a-b_c.d:1");
+  for (const char* bad : {"prefix=/", "prefix=//", "prefix=/a//b", "prefix=/\xc3\xa9t\xc3\xa9"}) {
+    CHECK_THROWS_WITH(parse_rdzv_conf(bad), Catch::Contains("is not an etcd key prefix"));
+  }
+  CHECK_THROWS_WITH(parse_rdzv_conf("prefix=/a\x01"), Catch::Contains("prefix='/a\\x01'"));
   // One node: no rendezvous traffic, whatever the backend (the endpoints still checked).
   p.conf = {};
   p.min_nodes = p.max_nodes = 1;

@@ -3,17 +3,59 @@ black-box etcd tests and the bench: n members, client and peer ports reserved by
 workspace until etcd binds them, one data dir each under the workspace, short election
 timeouts; members killed with the workspace (they are its processes). A few helpers speak
 etcd's v3 JSON gateway with urllib (the leader, a key, a prefix) so that tests observe the
-rendezvous through etcd itself, as `etcdctl get --prefix` would.
+rendezvous through etcd itself; etcdctl() runs the real `etcdctl`.
+
+With tls=True the members serve https client URLs with certificates made by make_tls()
+(the `openssl` CLI, EC P-256 keys) and require client certificates (--client-cert-auth);
+peer URLs stay plain.
 """
 import base64
 import json
 import os
 import signal
+import ssl
+import subprocess
+import types
 import urllib.request
 
 import blackbox
 
 ETCD = "/usr/bin/etcd"
+ETCDCTL = "/usr/bin/etcdctl"
+
+
+def make_tls(directory):
+    """Certificates for a TLS etcd on 127.0.0.1, made with the openssl CLI in `directory`:
+    ca (the CA: ca.pem), server (server.pem/.key, subjectAltName IP:127.0.0.1 only, so
+    https://localhost:... must be refused), client (client.pem/.key, signed by ca), other_ca
+    (other_ca.pem: a second CA) and stranger (stranger.pem/.key: a client certificate
+    signed by other_ca). Paths as attributes (ca_pem, client_key, ...)."""
+    os.makedirs(directory, exist_ok=True)
+    names = ("ca", "other_ca", "server", "client", "stranger")
+    f = types.SimpleNamespace(**{f"{n}_{ext}": os.path.join(directory, f"{n}.{ext}")
+                                 for n in names for ext in ("pem", "key")})
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def openssl(*args):
+        r = subprocess.run(["openssl", *args], capture_output=True, text=True, cwd=directory)
+        if r.returncode != 0:
+            raise blackbox.Failed(f"openssl {' '.join(args)} failed", r.stderr)
+
+    for ca in ("ca", "other_ca"):
+        openssl("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
+                "-subj", f"/CN=ddprun test {ca}")
+    for serial, (name, ca, ext) in enumerate((
+            ("server", "ca", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth"),
+            ("client", "ca", "extendedKeyUsage=clientAuth"),
+            ("stranger", "other_ca", "extendedKeyUsage=clientAuth")), 1):
+        with open(os.path.join(directory, f"{name}.ext"), "w") as out:
+            out.write(ext + "\n")
+        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN=ddprun test {name}")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+                "-set_serial", str(serial), "-days", "2", "-out", f"{name}.pem",
+                "-extfile", f"{name}.ext")
+    return f
 
 
 def _b64(s):
@@ -21,10 +63,17 @@ def _b64(s):
 
 
 class EtcdCluster:
-    def __init__(self, ws, members=3):
+    def __init__(self, ws, members=3, tls=False):
         if not os.access(ETCD, os.X_OK):
             raise blackbox.Failed(f"{ETCD} missing (scripts/install-deps installs etcd-server)")
         self.ws = ws
+        self.tls = make_tls(os.path.join(ws.dir, "tls")) if tls else None
+        tls_flags = [f"--cert-file={self.tls.server_pem}", f"--key-file={self.tls.server_key}",
+                     f"--trusted-ca-file={self.tls.ca_pem}", "--client-cert-auth"] if tls else []
+        self._ssl = None
+        if tls:
+            self._ssl = ssl.create_default_context(cafile=self.tls.ca_pem)
+            self._ssl.load_cert_chain(self.tls.client_pem, self.tls.client_key)
         self.client = [ws.reserve_port() for _ in range(members)]
         peer = [ws.reserve_port() for _ in range(members)]
         initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, p in enumerate(peer))
@@ -38,14 +87,14 @@ class EtcdCluster:
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{peer[i]}",
                 f"--initial-cluster={initial}", "--initial-cluster-state=new",
                 "--initial-cluster-token=ddprun-test", "--heartbeat-interval=100",
-                "--election-timeout=1000"], os.environ.copy(), log=d + ".log"))
+                "--election-timeout=1000", *tls_flags], os.environ.copy(), log=d + ".log"))
         for i in range(members):
             blackbox.poll(lambda: self._try(i, "/v3/kv/put",
                                             {"key": _b64("/ready"), "value": _b64("1")}),
                           60, f"etcd member {i} accepts writes", self.logs)
 
     def url(self, i):
-        return f"http://127.0.0.1:{self.client[i]}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client[i]}"
 
     def endpoints(self):
         return ",".join(self.url(i) for i in range(len(self.client)))
@@ -60,7 +109,7 @@ class EtcdCluster:
     def call(self, i, path, body):
         req = urllib.request.Request(self.url(i) + path, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=5, context=self._ssl) as r:
             return json.loads(r.read())
 
     def _try(self, i, path, body):
@@ -93,3 +142,16 @@ class EtcdCluster:
                 return {base64.b64decode(kv["key"]).decode(): base64.b64decode(
                     kv.get("value", "")).decode() for kv in r.get("kvs", [])}
         return {}
+
+    def etcdctl(self, *args):
+        """Runs `etcdctl` (v3 API) against the live members with this cluster's client
+        certificate: its stdout; fails the test when it fails."""
+        argv = [ETCDCTL, "--endpoints=" + ",".join(self.url(i) for i in self.alive())]
+        if self.tls:
+            argv += [f"--cacert={self.tls.ca_pem}", f"--cert={self.tls.client_pem}",
+                     f"--key={self.tls.client_key}"]
+        r = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30,
+                           env={**os.environ, "ETCDCTL_API": "3"})
+        if r.returncode != 0:
+            raise blackbox.Failed(f"etcdctl {' '.join(args)}: exit {r.returncode}", r.stderr)
+        return r.stdout
