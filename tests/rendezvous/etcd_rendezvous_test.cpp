@@ -49,7 +49,9 @@ EtcdRendezvous::Config config(const EtcdCluster& cluster, int i) {
   c.last_call_timeout = 1s;
   c.keep_alive_interval = 1s;
   c.keep_alive_max_attempt = 3;
-  c.recheck_interval = 120s;  // longer than any wait here: the watches must wake them
+  // Longer than any wait here: only the watches can wake the waits in time.
+  c.recheck_interval = 120s;
+  c.progress_interval = 120s;
   return c;
 }
 
