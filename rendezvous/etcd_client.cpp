@@ -99,7 +99,7 @@ EtcdEndpoint parse_etcd_endpoint(std::string_view text) {
 }
 
 struct EtcdClient::Impl {
-  explicit Impl(const EtcdOptions& options) : conn(options) {}
+  explicit Impl(EtcdOptions options) : conn(std::move(options)) {}
   EtcdConnection conn;
 
   template <class Stream>
@@ -184,7 +184,7 @@ struct EtcdClient::Impl {
   }
 };
 
-EtcdClient::EtcdClient(EtcdOptions options) : impl_(std::make_unique<Impl>(options)) {}
+EtcdClient::EtcdClient(EtcdOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 EtcdClient::~EtcdClient() = default;
 

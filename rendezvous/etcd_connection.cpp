@@ -64,7 +64,7 @@ EtcdKv decode_etcd_kv(const json& j) {
   return kv;
 }
 
-EtcdConnection::EtcdConnection(const EtcdOptions& options) : options_(options) {
+EtcdConnection::EtcdConnection(EtcdOptions options) : options_(std::move(options)) {
   auto& o = options_;
   if (o.endpoints.empty()) throw RendezvousError("--rdzv-endpoint: no etcd endpoint given");
   for (const auto& e : o.endpoints) {

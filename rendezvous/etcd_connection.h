@@ -44,7 +44,7 @@ class EtcdConnection {
  public:
   // Checks the endpoints (RendezvousError on a bad one, none, or a TLS file that cannot
   // be read) and loads the TLS context; connects on open().
-  explicit EtcdConnection(const EtcdOptions& options);
+  explicit EtcdConnection(EtcdOptions options);
   ~EtcdConnection();
   EtcdConnection(const EtcdConnection&) = delete;
   EtcdConnection& operator=(const EtcdConnection&) = delete;
