@@ -43,11 +43,10 @@ EtcdKv decode_etcd_kv(const nlohmann::json& j);
 class EtcdConnection {
  public:
   // Checks the endpoints (RendezvousError on a bad one, none, or a TLS file that cannot
-  // be read) and loads the TLS context; connects on open().
+  // be read) and loads the TLS context; connects on open(). Neither copied nor moved (it
+  // owns its io_context).
   explicit EtcdConnection(EtcdOptions options);
   ~EtcdConnection();
-  EtcdConnection(const EtcdConnection&) = delete;
-  EtcdConnection& operator=(const EtcdConnection&) = delete;
 
   const EtcdOptions& options() const { return options_; }
   boost::asio::io_context& ioc() { return ioc_; }
