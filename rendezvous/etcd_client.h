@@ -1,11 +1,12 @@
 // etcd_client.h: EtcdClient, a small client of etcd's v3 JSON gateway (the grpc-gateway
 // that etcd 3.4+ serves on its client URLs: POST /v3/kv/range, /v3/kv/put, /v3/kv/txn,
-// /v3/kv/deleterange, /v3/lease/grant, /v3/lease/keepalive, /v3/lease/revoke; JSON bodies,
-// keys and values base64, 64-bit numbers as decimal strings) over HTTP/1.1 with
-// Boost.Beast, plain or TLS (Boost.Asio ssl over OpenSSL). Every call goes to the member
-// it last reached; on a connection loss, a timeout or an "unavailable" answer (no leader,
-// leader changed) it fails over to the next listed member, round the list, until the
-// call's failover deadline. Used by EtcdRendezvous (etcd_rendezvous.h); contract tests
+// /v3/kv/deleterange, /v3/kv/compaction, /v3/lease/grant, /v3/lease/keepalive,
+// /v3/lease/revoke; JSON bodies, keys and values base64, 64-bit numbers as decimal
+// strings) over HTTP/1.1 with Boost.Beast, plain or TLS (EtcdConnection,
+// etcd_connection.h). Every call goes to the member it last reached; on a connection loss,
+// a timeout or an "unavailable" answer (no leader, leader changed) it fails over to the
+// next listed member, round the list, until the call's failover deadline. Watches are
+// EtcdWatch's (etcd_watch.h). Used by EtcdRendezvous (etcd_rendezvous.h); contract tests
 // against a real etcd in tests/rendezvous/etcd_client_test.cpp.
 // Thread-safety: one EtcdClient per thread (it owns one connection); the cancel flag may
 // be set from any thread.
@@ -92,7 +93,9 @@ class EtcdClient {
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
-  std::optional<EtcdKv> get(const std::string& key);
+  // `revision` (when given) receives the store revision of the answer: watch from
+  // revision + 1 to see every later change (EtcdWatch).
+  std::optional<EtcdKv> get(const std::string& key, std::int64_t* revision = nullptr);
   // Every key starting with `prefix`, in key order (values omitted with keys_only);
   // `revision` receives the store revision of the answer.
   std::vector<EtcdKv> get_prefix(const std::string& prefix, bool keys_only = false,
@@ -102,6 +105,10 @@ class EtcdClient {
   std::int64_t del(const std::string& key, bool prefix = false);
   // All `compares` hold -> the puts are applied atomically (true); else nothing (false).
   bool txn(const std::vector<EtcdCompare>& compares, const std::vector<EtcdPut>& puts);
+
+  // Drops the history before `revision` (etcd's compaction): a watch from an older
+  // revision is then refused with the compact revision (EtcdWatch reports it).
+  void compact(std::int64_t revision);
 
   // A lease of `ttl_s` seconds; its id.
   std::int64_t lease_grant(std::int64_t ttl_s);

@@ -61,11 +61,15 @@ std::optional<EtcdRoundState> decode_round_state(const std::string& text) {
 EtcdRendezvous::EtcdRendezvous(Config config)
     : config_(std::move(config)),
       base_(config_.prefix + "/" + config_.run_id + "/"),
-      client_([this] {
-        EtcdOptions o = config_.etcd;
-        o.cancel = &interrupted_;
-        return o;
-      }()) {}
+      client_(options_with(&interrupted_)),
+      watch_(options_with(&interrupted_), base_),
+      bg_watch_(options_with(&stop_), base_) {}
+
+EtcdOptions EtcdRendezvous::options_with(const std::atomic<bool>* cancel) const {
+  EtcdOptions o = config_.etcd;
+  o.cancel = cancel;
+  return o;
+}
 
 EtcdRendezvous::~EtcdRendezvous() { shutdown(); }
 
@@ -79,16 +83,20 @@ void EtcdRendezvous::throw_if_stopped() {
   }
 }
 
-bool EtcdRendezvous::sleep_for(Ms d) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, d, [&] { return interrupted_.load() || stop_.load(); });
-  return !interrupted_.load();
+void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point until) {
+  // The safety net: re-read at least every recheck_interval even without an event.
+  until = std::min(until, Clock::now() + config_.recheck_interval);
+  try {
+    watch_.wait(revision, until);
+  } catch (const RendezvousInterruptedError&) {
+    throw_if_stopped();
+    throw;
+  }
 }
 
 void EtcdRendezvous::interrupt() {
   interrupted_.store(true);
-  std::lock_guard lock(mu_);
-  cv_.notify_all();
+  watch_.cancel();  // wakes a blocked wait_for_change()
 }
 
 void EtcdRendezvous::check_closed() {
@@ -138,11 +146,7 @@ void EtcdRendezvous::ensure_lease() {
   client_.put(key("node/" + me_), encode_node_desc(d), id);
   spdlog::debug("{}: lease {} ({} s)", where(), me_, ttl);
   if (!thread_.joinable()) {
-    bg_client_ = std::make_unique<EtcdClient>([this] {
-      EtcdOptions o = config_.etcd;
-      o.cancel = &stop_;
-      return o;
-    }());
+    bg_client_ = std::make_unique<EtcdClient>(options_with(&stop_));
     thread_ = std::thread([this] { background(); });
   }
 }
@@ -186,7 +190,8 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
                                    std::to_string(config_.join_timeout.count() / 1000) +
                                    " s; min " + std::to_string(config_.min_nodes) + " nodes)");
     }
-    auto kv = client_.get(key("state"));
+    std::int64_t revision = 0;  // the store revision of this look: wait for changes after it
+    auto kv = client_.get(key("state"), &revision);
     if (!kv) {
       client_.txn({{key("state"), EtcdCompare::Target::kCreate, 0, {}}},
                   {{key("state"), encode_round_state({0, config_.max_nodes == 1, {me_}}), 0}});
@@ -208,6 +213,7 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     const bool all_live = std::all_of(s->members.begin(), s->members.end(),
                                       [&](const auto& m) { return contains(live, m); });
     const bool mine = contains(s->members, me_);
+    auto last_call = Clock::time_point::max();
     auto cas = [&](const EtcdRoundState& next) {
       return client_.txn({{key("state"), EtcdCompare::Target::kMod, kv->mod_revision, {}}},
                          {{key("state"), encode_round_state(next), 0}});
@@ -243,19 +249,21 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
         cas(next);
         continue;
       }
-    } else if (static_cast<int>(s->members.size()) >= config_.min_nodes &&
-               (static_cast<int>(s->members.size()) >= config_.max_nodes ||
-                Clock::now() - changed_at >= config_.last_call_timeout)) {
-      EtcdRoundState next = *s;
-      next.final = true;
-      cas(next);
-      continue;
+    } else if (static_cast<int>(s->members.size()) >= config_.min_nodes) {
+      if (static_cast<int>(s->members.size()) >= config_.max_nodes ||
+          Clock::now() - changed_at >= config_.last_call_timeout) {
+        EtcdRoundState next = *s;
+        next.final = true;
+        cas(next);
+        continue;
+      }
+      last_call = changed_at + config_.last_call_timeout;  // unless the state changes first
     }
     if (Clock::now() >= next_log) {
       log_progress(*s, deadline);
       next_log = Clock::now() + config_.progress_interval;
     }
-    sleep_for(config_.poll_interval);
+    wait_for_change(revision, std::min({deadline, next_log, last_call}));
   }
 }
 
@@ -322,7 +330,8 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     workers_store_.stop();
   }
   for (;;) {
-    if (auto kv = client_.get(master_key)) {
+    std::int64_t revision = 0;
+    if (auto kv = client_.get(master_key, &revision)) {
       std::optional<Endpoint> ep = decode_workers_store(kv->value);
       if (!ep) throw RendezvousStateError(where() + ": corrupt workers' store at " + master_key);
       info.master_addr = ep->host;
@@ -341,7 +350,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     if (Clock::now() >= deadline) {
       throw RendezvousTimeoutError(where() + ": group rank 0 did not publish the workers' store");
     }
-    sleep_for(config_.poll_interval);
+    wait_for_change(revision, deadline);
   }
   {
     std::lock_guard lock(mu_);
@@ -350,6 +359,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     members_ = s.members;
     reason_.clear();
     waiting_ = 0;
+    cv_.notify_all();  // the background thread starts watching the round
   }
   spdlog::info("{}: round {} formed: {} node(s), this node is group rank {}", where(), s.round,
                info.group_world_size, info.group_rank);
@@ -359,7 +369,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
 EtcdRendezvous::Look EtcdRendezvous::look(EtcdClient& c, int round,
                                           const std::vector<std::string>& members) {
   Look out;
-  auto kv = c.get(key("state"));
+  auto kv = c.get(key("state"), &out.revision);
   auto s = kv ? decode_round_state(kv->value) : std::nullopt;
   if (!s || s->round != round) {
     out.reason = "round " + std::to_string(round) + " was superseded by round " +
@@ -410,13 +420,25 @@ void EtcdRendezvous::background() {
         round = round_;
         members = members_;
       }
+      std::int64_t revision = -1;
       if (in_round) {
         Look l = look(*bg_client_, round, members);
         std::lock_guard lock(mu_);
         if (in_round_ && round_ == round) {
           waiting_ = l.waiting;
           if (reason_.empty()) reason_ = l.reason;
+          if (reason_.empty()) revision = l.revision;
         }
+      }
+      const auto until = std::min(next_keepalive, Clock::now() + config_.recheck_interval);
+      if (revision >= 0) {
+        // Look again as soon as any key of the run changes (a late joiner's waiting key,
+        // a member's descriptor gone with its lease, the state), or the safety net.
+        bg_watch_.wait(revision, until);
+      } else {
+        // No round to watch: until the keepalive is due or a round forms.
+        std::unique_lock lock(mu_);
+        cv_.wait_until(lock, until, [&] { return stop_.load() || (in_round_ && reason_.empty()); });
       }
     } catch (const RendezvousInterruptedError&) {
       return;  // stop_
@@ -427,8 +449,6 @@ void EtcdRendezvous::background() {
       spdlog::error("{}", fatal_);
       return;
     }
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, config_.poll_interval, [&] { return stop_.load(); });
   }
 }
 
@@ -488,13 +508,21 @@ bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   client_.put(rkey(round, "done/" + me_), "1");
   for (;;) {
     std::set<std::string> live, done;
-    for (const auto& n : client_.get_prefix(key("node/"), true)) live.insert(leaf(n.key));
+    std::int64_t revision = 0;
+    for (const auto& n : client_.get_prefix(key("node/"), true, &revision)) {
+      live.insert(leaf(n.key));
+    }
     for (const auto& n : client_.get_prefix(rkey(round, "done/"), true)) done.insert(leaf(n.key));
     if (std::all_of(members.begin(), members.end(),
                     [&](const auto& m) { return done.count(m) || !live.count(m); })) {
       return true;
     }
-    if (Clock::now() >= deadline || !sleep_for(config_.poll_interval)) return false;
+    if (Clock::now() >= deadline || interrupted_.load()) return false;
+    try {
+      wait_for_change(revision, deadline);
+    } catch (const RendezvousInterruptedError&) {
+      return false;
+    }
   }
 }
 
@@ -506,6 +534,7 @@ void EtcdRendezvous::shutdown() {
     stop_.store(true);
     cv_.notify_all();
   }
+  bg_watch_.cancel();  // wakes the background thread's watch
   if (thread_.joinable()) thread_.join();
   std::string fatal;
   {

@@ -5,8 +5,11 @@
 // round); one lease per agent, kept alive by a background thread, holds the agent's
 // descriptor (an expired lease = a node gone); late joiners wait under the round with
 // their lease. Group ranks come from rank_assignment (as c10d), the workers' store is
-// hosted by group rank 0's agent (WorkersStore). The waits poll (short ranges) rather
-// than stream etcd watches. Key layout and algorithm: docs/multinode.md ("etcd").
+// hosted by group rank 0's agent (WorkersStore). No wait polls: a wait reads the keys
+// (store revision R) and blocks on an etcd watch of the run's keys from R + 1 (EtcdWatch:
+// the agent thread's waits on watch_, the background thread's look at the running round on
+// bg_watch_), re-reading at a change, at a deadline (last call, join timeout), or after
+// recheck_interval as a safety net. Key layout and algorithm: docs/multinode.md ("etcd").
 // Created by make_rendezvous_handler() (registry.h).
 // Thread-safety: as RendezvousHandler; interrupt() from any thread. The background
 // thread (keepalive, membership look) runs from the first next_rendezvous() to shutdown().
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "rendezvous/etcd_client.h"
+#include "rendezvous/etcd_watch.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
 #include "rendezvous/workers_store.h"
@@ -63,7 +67,10 @@ class EtcdRendezvous final : public RendezvousHandler {
     Ms last_call_timeout{30'000};
     Ms keep_alive_interval{5'000};
     int keep_alive_max_attempt = 3;  // lease TTL = interval x attempts (>= 2 s)
-    Ms poll_interval{250};           // the waits' and the membership look's period
+    // The safety net under the watches: a wait re-reads the keys at least this often even
+    // when no watch event came (a silent connection, a member cut off). Not a poll period:
+    // changes wake the waits at once.
+    Ms recheck_interval{5'000};
     Ms progress_interval{5'000};
   };
 
@@ -88,6 +95,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   struct Look {          // what one look at the run's keys found about the current round
     std::string reason;  // "" = the round can go on
     int waiting = 0;
+    std::int64_t revision = 0;  // the store revision of the look (of its first read)
   };
 
   std::string where() const;
@@ -95,8 +103,11 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::string rkey(int r, const std::string& rel) const {
     return base_ + "r" + std::to_string(r) + "/" + rel;
   }
+  EtcdOptions options_with(const std::atomic<bool>* cancel) const;
   void throw_if_stopped();
-  bool sleep_for(Ms d);  // false when stopped
+  // Blocks until a key of the run changes after `revision`, `until`, or recheck_interval
+  // (the safety net); RendezvousInterruptedError on interrupt().
+  void wait_for_change(std::int64_t revision, Clock::time_point until);
 
   void ensure_lease();  // grants the lease, writes the descriptor, starts the thread
   void check_same_job();
@@ -110,7 +121,9 @@ class EtcdRendezvous final : public RendezvousHandler {
   Config config_;
   std::string base_;   // <prefix>/<run id>/
   EtcdClient client_;  // the agent thread's
+  EtcdWatch watch_;    // the agent thread's: every key under base_
   std::unique_ptr<EtcdClient> bg_client_;
+  EtcdWatch bg_watch_;  // the background thread's
   WorkersStore workers_store_;
 
   std::atomic<bool> interrupted_{false};
@@ -121,7 +134,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::thread thread_;
   std::minstd_rand rng_{std::random_device{}()};  // CAS back-off (agent thread)
 
-  std::mutex mu_;  // guards what follows; with cv_ for sleeps
+  std::mutex mu_;  // guards what follows; with cv_ for the background thread's waits
   std::condition_variable cv_;
   bool in_round_ = false;
   int round_ = -1;

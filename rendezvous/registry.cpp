@@ -379,7 +379,6 @@ std::unique_ptr<RendezvousHandler> make_etcd(const RendezvousParams& p,
   fill_round_config(c, p);
   c.node_rank = p.node_rank.value_or(-1);
   c.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(600s));
-  c.poll_interval = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(50), Ms(250));
   const EtcdEndpoint first = parse_etcd_endpoint(endpoints.front());
   if (p.local_addr) {
     c.advertise_addr = *p.local_addr;

@@ -1,11 +1,15 @@
-// EtcdClient against a real etcd (one member started per test case; see etcd_cluster.h):
-// the v3 gateway calls, base64 of binary keys and values, transactions, leases, failover
-// past an endpoint that does not answer, and the error when none does.
+// EtcdClient and EtcdWatch against a real etcd (members started per test case; see
+// etcd_cluster.h): the v3 gateway calls, base64 of binary keys and values, transactions,
+// leases, failover past an endpoint that does not answer, and the error when none does;
+// a watch's start revision, its resumption on another member after the one it streams
+// from is killed, a compacted start, and cancel().
 #include "rendezvous/etcd_client.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <future>
 
+#include "rendezvous/etcd_watch.h"
 #include "tests/rendezvous/etcd_cluster.h"
 #include "tests/support/eventually.h"
 #include "tests/support/reserved_port.h"
@@ -116,4 +120,99 @@ TEST_CASE("EtcdClient against a real etcd: kv, txn, leases, failover", "[etcd]")
                                           Catch::Contains(cluster.url(0)) &&
                                           Catch::Contains("no member answered"));
   CHECK(std::chrono::steady_clock::now() - start < 20s);
+}
+
+namespace {
+
+// Waits on `w` until `n` events arrived (or `limit`): every event, in order.
+std::vector<EtcdEvent> collect(EtcdWatch& w, std::int64_t after, std::size_t n,
+                               std::chrono::seconds limit = 30s) {
+  std::vector<EtcdEvent> out;
+  const auto deadline = EtcdWatch::Clock::now() + limit;
+  while (out.size() < n && EtcdWatch::Clock::now() < deadline) {
+    auto r = w.wait(after, deadline);
+    REQUIRE_FALSE(r.compacted);
+    for (auto& e : r.events) {
+      after = e.kv.mod_revision;
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("EtcdWatch against a real 3-member etcd: start revision, member killed, compaction",
+          "[etcd]") {
+  EtcdCluster cluster(3);
+  EtcdOptions o;
+  o.endpoints = cluster.urls();  // the watch streams from member 0 first
+  o.failover_timeout = 20s;
+  EtcdClient c(o);
+
+  // Read, then a change before the watch exists: watching from the read's revision + 1
+  // still sees it.
+  std::int64_t read = 0;
+  CHECK(c.get_prefix("/w/", false, &read).empty());
+  const std::int64_t a = c.put("/w/a", "1");
+  EtcdWatch w(o, "/w/");
+  auto r = w.wait(read, EtcdWatch::Clock::now() + 30s);
+  REQUIRE(r.events.size() == 1);
+  CHECK(r.events[0].type == EtcdEvent::Type::kPut);
+  CHECK(r.events[0].kv.key == "/w/a");
+  CHECK(r.events[0].kv.value == "1");
+  CHECK(r.events[0].kv.mod_revision == a);
+
+  // A blocked wait wakes on a put made after it started; keys outside the prefix do not
+  // count; a delete is an event too.
+  auto later = std::async(std::launch::async, [&] {
+    EtcdClient other(o);
+    std::this_thread::sleep_for(200ms);
+    other.put("/x", "outside");
+    other.put("/w/b", std::string("v\0\x80", 3));
+    return other.del("/w/a");
+  });
+  auto events = collect(w, a, 2);
+  CHECK(later.get() == 1);
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].kv.key == "/w/b");
+  CHECK(events[0].kv.value == std::string("v\0\x80", 3));
+  CHECK(events[1].type == EtcdEvent::Type::kDelete);
+  CHECK(events[1].kv.key == "/w/a");
+  const std::int64_t seen = events[1].kv.mod_revision;
+  // Nothing new: the deadline.
+  CHECK_FALSE(w.wait(seen, EtcdWatch::Clock::now() + 300ms).changed());
+
+  // The member the watch streams from dies; the puts made meanwhile (through the others)
+  // arrive from the next member, none lost, none twice, in order.
+  cluster.kill(0);
+  std::vector<std::int64_t> revisions;
+  for (int i = 0; i < 5; ++i) revisions.push_back(c.put("/w/k" + std::to_string(i), "x"));
+  events = collect(w, seen, 5);
+  REQUIRE(events.size() == 5);
+  for (int i = 0; i < 5; ++i) {
+    CHECK(events[i].kv.key == "/w/k" + std::to_string(i));
+    CHECK(events[i].kv.mod_revision == revisions[i]);
+  }
+  CHECK_FALSE(w.wait(revisions.back(), EtcdWatch::Clock::now() + 300ms).changed());
+
+  // A watch from a revision etcd compacted away says so; from a later read it works.
+  std::int64_t now = 0;
+  c.get_prefix("/w/", true, &now);
+  c.compact(now);
+  EtcdWatch old(o, "/w/");
+  CHECK(old.wait(seen, EtcdWatch::Clock::now() + 30s).compacted);
+  const std::int64_t z = c.put("/w/z", "1");
+  events = collect(old, now, 1);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kv.mod_revision == z);
+
+  // cancel() from another thread wakes a blocked wait.
+  auto blocked =
+      std::async(std::launch::async, [&] { return w.wait(z, EtcdWatch::Clock::now() + 120s); });
+  CHECK(blocked.wait_for(200ms) == std::future_status::timeout);
+  w.cancel();
+  REQUIRE(blocked.wait_for(10s) == std::future_status::ready);
+  CHECK_THROWS_AS(blocked.get(), RendezvousInterruptedError);
+  CHECK_THROWS_AS(w.wait(z, EtcdWatch::Clock::now() + 120s), RendezvousInterruptedError);
 }

@@ -1,6 +1,8 @@
 // EtcdRendezvous with threads as nodes against one real etcd member (etcd_cluster.h): a
 // MIN:MAX round after last call, a late joiner waiting under the running round and the
-// members' new round with it, a node leaving, closing. The multi-member cluster, the
+// members' new round with it, a node leaving, closing, a round of many nodes, interrupt()
+// waking a blocked wait. The waits' safety-net re-check is set far beyond the test's
+// deadlines, so only etcd watches can wake them in time. The multi-member cluster, the
 // killed leader and real workers are tests/multinode/etcd_test.py's.
 #include "rendezvous/etcd_rendezvous.h"
 
@@ -47,7 +49,9 @@ EtcdRendezvous::Config config(const EtcdCluster& cluster, int i) {
   c.last_call_timeout = 1s;
   c.keep_alive_interval = 1s;
   c.keep_alive_max_attempt = 3;
-  c.poll_interval = 50ms;
+  // Longer than any wait here: only the watches can wake the waits in time.
+  c.recheck_interval = 120s;
+  c.progress_interval = 120s;
   return c;
 }
 
@@ -99,4 +103,34 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
   a.set_closed();
   EtcdRendezvous d(config(cluster, 3));
   CHECK_THROWS_AS(d.next_rendezvous(), RendezvousClosedError);
+
+  // Many nodes at once (another run id): one round with every node in it.
+  constexpr int kMany = 8;
+  std::vector<std::unique_ptr<EtcdRendezvous>> many;
+  for (int i = 0; i < kMany; ++i) {
+    auto conf = config(cluster, 10 + i);
+    conf.run_id = "many";
+    conf.min_nodes = conf.max_nodes = kMany;
+    many.push_back(std::make_unique<EtcdRendezvous>(conf));
+  }
+  std::vector<std::future<RendezvousInfo>> joins;
+  for (auto& r : many) {
+    joins.push_back(std::async(std::launch::async, [&r] { return r->next_rendezvous(); }));
+  }
+  std::vector<RendezvousInfo> infos;
+  for (auto& f : joins) infos.push_back(f.get());
+  std::set<int> expected;
+  for (int i = 0; i < kMany; ++i) expected.insert(i);
+  CHECK(group_ranks(infos) == expected);
+  for (const auto& info : infos) CHECK(info.group_world_size == kMany);
+
+  // A node waiting alone for a second one: interrupt() from another thread wakes it.
+  auto conf = config(cluster, 30);
+  conf.run_id = "alone";
+  EtcdRendezvous alone(conf);
+  auto blocked = std::async(std::launch::async, [&] { return alone.next_rendezvous(); });
+  CHECK(blocked.wait_for(500ms) == std::future_status::timeout);
+  alone.interrupt();
+  REQUIRE(blocked.wait_for(10s) == std::future_status::ready);
+  CHECK_THROWS_AS(blocked.get(), RendezvousInterruptedError);
 }
