@@ -58,8 +58,23 @@ RawClient::RawClient(std::uint16_t port) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    int err = errno;
+  int err = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
+  if (err == EINTR) {
+    // A signal (libFuzzer's SIGALRM timer, for one) interrupted the blocking connect; the
+    // connection goes on in the background: wait for it and take its result.
+    pollfd p{fd_, POLLOUT, 0};
+    int ready = 0;
+    do {
+      ready = ::poll(&p, 1, -1);
+    } while (ready < 0 && errno == EINTR);
+    socklen_t len = sizeof(err);
+    if (ready < 0) {
+      err = errno;
+    } else if (::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+      err = errno;
+    }
+  }
+  if (err != 0) {
     ::close(fd_);
     fd_ = -1;
     throw_errno("connect", err);
