@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <set>
 
 #include "rendezvous/progress.h"
@@ -87,10 +86,22 @@ void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point un
   // The safety net: re-read at least every recheck_interval even without an event.
   until = std::min(until, Clock::now() + config_.recheck_interval);
   try {
-    watch_.wait(revision, until);
+    if (watch_.wait(revision, until).changed()) settle(interrupted_, until);
   } catch (const RendezvousInterruptedError&) {
     throw_if_stopped();
     throw;
+  }
+}
+
+void EtcdRendezvous::settle(const std::atomic<bool>& stop, Clock::time_point until) const {
+  // One change of a round of N nodes is usually one of a burst (N joins, N descriptors, N
+  // exit-barrier keys) that wakes all N agents: each reading at every change would be N²
+  // reads of N keys. Waiting 1 ms per node seen (at most kMaxSettle) lets a burst end
+  // first; a 4-node round waits 4 ms.
+  constexpr Ms kMaxSettle{200};
+  const auto end = std::min(until, Clock::now() + std::min(kMaxSettle, Ms(nodes_seen_.load())));
+  while (!stop.load() && Clock::now() < end) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(Ms(10), end - Clock::now()));
   }
 }
 
@@ -175,9 +186,9 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
   check_same_job();
   ensure_lease();
   auto next_log = Clock::now() + config_.progress_interval;
-  std::int64_t seen_mod = -1;
-  auto changed_at = Clock::now();
-  int waiting_in = -1;  // the round this node registered as a late joiner of
+  std::int64_t newest_join = -1;   // the newest join key's create revision last seen
+  auto changed_at = Clock::now();  // when it was seen first
+  int waiting_in = -1;             // the round this node registered as a late joiner of
   for (;;) {
     throw_if_stopped();
     {
@@ -194,7 +205,7 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     auto kv = client_.get(key("state"), &revision);
     if (!kv) {
       client_.txn({{key("state"), EtcdCompare::Target::kCreate, 0, {}}},
-                  {{key("state"), encode_round_state({0, config_.max_nodes == 1, {me_}}), 0}});
+                  {{key("state"), encode_round_state({0, false, {}}), 0}});
       continue;
     }
     std::optional<EtcdRoundState> s = decode_round_state(kv->value);
@@ -205,28 +216,26 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
                                  "'): another program's keys under etcd_prefix '" + config_.prefix +
                                  "'? choose another --rdzv-conf etcd_prefix");
     }
-    if (kv->mod_revision != seen_mod) {
-      seen_mod = kv->mod_revision;
-      changed_at = Clock::now();
-    }
-    const std::vector<std::string> live = live_members();
-    const bool all_live = std::all_of(s->members.begin(), s->members.end(),
-                                      [&](const auto& m) { return contains(live, m); });
-    const bool mine = contains(s->members, me_);
+    EtcdRoundState shown = *s;  // for the progress line: a joining round's joiners
     auto last_call = Clock::time_point::max();
     auto cas = [&](const EtcdRoundState& next) {
       return client_.txn({{key("state"), EtcdCompare::Target::kMod, kv->mod_revision, {}}},
                          {{key("state"), encode_round_state(next), 0}});
     };
     if (s->final) {
+      const std::vector<std::string> live = live_members();
+      const bool all_live = std::all_of(s->members.begin(), s->members.end(),
+                                        [&](const auto& m) { return contains(live, m); });
+      const bool mine = contains(s->members, me_);
+      nodes_seen_.store(static_cast<int>(live.size()));
       if (mine && s->round != left_round && all_live) {
         if (auto info = formed(*s, deadline)) return *info;
         continue;
       }
       if (s->round == left_round || !all_live) {
         // The round is over for someone (a member left, died or wants a new round):
-        // open the next one with this node in it.
-        cas({s->round + 1, config_.max_nodes == 1, {me_}});
+        // open the next one (this node joins it at the next look).
+        cas({s->round + 1, false, {}});
         continue;
       }
       // A running round without this node: wait under it, so its members start a new
@@ -236,31 +245,43 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
         waiting_in = s->round;
       }
       check_closed();
-    } else if (!all_live) {
-      EtcdRoundState next = *s;
-      std::erase_if(next.members, [&](const auto& m) { return !contains(live, m); });
-      cas(next);
-      continue;
-    } else if (!mine) {
-      if (static_cast<int>(s->members.size()) < config_.max_nodes) {
-        EtcdRoundState next = *s;
-        next.members.push_back(me_);
-        next.final = static_cast<int>(next.members.size()) == config_.max_nodes;
-        cas(next);
+    } else {
+      // A joining round: its joiners are the r<R>/join/<lease> keys, in the order they
+      // were created; each lives with its agent's lease, so one gone is gone from here.
+      std::vector<EtcdKv> joins = client_.get_prefix(rkey(s->round, "join/"), /*keys_only=*/true);
+      std::sort(joins.begin(), joins.end(), [](const EtcdKv& a, const EtcdKv& b) {
+        return a.create_revision < b.create_revision;
+      });
+      const auto at = std::find_if(joins.begin(), joins.end(),
+                                   [&](const EtcdKv& j) { return leaf(j.key) == me_; });
+      if (at == joins.end()) {
+        client_.put(rkey(s->round, "join/" + me_), "", lease_.load());
         continue;
       }
-    } else if (static_cast<int>(s->members.size()) >= config_.min_nodes) {
-      if (static_cast<int>(s->members.size()) >= config_.max_nodes ||
-          Clock::now() - changed_at >= config_.last_call_timeout) {
-        EtcdRoundState next = *s;
-        next.final = true;
-        cas(next);
-        continue;
+      const int n = static_cast<int>(joins.size());
+      nodes_seen_.store(n);
+      for (const auto& j : joins) shown.members.push_back(leaf(j.key));
+      std::int64_t newest = 0;
+      for (const auto& j : joins) newest = std::max(newest, j.create_revision);
+      if (newest != newest_join) {
+        newest_join = newest;
+        changed_at = Clock::now();
       }
-      last_call = changed_at + config_.last_call_timeout;  // unless the state changes first
+      // The first MAX joiners are the round; a later one waits for the next round.
+      if (at - joins.begin() < config_.max_nodes && n >= config_.min_nodes) {
+        if (n >= config_.max_nodes || Clock::now() - changed_at >= config_.last_call_timeout) {
+          EtcdRoundState next{s->round, true, {}};
+          for (int i = 0; i < std::min(n, config_.max_nodes); ++i) {
+            next.members.push_back(leaf(joins[static_cast<std::size_t>(i)].key));
+          }
+          cas(next);
+          continue;
+        }
+        last_call = changed_at + config_.last_call_timeout;  // unless another node joins first
+      }
     }
     if (Clock::now() >= next_log) {
-      log_progress(*s, deadline);
+      log_progress(shown, deadline);
       next_log = Clock::now() + config_.progress_interval;
     }
     wait_for_change(revision, std::min({deadline, next_log, last_call}));
@@ -434,7 +455,7 @@ void EtcdRendezvous::background() {
       if (revision >= 0) {
         // Look again as soon as any key of the run changes (a late joiner's waiting key,
         // a member's descriptor gone with its lease, the state), or the safety net.
-        bg_watch_.wait(revision, until);
+        if (bg_watch_.wait(revision, until).changed()) settle(stop_, until);
       } else {
         // No round to watch: until the keepalive is due or a round forms.
         std::unique_lock lock(mu_);

@@ -1,9 +1,10 @@
 // etcd_rendezvous.h: EtcdRendezvous, the "etcd-v3" backend: rounds formed in an etcd
 // cluster through its v3 JSON gateway (EtcdClient), so the rendezvous survives the loss
 // of any one machine, an etcd member included. One JSON state key per run id changed by
-// compare-and-swap transactions (join, close with MIN:MAX and last call, open the next
-// round); one lease per agent, kept alive by a background thread, holds the agent's
-// descriptor (an expired lease = a node gone); late joiners wait under the round with
+// compare-and-swap transactions (open a round, close it with MIN:MAX and last call); an
+// agent joins a round with a key of its own (r<R>/join/<lease>: joiners never contend);
+// one lease per agent, kept alive by a background thread, holds the agent's descriptor
+// and join key (an expired lease = a node gone); late joiners wait under the round with
 // their lease. Group ranks come from rank_assignment (as c10d), the workers' store is
 // hosted by group rank 0's agent (WorkersStore). No wait polls: a wait reads the keys
 // (store revision R) and blocks on an etcd watch of the run's keys from R + 1 (EtcdWatch:
@@ -21,7 +22,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +38,7 @@ namespace ddprun::rdzv {
 struct EtcdRoundState {
   int round = 0;
   bool final = false;
-  std::vector<std::string> members;  // lease ids (hex), in join order
+  std::vector<std::string> members;  // final: lease ids (hex), in join order; joining: none
 };
 std::string encode_round_state(const EtcdRoundState& s);
 std::optional<EtcdRoundState> decode_round_state(const std::string& json);
@@ -108,6 +108,9 @@ class EtcdRendezvous final : public RendezvousHandler {
   // Blocks until a key of the run changes after `revision`, `until`, or recheck_interval
   // (the safety net); RendezvousInterruptedError on interrupt().
   void wait_for_change(std::int64_t revision, Clock::time_point until);
+  // After a wait woke on a change: lets a burst of changes end before the next read
+  // (up to 1 ms per node seen, 200 ms at most), until `stop` or `until`.
+  void settle(const std::atomic<bool>& stop, Clock::time_point until) const;
 
   void ensure_lease();  // grants the lease, writes the descriptor, starts the thread
   void check_same_job();
@@ -130,9 +133,9 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::atomic<bool> stop_{false};
   std::atomic<bool> closed_{false};
   std::atomic<std::int64_t> lease_{0};
-  std::string me_;  // lease id in hex
+  std::atomic<int> nodes_seen_{0};  // the round's size at the last look (settle())
+  std::string me_;                  // lease id in hex
   std::thread thread_;
-  std::minstd_rand rng_{std::random_device{}()};  // CAS back-off (agent thread)
 
   std::mutex mu_;  // guards what follows; with cv_ for the background thread's waits
   std::condition_variable cv_;

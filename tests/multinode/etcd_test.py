@@ -131,7 +131,8 @@ def etcd_tls_four_nodes_leader_killed(c):
         keys = dict(zip(lines[::2], lines[1::2]))
         joining = json.loads(keys.get(base + "state", "{}"))
         nodes = [k for k in keys if k.startswith(base + "node/")]
-        ok = joining.get("status") == "joining" and len(joining["members"]) == len(nodes) == 3
+        joins = [k for k in keys if k.startswith(base + "r0/join/")]
+        ok = joining.get("status") == "joining" and len(joins) == len(nodes) == 3
         return keys if ok else None
 
     poll(three_waiting, 90, "etcdctl shows three agents in the joining round 0", c.logs,

@@ -1,9 +1,10 @@
 // EtcdRendezvous with threads as nodes against one real etcd member (etcd_cluster.h): a
 // MIN:MAX round after last call, a late joiner waiting under the running round and the
-// members' new round with it, a node leaving, closing, a round of many nodes, interrupt()
-// waking a blocked wait. The waits' safety-net re-check is set far beyond the test's
-// deadlines, so only etcd watches can wake them in time. The multi-member cluster, the
-// killed leader and real workers are tests/multinode/etcd_test.py's.
+// members' new round with it, a node leaving, closing, a round of many nodes, more joiners
+// than MAX, a joiner leaving before the round closes, interrupt() waking a blocked wait. The waits'
+// safety-net re-check is set far beyond the test's deadlines, so only etcd watches can wake them in
+// time. The multi-member cluster, the killed leader and real workers are
+// tests/multinode/etcd_test.py's.
 #include "rendezvous/etcd_rendezvous.h"
 
 #include <catch2/catch.hpp>
@@ -123,6 +124,57 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
   for (int i = 0; i < kMany; ++i) expected.insert(i);
   CHECK(group_ranks(infos) == expected);
   for (const auto& info : infos) CHECK(info.group_world_size == kMany);
+
+  // More joiners than MAX (another run id): the first MAX to join are the round, the
+  // other one waits under it as a late joiner.
+  std::vector<std::unique_ptr<EtcdRendezvous>> crowd;
+  for (int i = 0; i < 4; ++i) {
+    auto conf = config(cluster, 20 + i);
+    conf.run_id = "crowd";
+    conf.min_nodes = conf.max_nodes = 3;
+    crowd.push_back(std::make_unique<EtcdRendezvous>(conf));
+  }
+  std::vector<std::future<RendezvousInfo>> crowd_joins;
+  for (auto& r : crowd) {
+    crowd_joins.push_back(std::async(std::launch::async, [&r] { return r->next_rendezvous(); }));
+  }
+  std::vector<RendezvousInfo> formed;
+  std::size_t left_out = 0;
+  CHECK(eventually([&] {
+    for (std::size_t i = 0; i < crowd_joins.size(); ++i) {
+      if (crowd_joins[i].valid() && crowd_joins[i].wait_for(0s) == std::future_status::ready) {
+        formed.push_back(crowd_joins[i].get());
+      }
+    }
+    return formed.size() == 3;
+  }));
+  for (std::size_t i = 0; i < crowd_joins.size(); ++i) {
+    if (crowd_joins[i].valid()) left_out = i;
+  }
+  for (const auto& info : formed) CHECK(info.group_world_size == 3);
+  CHECK(eventually([&] { return crowd[(left_out + 1) % 4]->num_nodes_waiting() == 1; }));
+  crowd[left_out]->interrupt();
+  CHECK_THROWS_AS(crowd_joins[left_out].get(), RendezvousInterruptedError);
+
+  // A joiner that leaves before the round closes (its lease revoked with its join key) is
+  // not in the round the others form.
+  auto gone_conf = config(cluster, 40);
+  gone_conf.run_id = "gone";
+  EtcdRendezvous gone(gone_conf);
+  auto gone_join = std::async(std::launch::async, [&] { return gone.next_rendezvous(); });
+  CHECK(gone_join.wait_for(500ms) == std::future_status::timeout);
+  gone.interrupt();
+  CHECK_THROWS_AS(gone_join.get(), RendezvousInterruptedError);
+  gone.shutdown();
+  auto stay_conf = [&](int i) {
+    auto conf = config(cluster, i);
+    conf.run_id = "gone";
+    return conf;
+  };
+  EtcdRendezvous e(stay_conf(41)), f(stay_conf(42));
+  auto fe = std::async(std::launch::async, [&] { return e.next_rendezvous(); });
+  auto ff = std::async(std::launch::async, [&] { return f.next_rendezvous(); });
+  for (const auto& info : {fe.get(), ff.get()}) CHECK(info.group_world_size == 2);
 
   // A node waiting alone for a second one: interrupt() from another thread wakes it.
   auto conf = config(cluster, 30);
