@@ -564,7 +564,11 @@ void EtcdRendezvous::shutdown() {
   }
   if (lease_.load() != 0 && fatal.empty()) {
     try {
-      client_.lease_revoke(lease_.load());  // the descriptor goes now, not at the TTL
+      // The descriptor and join key go now, not at the TTL; also after interrupt(), which
+      // cancels client_'s calls: a client of its own, bounded by one request_timeout.
+      EtcdOptions o = options_with(nullptr);
+      o.failover_timeout = o.request_timeout;
+      EtcdClient(o).lease_revoke(lease_.load());
     } catch (const std::exception& e) {
       spdlog::debug("{}: revoking lease {}: {}", where(), me_, e.what());
     }
