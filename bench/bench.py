@@ -985,11 +985,7 @@ def main():
         results["rdzv_rerun"] = {
             "date": m["date"], "ddprun": m["ddprun"],
             "other_cpus": max(0.0, (busy1 - busy0) - (own1 - own0)) / (time.monotonic() - t0)}
-        (build / "results.json").write_text(json.dumps(results, indent=1, default=str))
-        text = report(results, cfg, results["machine"])
-        text += f"\nThis run took {results['elapsed_s']:.0f} s.\n"
-        Path(a.out).write_text(text)
-        print(text)
+        write_report(results, cfg, build, a.out)
         return
     with tempfile.TemporaryDirectory(prefix="ddprun-bench-") as tmpname:
         tmp = Path(tmpname)
@@ -1003,10 +999,15 @@ def main():
     results["machine"] = m
     results["quick"] = a.quick
     results["elapsed_s"] = time.monotonic() - t0
+    write_report(results, cfg, build, a.out)
+
+
+def write_report(results, cfg, build, out):
+    """Saves results.json in the build directory and writes the report to `out`."""
     (build / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    text = report(results, cfg, m)
+    text = report(results, cfg, results["machine"])
     text += f"\nThis run took {results['elapsed_s']:.0f} s.\n"
-    Path(a.out).write_text(text)
+    Path(out).write_text(text)
     print(text)
 
 

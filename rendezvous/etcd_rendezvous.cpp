@@ -261,10 +261,8 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
       const int n = static_cast<int>(joins.size());
       nodes_seen_.store(n);
       for (const auto& j : joins) shown.members.push_back(leaf(j.key));
-      std::int64_t newest = 0;
-      for (const auto& j : joins) newest = std::max(newest, j.create_revision);
-      if (newest != newest_join) {
-        newest_join = newest;
+      if (joins.back().create_revision != newest_join) {
+        newest_join = joins.back().create_revision;
         changed_at = Clock::now();
       }
       // The first MAX joiners are the round; a later one waits for the next round.
