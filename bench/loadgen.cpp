@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "base/sys_error.h"
-#include "store/host_port.h"
-#include "store/protocol.h"
-#include "store/reply.h"
+#include "store/core/host_port.h"
+#include "store/core/protocol.h"
+#include "store/core/reply.h"
 
 namespace {
 
@@ -134,7 +134,7 @@ std::size_t parse_reply(std::string_view in, Reply kind, std::int64_t& value) {
   return r.status == st::ParseStatus::kOk ? r.consumed : 0;
 }
 
-// A Request with only the fields `op` uses (see store/protocol.h).
+// A Request with only the fields `op` uses (see store/core/protocol.h).
 st::Request request(st::Op op, std::vector<std::string> keys = {},
                     std::vector<std::string> values = {}, std::int64_t number = 0) {
   st::Request r;
@@ -146,7 +146,7 @@ st::Request request(st::Op op, std::vector<std::string> keys = {},
 }
 
 // Builds request bytes for one protocol. TCPStore bytes come from the project's own
-// encoder (store/protocol.h); Redis commands are RESP arrays of bulk strings.
+// encoder (store/core/protocol.h); Redis commands are RESP arrays of bulk strings.
 class Requests {
  public:
   explicit Requests(Proto p) : proto_(p) {}

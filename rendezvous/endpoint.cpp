@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "rendezvous/rendezvous.h"
-#include "store/host_port.h"
+#include "store/core/host_port.h"
 
 namespace ddprun::rdzv {
 namespace {

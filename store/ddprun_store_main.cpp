@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "store/host_port.h"
+#include "store/core/host_port.h"
 #include "store/store.h"
 #include "store/tcp_store_client.h"
 #include "store/tcp_store_server.h"

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "store/kv_state.h"
+#include "store/core/kv_state.h"
 #include "store/store.h"
 
 namespace ddprun::store {

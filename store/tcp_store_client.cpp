@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "store/backoff.h"
-#include "store/host_port.h"
-#include "store/protocol.h"
+#include "store/core/host_port.h"
+#include "store/core/protocol.h"
 #include "store/tcp_store_connection.h"
 
 namespace ddprun::store {

@@ -14,8 +14,8 @@
 #include <string>
 #include <string_view>
 
-#include "store/protocol.h"
-#include "store/reply.h"
+#include "store/core/protocol.h"
+#include "store/core/reply.h"
 #include "store/tcp_store_client.h"
 
 struct addrinfo;

@@ -1,20 +1,9 @@
 // tcp_store_server.cpp: TcpStoreServer on Boost.Asio: the listener and accept loop, the
-// output budget shared by the connections, rate-limited rejection logs and the io
-// thread (ServerState). One io_context on one thread owns the KvState; a Session per
-// connection (tcp_store_session.cpp) turns bytes into requests and requests into
-// replies, and delivers what a request released in other connections.
-//
-// Memory stays bounded (docs/protocol.md "Output limits"). Input: idle sockets own no
-// buffer (reads land in one shared chunk and only an incomplete request is copied aside)
-// and an incomplete request may not exceed Limits::max_request_bytes. Output: a request
-// is sized before it is handled (reply_size); one whose reply would exceed
-// ServerOptions::max_reply_bytes closes the connection; a session stops reading while
-// max_connection_output_bytes of its replies wait to be written; and a reply that would
-// take the unsent bytes of all sessions over max_output_bytes waits (its session reads
-// nothing more) until enough has been written, unless it is small and its session has
-// nothing unsent. Deferred sessions resume in arrival order. A GET or MULTI_GET reply
-// over kStreamPieceBytes is a ReplyStream: built piece by piece as the socket drains,
-// so no turn of the event loop copies more than a piece and an unread reply holds one.
+// output budget shared by the connections, rate-limited rejection logs and the io thread
+// (ServerState). One io_context on one thread owns the KvState; a Session per connection
+// (tcp_store_session.cpp) turns bytes into requests and requests into replies. Memory
+// stays bounded on input and output (docs/protocol.md "Output limits"): idle sockets own
+// no buffer, replies are sized before they are built, and large ones are streamed.
 #include "store/tcp_store_server.h"
 
 #include <spdlog/spdlog.h>
@@ -26,7 +15,8 @@
 #include <future>
 #include <stdexcept>
 
-#include "store/host_port.h"
+#include "store/core/host_port.h"
+#include "store/store.h"
 #include "store/tcp_store_session.h"
 
 namespace ddprun::store {
@@ -247,7 +237,8 @@ bool ServerState::try_listen(const tcp::endpoint& ep, error_code& ec) {
 
 void ServerState::listen_or_throw() {
   error_code ec;
-  std::string shown = options.host.empty() ? "*" : options.host;
+  const std::string shown =
+      format_host_port(options.host.empty() ? std::string_view("*") : options.host, options.port);
   if (options.host.empty()) {
     if (try_listen(tcp::endpoint(asio::ip::address_v6::any(), options.port), ec)) return;
     if (try_listen(tcp::endpoint(asio::ip::address_v4::any(), options.port), ec)) return;
@@ -256,15 +247,13 @@ void ServerState::listen_or_throw() {
     auto results = resolver.resolve(options.host, std::to_string(options.port),
                                     tcp::resolver::passive | tcp::resolver::numeric_service, ec);
     if (ec) {
-      throw std::runtime_error("cannot listen on " + shown + ":" + std::to_string(options.port) +
-                               ": cannot resolve host: " + ec.message());
+      throw StoreError("cannot listen on " + shown + ": cannot resolve host: " + ec.message());
     }
     for (const auto& entry : results) {
       if (try_listen(entry.endpoint(), ec)) return;
     }
   }
-  throw std::runtime_error("cannot listen on " + shown + ":" + std::to_string(options.port) + ": " +
-                           ec.message());
+  throw StoreError("cannot listen on " + shown + ": " + ec.message());
 }
 
 }  // namespace server_detail

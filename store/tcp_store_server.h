@@ -1,10 +1,9 @@
-// tcp_store_server.h: TcpStoreServer, the c10d TCPStore-compatible server. Serves PyTorch
-// 1.13/2.0 (legacy) and 2.2+ (modern, VALIDATE first) clients on one port, deciding the
-// dialect per connection from its first bytes, over one shared KvState.
-// Used by the ddprun-store binary, the launcher's agent (workers' store) and the
-// rendezvous (the c10d rendezvous store).
+// tcp_store_server.h: TcpStoreServer, the c10d TCPStore-compatible server: PyTorch 1.13/2.0
+// (legacy) and 2.2+ (modern, VALIDATE first) clients on one port, the dialect decided per
+// connection from its first bytes, over one shared KvState. Used by ddprun-store, the
+// agent (workers' store) and the c10d rendezvous.
 // Thread-safety: start/stop/reset/port may be called from any thread; the server runs
-// its own single io thread, which is the only user of its KvState.
+// its own single io thread, the only user of its KvState.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "store/protocol.h"
+#include "store/core/protocol.h"
 
 namespace ddprun::store {
 
@@ -43,7 +42,7 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   // Binds, listens and starts the io thread. Returns the bound port.
-  // Throws std::runtime_error naming host:port and the OS reason when binding fails.
+  // Throws StoreError naming host:port and the OS reason when binding fails.
   std::uint16_t start();
 
   // Closes the listener and every connection, joins the io thread. Idempotent.

@@ -6,7 +6,7 @@
 // connections for hours, and a 1.13 client's callback connection never sends a byte.
 #include "store/tcp_store_session.h"
 
-#include "store/handler.h"
+#include "store/core/handler.h"
 
 namespace ddprun::store::server_detail {
 

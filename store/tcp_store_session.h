@@ -24,9 +24,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "store/kv_state.h"
-#include "store/protocol.h"
-#include "store/reply_stream.h"
+#include "store/core/kv_state.h"
+#include "store/core/protocol.h"
+#include "store/core/reply_stream.h"
 #include "store/tcp_store_server.h"
 
 namespace ddprun::store::server_detail {

@@ -8,9 +8,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "store/handler.h"
-#include "store/kv_state.h"
-#include "store/protocol.h"
+#include "store/core/handler.h"
+#include "store/core/kv_state.h"
+#include "store/core/protocol.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace ddprun::store::fuzz {

@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "base/sys_error.h"
-#include "store/reply.h"
+#include "store/core/reply.h"
 
 namespace ddprun::store::testing {
 

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "store/protocol.h"
-#include "store/reply.h"
+#include "store/core/protocol.h"
+#include "store/core/reply.h"
 
 namespace ddprun::store::testing {
 

@@ -14,9 +14,9 @@
 #include <future>
 #include <thread>
 
-#include "store/protocol.h"
+#include "store/core/protocol.h"
+#include "store/core/wire.h"
 #include "store/tcp_store_server.h"
-#include "store/wire.h"
 #include "tests/support/eventually.h"
 #include "tests/support/reserved_port.h"
 

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "store/core/wire.h"
 #include "store/tcp_store_client.h"
-#include "store/wire.h"
 #include "tests/store/raw_client.h"
 #include "tests/support/eventually.h"
 
@@ -572,7 +572,7 @@ TEST_CASE("server: start() names host:port and the reason when binding fails", "
   try {
     second.start();
     FAIL("second server bound a port in use");
-  } catch (const std::runtime_error& e) {
+  } catch (const StoreError& e) {
     std::string msg = e.what();
     CHECK(msg.find("127.0.0.1:" + std::to_string(first.port)) != std::string::npos);
     CHECK(msg.find("in use") != std::string::npos);

@@ -1,11 +1,11 @@
-// Tests for store/handler.h: the reply bytes of every command in both dialects, pending
+// Tests for store/core/handler.h: the reply bytes of every command in both dialects, pending
 // replies delivered through Effects, and the commands that close a connection.
-#include "store/handler.h"
+#include "store/core/handler.h"
 
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "store/wire.h"
+#include "store/core/wire.h"
 #include "tests/store_core/hex.h"
 
 namespace {

@@ -1,6 +1,6 @@
-// host_port: the one parser and formatter of "host:port" text (store/host_port.h), table
+// host_port: the one parser and formatter of "host:port" text (store/core/host_port.h), table
 // by table. rendezvous/endpoint's tests cover the default ports and error wording on top.
-#include "store/host_port.h"
+#include "store/core/host_port.h"
 
 #include <catch2/catch.hpp>
 #include <string>

@@ -1,14 +1,12 @@
-// Tests for store/kv_state.h: c10d semantics (ADD, COMPARE_SET quirks, WAIT with
+// Tests for store/core/kv_state.h: c10d semantics (ADD, COMPARE_SET quirks, WAIT with
 // duplicates, cancel and close, watches, queues, BARRIER) and release-exactly-once.
-#include "store/kv_state.h"
+#include "store/core/kv_state.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "store/protocol.h"
 
 namespace {
 
@@ -240,9 +238,6 @@ TEST_CASE_METHOD(Fresh, "forget drops waits, barrier registrations and watches",
 }
 
 TEST_CASE("watch notifications: created, updated, deleted, with old and new values", "[kv_state]") {
-  using ddprun::store::kWatchKeyCreated;
-  using ddprun::store::kWatchKeyDeleted;
-  using ddprun::store::kWatchKeyUpdated;
   KvState kv;
   KvState::Effects fx;
   std::string err;
@@ -259,19 +254,19 @@ TEST_CASE("watch notifications: created, updated, deleted, with old and new valu
   };
   kv.set("/w", "a", fx);
   auto n = only();
-  CHECK(n.type == kWatchKeyCreated);
+  CHECK(n.kind == KvState::Notification::Kind::kCreated);
   CHECK(n.old_value.empty());
   CHECK(n.new_value == "a");
 
   kv.set("/w", "b", fx);
   n = only();
-  CHECK(n.type == kWatchKeyUpdated);
+  CHECK(n.kind == KvState::Notification::Kind::kUpdated);
   CHECK(n.old_value == "a");
   CHECK(n.new_value == "b");
 
   kv.append("/w", "c", fx);
   n = only();
-  CHECK(n.type == kWatchKeyUpdated);
+  CHECK(n.kind == KvState::Notification::Kind::kUpdated);
   CHECK(n.new_value == "bc");
 
   kv.compare_set("/w", "bc", "d", fx);
@@ -287,13 +282,13 @@ TEST_CASE("watch notifications: created, updated, deleted, with old and new valu
 
   kv.erase("/w", fx);
   n = only();
-  CHECK(n.type == kWatchKeyDeleted);
+  CHECK(n.kind == KvState::Notification::Kind::kDeleted);
   CHECK(n.old_value == "e");
   CHECK(n.new_value.empty());
 
   kv.add("/w", 4, fx, err);
   n = only();
-  CHECK(n.type == kWatchKeyCreated);
+  CHECK(n.kind == KvState::Notification::Kind::kCreated);
   CHECK(n.new_value == "4");
 
   kv.set("/other", "z", fx);

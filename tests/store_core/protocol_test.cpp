@@ -1,12 +1,12 @@
-// Tests for store/protocol.h: golden bytes of both dialects (the PyTorch 1.13 captures
+// Tests for store/core/protocol.h: golden bytes of both dialects (the PyTorch 1.13 captures
 // byte for byte), arbitrary read splits, limits, unknown commands and dialect detection.
-#include "store/protocol.h"
+#include "store/core/protocol.h"
 
 #include <catch2/catch.hpp>
 #include <ostream>
 #include <vector>
 
-#include "store/wire.h"
+#include "store/core/wire.h"
 #include "tests/store_core/hex.h"
 
 namespace ddprun::store {

@@ -1,12 +1,12 @@
 // reply_stream_test.cpp: ReplyStream sends exactly what handle_request would have built
 // when the request came, whatever the piece size and whatever changes meanwhile.
-#include "store/reply_stream.h"
+#include "store/core/reply_stream.h"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "store/handler.h"
+#include "store/core/handler.h"
 
 namespace ddprun::store {
 namespace {

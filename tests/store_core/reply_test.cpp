@@ -1,11 +1,11 @@
-// decode_reply_value (store/reply.h): every value shape byte by byte - need-more with
+// decode_reply_value (store/core/reply.h): every value shape byte by byte - need-more with
 // the size to wait for, then the value - and the cap on a declared string length.
-#include "store/reply.h"
+#include "store/core/reply.h"
 
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "store/wire.h"
+#include "store/core/wire.h"
 
 using namespace ddprun::store;
 

@@ -1,5 +1,5 @@
-// Tests for store/wire.h: byte order, length prefixes, and short-input behaviour.
-#include "store/wire.h"
+// Tests for store/core/wire.h: byte order, length prefixes, and short-input behaviour.
+#include "store/core/wire.h"
 
 #include <catch2/catch.hpp>
 #include <limits>

@@ -79,7 +79,8 @@ struct ParseResult {
   std::string error;         // one line naming what is wrong (kBad only)
   // kNeedMore only: a lower bound on the buffer size at which parsing can make progress
   // (e.g. the end of a long value whose length is known). Re-parsing before the buffer
-  // reaches it is harmless but pointless; servers use it to skip work on slow streams.
+  // reaches it is harmless but pointless. No caller reads it today (the client reads
+  // decode_reply_value's own `needed`).
   std::size_t needed = 0;
 };
 

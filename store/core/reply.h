@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "store/protocol.h"
+#include "store/core/protocol.h"
 
 namespace ddprun::store {
 

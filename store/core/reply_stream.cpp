@@ -1,9 +1,9 @@
 // reply_stream.cpp: see reply_stream.h.
-#include "store/reply_stream.h"
+#include "store/core/reply_stream.h"
 
 #include <algorithm>
 
-#include "store/wire.h"
+#include "store/core/wire.h"
 
 namespace ddprun::store {
 

@@ -34,14 +34,14 @@
 // Parsing is two passes over the buffer: a scan that only reads lengths (so a long,
 // still-incomplete value costs O(fields) per attempt rather than a copy), then, once the
 // scan says the request is complete and within limits, a pass that copies the fields.
-#include "store/protocol.h"
+#include "store/core/protocol.h"
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <string>
 
-#include "store/wire.h"
+#include "store/core/wire.h"
 
 namespace ddprun::store {
 namespace {

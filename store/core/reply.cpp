@@ -1,7 +1,7 @@
 // reply.cpp: see reply.h.
-#include "store/reply.h"
+#include "store/core/reply.h"
 
-#include "store/wire.h"
+#include "store/core/wire.h"
 
 namespace ddprun::store {
 

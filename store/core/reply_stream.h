@@ -1,9 +1,7 @@
-// reply_stream.h: ReplyStream, a large GET or MULTI_GET reply encoded piece by piece.
-// The values are handles taken when the request is handled (KvState::value_handle), so
-// the bytes are exactly what handle_request would have built at that moment, yet the
-// server holds only one piece of them at a time and builds each piece when the socket
-// has room for it, never the whole reply in one turn of its event loop.
-// Used by TcpStoreServer's sessions for replies over kStreamPieceBytes.
+// reply_stream.h: ReplyStream, a large GET or MULTI_GET reply encoded piece by piece from
+// value handles taken when the request was handled (KvState::value_handle): the bytes are
+// what handle_request would have built then, but the server holds and builds one piece
+// at a time, as the socket drains. Used by the server for replies over kStreamPieceBytes.
 // Thread-safety: none; runs on the thread that owns the KvState.
 #pragma once
 
@@ -12,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "store/kv_state.h"
-#include "store/protocol.h"
+#include "store/core/kv_state.h"
+#include "store/core/protocol.h"
 
 namespace ddprun::store {
 

@@ -1,6 +1,6 @@
 // kv_state.cpp: see kv_state.h. Waits are indexed both per key and per client so that a
 // mutation touches only the waits on its key, and a cancel or close only that client's.
-#include "store/kv_state.h"
+#include "store/core/kv_state.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,8 +9,6 @@
 #include <map>
 #include <set>
 #include <unordered_map>
-
-#include "store/protocol.h"
 
 namespace ddprun::store {
 namespace {
@@ -23,6 +21,7 @@ template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
 using WaitId = std::uint64_t;  // ascending in registration order, so std::map is FIFO
+using NoteKind = KvState::Notification::Kind;
 
 // Renders a key or value for an error line: printable ASCII kept, the rest escaped,
 // long strings cut, so that one bad byte string cannot garble a log.
@@ -94,12 +93,12 @@ struct KvState::Impl {
     return it->second;
   }
 
-  void notify(std::string_view key, std::uint8_t type, const std::string& old_value,
+  void notify(std::string_view key, NoteKind kind, const std::string& old_value,
               const std::string& new_value, Effects& fx) const {
     auto it = watchers.find(key);
     if (it == watchers.end()) return;
     for (ClientId w : it->second) {
-      fx.notifications.push_back({w, type, std::string(key), old_value, new_value});
+      fx.notifications.push_back({w, kind, std::string(key), old_value, new_value});
     }
   }
 
@@ -188,7 +187,7 @@ struct KvState::Impl {
     auto it = kv.find(key);
     if (watched(key)) {
       const bool existed = it != kv.end();
-      notify(key, existed ? kWatchKeyUpdated : kWatchKeyCreated,
+      notify(key, existed ? NoteKind::kUpdated : NoteKind::kCreated,
              existed ? *it->second : std::string(), value, fx);
     }
     auto shared = std::make_shared<std::string>(std::move(value));
@@ -307,7 +306,7 @@ std::int64_t KvState::num_keys() const { return static_cast<std::int64_t>(impl_-
 bool KvState::erase(std::string_view key, Effects& fx) {
   auto it = impl_->kv.find(key);
   if (it == impl_->kv.end()) return false;
-  impl_->notify(key, kWatchKeyDeleted, *it->second, std::string(), fx);
+  impl_->notify(key, NoteKind::kDeleted, *it->second, std::string(), fx);
   impl_->kv.erase(it);
   return true;
 }
@@ -319,7 +318,7 @@ void KvState::append(std::string_view key, std::string_view data, Effects& fx) {
     return;
   }
   if (impl_->watched(key)) {
-    impl_->notify(key, kWatchKeyUpdated, *it->second, *it->second + std::string(data), fx);
+    impl_->notify(key, NoteKind::kUpdated, *it->second, *it->second + std::string(data), fx);
   }
   if (it->second.use_count() > 1) it->second = std::make_shared<std::string>(*it->second);
   it->second->append(data);

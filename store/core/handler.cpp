@@ -1,9 +1,9 @@
 // handler.cpp: see handler.h. Reply shapes per command are tabled in protocol.cpp.
-#include "store/handler.h"
+#include "store/core/handler.h"
 
 #include <utility>
 
-#include "store/wire.h"
+#include "store/core/wire.h"
 
 namespace ddprun::store {
 namespace {
@@ -200,7 +200,17 @@ void encode_release(std::string& out) { Encoder(out).u8(kStopWaiting); }
 
 void encode_notification(const KvState::Notification& n, std::string& out) {
   Encoder e(out);
-  e.u8(n.type);
+  switch (n.kind) {
+    case KvState::Notification::Kind::kUpdated:
+      e.u8(kWatchKeyUpdated);
+      break;
+    case KvState::Notification::Kind::kCreated:
+      e.u8(kWatchKeyCreated);
+      break;
+    case KvState::Notification::Kind::kDeleted:
+      e.u8(kWatchKeyDeleted);
+      break;
+  }
   e.bytes(n.key);
   e.bytes(n.old_value);
   e.bytes(n.new_value);

@@ -1,10 +1,9 @@
-// kv_state.h: the in-memory key-value state of a c10d store, with c10d semantics and
-// no I/O: keys, values, queues, pending WAIT/BARRIER registrations and WATCH_KEY
-// watchers. Mutations report which clients' pending waits they released and which watch
-// notifications must be pushed; the caller (the server's event loop, or MemoryStore under
-// its mutex) turns those into bytes. Keys and values are opaque byte strings.
-// Thread-safety: none. Single-threaded by contract; TcpStoreServer owns one instance on
-// its io thread and MemoryStore guards its own with a mutex.
+// kv_state.h: the in-memory state of a c10d store with c10d semantics and no I/O: keys,
+// values, queues, pending WAIT/BARRIER registrations and WATCH_KEY watchers. Mutations
+// report the waits they released and the watch notifications to push; the caller (the
+// server's loop, or MemoryStore) turns those into bytes. Keys and values are opaque bytes.
+// Thread-safety: none. Single-threaded by contract; TcpStoreServer owns one on its io
+// thread and MemoryStore guards its own with a mutex.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +20,10 @@ class KvState {
   // A client (one connection). Opaque to KvState: never an fd or a pointer.
   using ClientId = std::uint64_t;
 
-  struct Notification {  // one legacy WATCH_KEY push: u8 type, str key, bytes old, bytes new
+  struct Notification {  // one legacy WATCH_KEY push: kind, key, old value, new value
+    enum class Kind : std::uint8_t { kUpdated, kCreated, kDeleted };  // handler.cpp: wire bytes
     ClientId watcher;
-    std::uint8_t type;  // kWatchKeyUpdated / kWatchKeyCreated / kWatchKeyDeleted (protocol.h)
+    Kind kind;
     std::string key;
     std::string old_value;
     std::string new_value;

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <string>
 
-#include "store/kv_state.h"
-#include "store/protocol.h"
+#include "store/core/kv_state.h"
+#include "store/core/protocol.h"
 
 namespace ddprun::store {
 

@@ -1,5 +1,5 @@
 // wire.cpp: see wire.h.
-#include "store/wire.h"
+#include "store/core/wire.h"
 
 namespace ddprun::store {
 namespace {

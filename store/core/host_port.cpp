@@ -1,5 +1,5 @@
 // host_port.cpp: see host_port.h.
-#include "store/host_port.h"
+#include "store/core/host_port.h"
 
 #include <algorithm>
 #include <charconv>
