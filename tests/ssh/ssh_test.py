@@ -265,5 +265,20 @@ def stdin_eof_stops_the_agent(c):
           "one line naming the ssh command", err)
 
 
+@test(needs_torch=False)
+def empty_host_list_refused(c):
+    """`--hosts ''` and `--hostfile ''` (an unset $HOSTFILE) are usage errors in one line
+    (exit 2), not a one-node local job that exits 0."""
+    env = blackbox.job_environment(TMPDIR=c.dir, DDPRUN_SSH_TEST_TAG=c.dir)
+    marker = os.path.join(c.dir, "ran")
+    for args in (["--hosts", ""], ["--hosts="], ["--hostfile", ""], ["--hostfile= "]):
+        code, out, err = c.run_process([c.ddprun, *args, "--no-python", "touch", marker], env, 30)
+        check(code == 2, f"{args}: exit 2, not {code}", out, err)
+        first = err.strip().splitlines()[0] if err.strip() else ""
+        check(re.match(r"^ddprun: error: --host(s|file): empty ", first) and
+              len(err.strip().splitlines()) <= 2, f"{args}: one line naming the flag", err)
+        check(not os.path.exists(marker), f"{args}: nothing ran", out, err)
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, SshHosts))
