@@ -146,6 +146,13 @@ void read_ssh_options(const RawOptions& raw, LaunchConfig& c) {
     }
   }
   o.exit_on_stdin_eof = raw.flags.count("exit_on_stdin_eof") > 0;
+  // An empty value is an unset variable ($HOSTFILE) more often than a wish for a local job.
+  if (v.count("hostfile") > 0 && o.hostfile.empty()) {
+    throw UsageError("--hostfile: empty file name (no hosts to run on)");
+  }
+  if (v.count("hosts") > 0 && o.hosts.empty()) {
+    throw UsageError("--hosts: empty host list (expected host[:N],...)");
+  }
   if (!o.hostfile.empty() && !o.hosts.empty()) {
     throw UsageError("--hostfile and --hosts cannot be used together");
   }

@@ -31,25 +31,43 @@ std::vector<std::string> split(std::string_view s, char sep) {
   }
 }
 
+// `text` for a message: bytes outside printable ASCII (a byte-order mark, a non-breaking
+// space, control characters: invisible or misleading on a terminal) as \xNN.
+std::string shown(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", u);
+    }
+  }
+  return out;
+}
+
 // "" when `name` is a usable host name, else why not. A name that ssh would read as an
 // option, or that a shell would split, is refused.
 std::string bad_host_name(const std::string& name) {
   if (name.empty()) return "empty host name";
-  if (name.front() == '-') return fmt::format("host name '{}' starts with '-'", name);
+  if (name.front() == '-') return fmt::format("host name '{}' starts with '-'", shown(name));
   for (const char c : name) {
     const auto u = static_cast<unsigned char>(c);
-    if (!std::isalnum(u) && c != '.' && c != '-' && c != '_' && c != '@') {
+    if (u >= 0x80 || (!std::isalnum(u) && c != '.' && c != '-' && c != '_' && c != '@')) {
       return fmt::format(
           "host name '{}' has the character '{}' (letters, digits, '.', '-', "
           "'_' and user@ only)",
-          name, c);
+          shown(name), shown(std::string_view(&c, 1)));
     }
   }
   if (std::count(name.begin(), name.end(), '@') > 1 || name.back() == '@') {
-    return fmt::format("host name '{}' is not [user@]host", name);
+    return fmt::format("host name '{}' is not [user@]host", shown(name));
   }
   return "";
 }
+
+// A UTF-8 byte-order mark: what some editors put at the start of a text file.
+constexpr std::string_view kUtf8Bom = "\xef\xbb\xbf";
 
 // A positive count, or nullopt.
 std::optional<int> positive_int(const std::string& text) {
@@ -118,6 +136,8 @@ std::map<std::string, std::vector<int>> parse_filter(const std::string& flag,
 }  // namespace
 
 std::vector<HostEntry> parse_hostfile(std::string_view text, const std::string& source) {
+  // A byte-order mark at the start is an editor's, not part of the first host's name.
+  if (text.substr(0, kUtf8Bom.size()) == kUtf8Bom) text.remove_prefix(kUtf8Bom.size());
   std::vector<HostEntry> hosts;
   std::istringstream in{std::string(text)};
   std::string raw;
@@ -133,12 +153,13 @@ std::vector<HostEntry> parse_hostfile(std::string_view text, const std::string& 
     for (std::string word; words >> word;) {
       if (word.rfind("slots=", 0) != 0) {
         throw UsageError(
-            fmt::format("{}: unexpected '{}' (expected: host [slots=N])", where, word));
+            fmt::format("{}: unexpected '{}' (expected: host [slots=N])", where, shown(word)));
       }
       if (h.slots) throw UsageError(where + ": slots= given twice");
       h.slots = positive_int(word.substr(6));
       if (!h.slots) {
-        throw UsageError(fmt::format("{}: '{}': slots must be a positive integer", where, word));
+        throw UsageError(
+            fmt::format("{}: '{}': slots must be a positive integer", where, shown(word)));
       }
     }
     add_host(hosts, std::move(h), where);
@@ -157,7 +178,7 @@ std::vector<HostEntry> read_hostfile(const std::string& path) {
 
 std::vector<HostEntry> parse_hosts_list(const std::string& text) {
   std::vector<HostEntry> hosts;
-  const std::string where = "--hosts '" + text + "'";
+  const std::string where = "--hosts '" + shown(text) + "'";
   for (const auto& item : split(text, ',')) {
     HostEntry h;
     const auto colon = item.find(':');

@@ -22,8 +22,10 @@ struct HostEntry {
   int line = 0;  // the hostfile line (0: from --hosts)
 };
 
-// Parses a hostfile's text. `source` names the file in messages. Blank lines and '#'
-// comments are skipped; a host may appear once. Throws UsageError "FILE:LINE: ...".
+// Parses a hostfile's text. `source` names the file in messages. A UTF-8 byte-order
+// mark at the start (an editor's) is skipped, blank lines and '#' comments too; a host
+// may appear once. Throws UsageError "FILE:LINE: ...", with bytes outside printable ASCII
+// shown as \xNN.
 std::vector<HostEntry> parse_hostfile(std::string_view text, const std::string& source);
 
 // Reads and parses FILE. Throws UsageError naming the file (unreadable, empty).

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   if (!cli.slurm.text.empty()) {  // what an srun step set (slurm_env.h)
     spdlog::log(cli.slurm.taken ? spdlog::level::warn : spdlog::level::info, "{}", cli.slurm.text);
   }
+  for (const auto& w : cli.slurm.warnings) spdlog::warn("{}", w);
   if (!cli.config.ignored_options.empty()) {
     std::string list;
     for (const auto& o : cli.config.ignored_options) list += (list.empty() ? "" : ", ") + o;

@@ -132,7 +132,7 @@ std::vector<std::string> remote_agent_argv(const RemoteJob& job, const RemoteHos
 }
 
 std::string remote_shell_command(const RemoteJob& job, const RemoteHost& host) {
-  std::string cmd = "cd -- " + shell_quote(job.cwd.empty() ? "." : job.cwd) + " && exec env --";
+  std::string cmd = "cd -- " + shell_quote(job.cwd.empty() ? "." : job.cwd) + " && env --";
   auto env = job.env;
   if (host.visible_gpus) {
     std::erase_if(env, [](const auto& kv) { return kv.first == "CUDA_VISIBLE_DEVICES"; });
@@ -140,7 +140,11 @@ std::string remote_shell_command(const RemoteJob& job, const RemoteHost& host) {
   }
   for (const auto& [name, value] : env) cmd += " " + shell_quote(name + "=" + value);
   for (const auto& word : remote_agent_argv(job, host)) cmd += " " + shell_quote(word);
-  return cmd;
+  // Not `exec`: the shell stays to report an agent killed by signal N as status 128 + N
+  // (a command after it keeps shells from exec'ing the last command themselves). sshd
+  // would report the signal itself, which OpenSSH's client turns into its own exit 255,
+  // indistinguishable from a failed connection.
+  return cmd + "; exit $?";
 }
 
 std::vector<std::string> ssh_argv(const RemoteJob& job, const RemoteHost& host) {

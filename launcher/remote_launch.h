@@ -62,8 +62,9 @@ inline constexpr const char* kExitOnStdinEof = "--exit-on-stdin-eof";
 std::vector<std::string> remote_agent_argv(const RemoteJob& job, const RemoteHost& host);
 
 // The command string the remote login shell runs:
-//   cd -- 'CWD' && exec env -- 'NAME=value'... 'ARGV0' 'ARG'...
-// A missing or non-executable ddprun makes `env` exit 127 or 126.
+//   cd -- 'CWD' && env -- 'NAME=value'... 'ARGV0' 'ARG'...; exit $?
+// A missing or non-executable ddprun makes `env` exit 127 or 126; an agent killed by
+// signal N makes the shell exit 128 + N (ssh passes the status on).
 std::string remote_shell_command(const RemoteJob& job, const RemoteHost& host);
 
 // The local argv: ssh_command words, [-p PORT], the launcher's ssh options (no tty,

@@ -46,7 +46,7 @@ unsigned long long number(const std::pair<std::string, std::string>& var) {
 // special steps): 0xfffffff0 and above. Those are not `srun ddprun` steps.
 constexpr unsigned long long kFirstSpecialStep = 0xfffffff0ULL;
 
-// GPUs Slurm gave this node's step, or 0.
+// GPUs Slurm gave this node's step, or 0. Throws UsageError for a malformed count.
 unsigned long long step_gpus(const Env& env) {
   if (const auto on_node = first_set(env, {"SLURM_GPUS_ON_NODE"}); !on_node.first.empty()) {
     return number(on_node);
@@ -61,6 +61,15 @@ unsigned long long step_gpus(const Env& env) {
     start = end + 1;
   }
   return n;
+}
+
+// The most workers per node ddprun starts (--nproc-per-node's range, config.cpp).
+constexpr unsigned long long kMaxWorkersPerNode = 65536;
+
+// A Slurm value that a flag on the command line made unnecessary: what was wrong with it
+// becomes a warning instead of the end of the launch.
+std::string unused_because(const std::string& fault, const char* flag) {
+  return fmt::format("{} (not used: {} is given)", fault, flag);
 }
 
 }  // namespace
@@ -79,53 +88,96 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
                         "salloc shell or a batch script): Slurm's settings are not used; run "
                         "`srun --ntasks-per-node=1 ddprun ...` to use them (docs/slurm.md)",
                         job.first, job.second),
-            false};
+            false,
+            {}};
   }
   if (raw.flags.count("standalone") > 0) {
     return {"--standalone: Slurm's settings are not used (--standalone is a single-node job)",
-            false};
+            false,
+            {}};
   }
   const unsigned long long job_id = number(job);
   const unsigned long long step_id = number(step);
 
+  std::vector<std::string> warnings;
+  const auto has = [&](const char* dest) { return raw.values.count(dest) > 0; };
+  const auto given = [&](const char* dest) {
+    const auto it = raw.values.find(dest);
+    return it == raw.values.end() ? std::string() : it->second;
+  };
+  // Each SLURM_* value below is read only for an option the command line and PET_* left
+  // open; when a flag gives it, a bad value is only warned about (docs/slurm.md).
   const auto nnodes_var = first_set(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES"});
+  std::optional<unsigned long long> nnodes;
   if (nnodes_var.first.empty()) {
-    throw UsageError(
-        fmt::format("Slurm job step {}.{} without SLURM_STEP_NUM_NODES or "
-                    "SLURM_NNODES: give --nnodes, or --no-slurm",
-                    job_id, step_id));
+    if (!has("nnodes")) {
+      throw UsageError(
+          fmt::format("Slurm job step {}.{} without SLURM_STEP_NUM_NODES or "
+                      "SLURM_NNODES: give --nnodes, or --no-slurm",
+                      job_id, step_id));
+    }
+  } else if (const auto v = to_unsigned(nnodes_var.second); v) {
+    nnodes = *v;
+  } else if (has("nnodes")) {
+    warnings.push_back(unused_because(
+        fmt::format("{}='{}' is not a number", nnodes_var.first, nnodes_var.second), "--nnodes"));
+  } else {
+    number(nnodes_var);  // throws, naming the variable
   }
-  const unsigned long long nnodes = number(nnodes_var);
   const auto tasks_var = first_set(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
-  if (!tasks_var.first.empty() && nnodes > 0 && number(tasks_var) > nnodes) {
+  if (!tasks_var.first.empty() && nnodes && *nnodes > 0 && number(tasks_var) > *nnodes) {
     const auto per_node = first_set(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
     throw UsageError(fmt::format(
         "srun started {} tasks on {} nodes ({}={}{}): ddprun starts a node's workers itself "
         "and must run once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm)",
-        number(tasks_var), nnodes, tasks_var.first, tasks_var.second,
+        number(tasks_var), *nnodes, tasks_var.first, tasks_var.second,
         per_node.first.empty() ? "" : fmt::format(", {}={}", per_node.first, per_node.second)));
   }
   const auto node_id_var = first_set(env, {"SLURM_NODEID"});
-  if (node_id_var.first.empty() || number(node_id_var) >= nnodes) {
-    throw UsageError(
-        fmt::format("Slurm job step {}.{}: SLURM_NODEID='{}' is not a node of the "
-                    "step's {}: give --node-rank, or --no-slurm",
-                    job_id, step_id, node_id_var.second, nnodes));
+  const auto node_id = to_unsigned(node_id_var.second);
+  if (!node_id || (nnodes && *node_id >= *nnodes)) {
+    const std::string fault =
+        node_id_var.first.empty()
+            ? "SLURM_NODEID is not set"
+            : fmt::format("SLURM_NODEID='{}' is not a node of the step's {}", node_id_var.second,
+                          nnodes ? std::to_string(*nnodes) : "nodes");
+    if (!has("node_rank")) {
+      throw UsageError(fmt::format("Slurm job step {}.{}: {}: give --node-rank, or --no-slurm",
+                                   job_id, step_id, fault));
+    }
+    if (!node_id_var.first.empty()) warnings.push_back(unused_because(fault, "--node-rank"));
+  }
+  const std::string backend = given("rdzv_backend");
+  const bool master_given = has("master_addr") || has("master_port");
+  const bool static_style = backend == "static" || (backend.empty() && master_given);
+  // The flag that the first host of the node list would fill, or nullptr when none is open.
+  const char* host_flag = nullptr;
+  if (static_style) {
+    if (!has("rdzv_endpoint") && !has("master_addr")) host_flag = "--master-addr";
+  } else if ((backend.empty() || backend == "c10d") && !has("rdzv_endpoint")) {
+    host_flag = "--rdzv-endpoint";
   }
   const auto list_var = first_set(env, {"SLURM_STEP_NODELIST", "SLURM_NODELIST"});
+  const std::string list_name = list_var.first.empty() ? "SLURM_STEP_NODELIST" : list_var.first;
   std::vector<std::string> hosts;
+  std::string list_fault;
   try {
     hosts = expand_hostlist(list_var.second);
+    if (nnodes && hosts.size() != *nnodes) {
+      list_fault = fmt::format("{}={} names {} hosts but {}={}", list_var.first, list_var.second,
+                               hosts.size(), nnodes_var.first, *nnodes);
+    }
   } catch (const HostlistError& e) {
-    throw UsageError(fmt::format("{}: {} (give --rdzv-endpoint, or --no-slurm)",
-                                 list_var.first.empty() ? "SLURM_STEP_NODELIST" : list_var.first,
-                                 e.what()));
+    list_fault = fmt::format("{}: {}", list_name, e.what());
   }
-  if (hosts.size() != nnodes) {
-    throw UsageError(
-        fmt::format("{}={} names {} hosts but {}={}: give --rdzv-endpoint, or "
-                    "--no-slurm",
-                    list_var.first, list_var.second, hosts.size(), nnodes_var.first, nnodes));
+  if (!list_fault.empty()) {
+    if (host_flag) {
+      throw UsageError(fmt::format("{} (give {}, or --no-slurm)", list_fault, host_flag));
+    }
+    if (!list_var.first.empty()) {
+      warnings.push_back(unused_because(
+          list_fault, static_style && !has("rdzv_endpoint") ? "--master-addr" : "--rdzv-endpoint"));
+    }
   }
   int port = slurm_port(job_id, step_id);
   if (const auto fixed = first_set(env, {"DDPRUN_SLURM_PORT"}); !fixed.first.empty()) {
@@ -136,7 +188,19 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
     }
     port = static_cast<int>(*v);
   }
-  const unsigned long long gpus = step_gpus(env);
+  unsigned long long gpus = 0;
+  if (!has("nproc_per_node")) {
+    gpus = step_gpus(env);
+    if (gpus > kMaxWorkersPerNode) {
+      const auto var = first_set(env, {"SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"});
+      throw UsageError(fmt::format(
+          "Slurm job step {}.{}: {}={} gives {} GPUs on this node, more than ddprun's limit of "
+          "{} workers per node: give --nproc-per-node, or --no-slurm",
+          job_id, step_id, var.first,
+          var.second.size() > 40 ? var.second.substr(0, 40) + "..." : var.second, gpus,
+          kMaxWorkersPerNode));
+    }
+  }
 
   // What the command line / PET_* gave stays; Slurm fills in the rest.
   std::string taken;
@@ -150,23 +214,18 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
     taken += fmt::format("{}{}={}", taken.empty() ? "" : " ", flag, value);
     return true;
   };
-  const auto given = [&](const char* dest) {
-    const auto it = raw.values.find(dest);
-    return it == raw.values.end() ? std::string() : it->second;
-  };
-  fill("nnodes", "--nnodes", std::to_string(nnodes));
-  fill("node_rank", "--node-rank", std::to_string(number(node_id_var)));
-  const std::string backend = given("rdzv_backend");
-  const bool master_given = raw.values.count("master_addr") + raw.values.count("master_port") > 0;
-  const bool static_style = backend == "static" || (backend.empty() && master_given);
+  // Where a value was left unread (a flag gives it), fill only lists the flag as kept.
+  fill("nnodes", "--nnodes", nnodes ? std::to_string(*nnodes) : "");
+  fill("node_rank", "--node-rank", node_id ? std::to_string(*node_id) : "");
+  const std::string first_host = hosts.empty() ? "" : hosts.front();
   if (static_style) {
     if (raw.values.count("rdzv_endpoint") == 0) {
-      fill("master_addr", "--master-addr", hosts.front());
+      fill("master_addr", "--master-addr", first_host);
       fill("master_port", "--master-port", std::to_string(port));
     }
   } else if (backend.empty() || backend == "c10d") {
     fill("rdzv_backend", "--rdzv-backend", "c10d");
-    fill("rdzv_endpoint", "--rdzv-endpoint", fmt::format("{}:{}", hosts.front(), port));
+    fill("rdzv_endpoint", "--rdzv-endpoint", fmt::format("{}:{}", first_host, port));
   }
   fill("rdzv_id", "--rdzv-id", fmt::format("slurm-{}.{}", job_id, step_id));
   if (fill("nproc_per_node", "--nproc-per-node", std::to_string(gpus > 0 ? gpus : 1)) &&
@@ -177,7 +236,7 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
       fmt::format("Slurm job step {}.{}: {}{} (--no-slurm turns this off; docs/slurm.md)", job_id,
                   step_id, taken.empty() ? "nothing taken from SLURM_*" : "from SLURM_*: " + taken,
                   kept.empty() ? "" : "; given, kept: " + kept),
-      true};
+      true, std::move(warnings)};
 }
 
 }  // namespace ddprun::launcher

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "launcher/config.h"
 
@@ -17,6 +18,9 @@ namespace ddprun::launcher {
 struct SlurmNotice {
   std::string text;
   bool taken = false;
+  // SLURM_* values that are malformed but not needed, because a flag (or PET_*) gives
+  // what they would: one line each, naming the variable, logged as warnings.
+  std::vector<std::string> warnings;
 };
 
 // The port a step's rendezvous listens on when neither DDPRUN_SLURM_PORT nor
@@ -35,7 +39,9 @@ int slurm_port(unsigned long long job_id, unsigned long long step_id);
 // asked for, master_addr / master_port, rdzv_id ("slurm-<job>.<step>") and
 // nproc_per_node (the step's GPUs: SLURM_GPUS_ON_NODE, else the SLURM_STEP_GPUS /
 // SLURM_JOB_GPUS list, else 1). Throws UsageError (one line) when srun started more
-// tasks than nodes (ddprun must run once per node) or a SLURM_* value is malformed.
+// tasks than nodes (ddprun must run once per node) or a SLURM_* value that an option
+// left open needs is malformed (the message asks only for flags that were not given); a
+// malformed value that a given flag made unnecessary is a warning (SlurmNotice::warnings).
 // With SLURM_JOB_ID but no step (an salloc shell, a batch script) it changes nothing
 // and says so.
 SlurmNotice apply_slurm_environment(RawOptions& raw, const std::map<std::string, std::string>& env);

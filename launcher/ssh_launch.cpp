@@ -25,6 +25,10 @@ namespace {
 constexpr int kSshFailed = 255;      // ssh: connection, authentication, host key
 constexpr int kCannotExecute = 126;  // env: the remote ddprun is not executable
 constexpr int kNotFound = 127;       // env: no such remote ddprun
+// The remote shell's status for a command killed by signal N is 128 + N (ddprun itself
+// exits 0, 1 or 2): the agent died there, while ssh and its link were fine.
+constexpr int kSignalBase = 128;
+constexpr int kLastSignal = 64;
 
 std::string self_path() {
   std::string buf(PATH_MAX, '\0');
@@ -126,6 +130,14 @@ class SshLaunch {
         end_all(supervisor);
         return 1;
       }
+      if (rendezvous_host_lost() && exited < plan_.hosts.size()) {
+        std::fprintf(stderr,
+                     "ddprun: error: host %s hosted the rendezvous and is lost: the others "
+                     "cannot go on; stopping them\n",
+                     plan_.hosts.front().name.c_str());
+        end_all(supervisor);
+        return 1;
+      }
     }
     if (failed_ || live_hosts() == 0) return 1;
     if (live_hosts() < static_cast<int>(plan_.hosts.size())) {
@@ -137,15 +149,32 @@ class SshLaunch {
  private:
   int live_hosts() const { return static_cast<int>(std::count(lost_.begin(), lost_.end(), false)); }
 
+  // The launcher chose the endpoint (the first host) and that host is gone mid-job: the
+  // rendezvous store went with its agent, so no other host can finish (an elastic job
+  // included).
+  bool rendezvous_host_lost() const { return !plan_.endpoint.empty() && lost_.front(); }
+
   void on_exit(const WorkerExit& e) {
     const auto i = static_cast<std::size_t>(e.local_rank);
     const RemoteHost& h = plan_.hosts[i];
     if (!e.failed()) return;
     const std::string line = last_line(e.stderr_tail);
     if (e.signal != 0) {
-      failed_ = true;
-      std::fprintf(stderr, "ddprun: error: host %s: ssh ended by %s\n", h.name.c_str(),
-                   signal_name(e.signal).c_str());
+      // Not a stop of the launcher's (end_all reports none of these): the host is lost,
+      // and its agent stops at the end of its stdin, as sshd closes the session.
+      lost_[i] = true;
+      std::fprintf(stderr,
+                   "ddprun: error: host %s (node rank %d): the launcher's ssh client for it "
+                   "was killed by %s: the host is lost (its agent stops as the session "
+                   "closes)\n",
+                   h.name.c_str(), h.node_rank, signal_name(e.signal).c_str());
+    } else if (e.exit_code > kSignalBase && e.exit_code <= kSignalBase + kLastSignal) {
+      lost_[i] = true;
+      std::fprintf(stderr,
+                   "ddprun: error: host %s (node rank %d): the ddprun agent there died of %s "
+                   "(the remote shell's status %d; the ssh link was fine)\n",
+                   h.name.c_str(), h.node_rank, signal_name(e.exit_code - kSignalBase).c_str(),
+                   e.exit_code);
     } else if (e.exit_code == kSshFailed) {
       lost_[i] = true;
       std::fprintf(stderr, "ddprun: error: host %s: ssh failed (exit 255): %s\n", h.name.c_str(),

@@ -61,6 +61,32 @@ TEST_CASE("hostfile: each bad line is one error naming file:line", "[hostfile]")
         "--hostfile /nonexistent/hostfile: cannot read the file");
 }
 
+TEST_CASE("hostfile: a byte-order mark is skipped, other invisible bytes are shown as \\xNN",
+          "[hostfile]") {
+  // Saved by an editor that writes UTF-8 with a BOM (Windows Notepad, some IDEs).
+  const auto hosts = parse_hostfile("\xef\xbb\xbfnode1 slots=2\nnode2\n", "hf");
+  REQUIRE(hosts.size() == 2);
+  CHECK(hosts[0].name == "node1");
+  CHECK(hosts[0].slots == 2);
+  // Anywhere else the bytes are a fault, and the message shows them.
+  CHECK(usage_error_text([] { parse_hostfile("node1\n\xef\xbb\xbfnode2\n", "hf"); }) ==
+        "hf:2: host name '\\xef\\xbb\\xbfnode2' has the character '\\xef' (letters, digits, "
+        "'.', '-', '_' and user@ only)");
+  CHECK(usage_error_text([] {
+          parse_hostfile(
+              "node\xc2\xa0"
+              "1\n",
+              "hf");
+        }) ==
+        "hf:1: host name 'node\\xc2\\xa01' has the character '\\xc2' (letters, digits, '.', "
+        "'-', '_' and user@ only)");
+  CHECK(usage_error_text([] { parse_hostfile("node1 slots=\x1b[2\n", "hf"); }) ==
+        "hf:1: 'slots=\\x1b[2': slots must be a positive integer");
+  CHECK(usage_error_text([] { parse_hosts_list("a,b\x7f"); }) ==
+        "--hosts 'a,b\\x7f': host name 'b\\x7f' has the character '\\x7f' (letters, digits, "
+        "'.', '-', '_' and user@ only)");
+}
+
 TEST_CASE("hosts list with slot counts", "[hostfile]") {
   const auto hosts = parse_hosts_list("a, b:2 ,c");
   REQUIRE(hosts.size() == 3);

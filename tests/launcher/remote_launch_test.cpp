@@ -138,12 +138,16 @@ TEST_CASE("each host's ssh argv and remote command", "[remote_launch]") {
   CHECK(argv[7] == "BatchMode=yes");
   CHECK(argv[12] == "user@b");
   // The remote shell splits the command back into exactly these words.
-  const auto words = sh_words(argv[13].substr(argv[13].find("&& exec ") + 8));
+  const std::string& cmd = argv[13];
+  REQUIRE(cmd.size() > 9);
+  CHECK(cmd.substr(cmd.size() - 9) == "; exit $?");
+  const auto words =
+      sh_words(cmd.substr(cmd.find("&& env ") + 3, cmd.size() - 9 - cmd.find("&& env ") - 3));
   CHECK(words == std::vector<std::string>{
                      "env", "--", "PYTHONPATH=/p q", "CUDA_VISIBLE_DEVICES=1,3",
                      "/opt/dd prun/ddprun", "--max-restarts", "1", "--nnodes=2", "--node-rank=1",
                      "--nproc-per-node=2", kExitOnStdinEof, "train.py", "--lr", "$x; rm -rf /"});
-  CHECK(argv[13].rfind("cd -- '/home/u/it'\\''s here' && exec env -- ", 0) == 0);
+  CHECK(argv[13].rfind("cd -- '/home/u/it'\\''s here' && env -- ", 0) == 0);
   RemoteHost plain{"a", 0, std::nullopt, std::nullopt};
   const auto plain_words = remote_agent_argv(job, plain);
   CHECK(std::find(plain_words.begin(), plain_words.end(), "--nproc-per-node=2") ==
@@ -217,6 +221,12 @@ TEST_CASE("the plan: the user's options pass through and the job's are appended"
     CHECK(err({"--hosts", "a", "--rdzv-backend", "static", "t.py"}) ==
           "--rdzv-backend static: --hostfile/--hosts launch with the c10d backend only");
     CHECK(err({"--ssh-port", "22", "t.py"}) == "--ssh-port needs --hostfile or --hosts");
+    // An empty list (an unset $HOSTFILE) is not a local job.
+    CHECK(err({"--hosts", "", "t.py"}) == "--hosts: empty host list (expected host[:N],...)");
+    CHECK(err({"--hosts=", "t.py"}) == "--hosts: empty host list (expected host[:N],...)");
+    CHECK(err({"--hosts", " ", "t.py"}) == "--hosts: empty host list (expected host[:N],...)");
+    CHECK(err({"--hostfile", "", "t.py"}) == "--hostfile: empty file name (no hosts to run on)");
+    CHECK(err({"--hostfile=", "t.py"}) == "--hostfile: empty file name (no hosts to run on)");
     CHECK(err({"--hosts", "a", "--ssh-port", "0", "t.py"}).rfind("--ssh-port", 0) == 0);
   }
   SECTION("--nproc-per-node gpu is resolved on the hosts, not on a launcher without GPUs") {

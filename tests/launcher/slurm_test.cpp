@@ -288,7 +288,7 @@ TEST_CASE("malformed SLURM_* values get one line naming the variable", "[slurm]"
        "SLURM_STEP_NODELIST=n[1-3] names 3 hosts but "
        "SLURM_STEP_NUM_NODES=4"},
       {"SLURM_NODEID", "4", "SLURM_NODEID='4' is not a node of the step's 4"},
-      {"SLURM_NODEID", "x", "SLURM_NODEID='x' is not a number"},
+      {"SLURM_NODEID", "x", "SLURM_NODEID='x' is not a node of the step's 4: give --node-rank"},
       {"SLURM_STEP_NUM_NODES", "four", "SLURM_STEP_NUM_NODES='four' is not a number"},
       {"SLURM_JOB_ID", "12a", "SLURM_JOB_ID='12a' is not a number"},
   };
@@ -302,4 +302,81 @@ TEST_CASE("malformed SLURM_* values get one line naming the variable", "[slurm]"
   env.erase("SLURM_STEP_NODELIST");
   env.erase("SLURM_NODELIST");  // the job's list may hold hosts outside the step: not used
   CHECK_THAT(error({"train.py"}, env), Catch::Contains("SLURM_STEP_NODELIST: host list is empty"));
+}
+
+TEST_CASE("explicit flags get past malformed SLURM_* values, with one warning each", "[slurm]") {
+  const std::vector<std::string> all = {"--nnodes=4",
+                                        "--node-rank=1",
+                                        "--rdzv-backend=c10d",
+                                        "--rdzv-endpoint=head:29400",
+                                        "--rdzv-id=job",
+                                        "--nproc-per-node=2",
+                                        "train.py"};
+  struct Row {
+    const char* var;
+    const char* value;
+    const char* warning;
+  };
+  const std::vector<Row> rows = {
+      {"SLURM_STEP_NODELIST", "n[1-",
+       "SLURM_STEP_NODELIST: host list 'n[1-': '[' without ']' (not used: --rdzv-endpoint is "
+       "given)"},
+      {"SLURM_STEP_NODELIST", "n[1-3]",
+       "SLURM_STEP_NODELIST=n[1-3] names 3 hosts but SLURM_STEP_NUM_NODES=4 (not used: "
+       "--rdzv-endpoint is given)"},
+      {"SLURM_NODEID", "9",
+       "SLURM_NODEID='9' is not a node of the step's 4 (not used: "
+       "--node-rank is given)"},
+      {"SLURM_NODEID", "x",
+       "SLURM_NODEID='x' is not a node of the step's 4 (not used: "
+       "--node-rank is given)"},
+      {"SLURM_STEP_NUM_NODES", "four",
+       "SLURM_STEP_NUM_NODES='four' is not a number (not used: --nnodes is given)"},
+  };
+  for (const auto& row : rows) {
+    Env env = srun_env(1);
+    env[row.var] = row.value;
+    INFO(row.var << "=" << row.value);
+    const CliOutcome out = parse(all, env);
+    INFO(out.text);
+    REQUIRE(out.kind == CliOutcome::Kind::kRun);
+    CHECK(out.config.node_rank == 1);
+    CHECK(out.config.rdzv_endpoint == "head:29400");
+    CHECK(out.config.nproc_per_node == 2);
+    CHECK(out.slurm.warnings == std::vector<std::string>{row.warning});
+  }
+  // A malformed GPU count does not matter once --nproc-per-node is given.
+  Env gpus = srun_env(1);
+  gpus["SLURM_GPUS_ON_NODE"] = "two";
+  CHECK(ok({"--nproc-per-node=2", "train.py"}, gpus).nproc_per_node == 2);
+  // The static form: --master-addr takes the node list's place.
+  Env env = srun_env(1);
+  env["SLURM_STEP_NODELIST"] = "n[1-";
+  CHECK(ok({"--rdzv-backend=static", "--master-addr=h", "train.py"}, env).master_addr == "h");
+
+  // Only the flags that are missing are asked for: with --node-rank and --nnodes given, a
+  // bad node list asks for --rdzv-endpoint alone; with the endpoint given, a bad node id
+  // asks for --node-rank alone.
+  std::string e = error({"--nnodes=4", "--node-rank=1", "train.py"}, env);
+  CHECK(e ==
+        "SLURM_STEP_NODELIST: host list 'n[1-': '[' without ']' (give --rdzv-endpoint, or "
+        "--no-slurm)");
+  env = srun_env(1);
+  env["SLURM_NODEID"] = "9";
+  e = error({"--rdzv-endpoint=head:29400", "train.py"}, env);
+  CHECK(e ==
+        "Slurm job step 4242.3: SLURM_NODEID='9' is not a node of the step's 4: give "
+        "--node-rank, or --no-slurm");
+  // And a good environment gives no warning.
+  CHECK(parse(all, srun_env(1)).slurm.warnings.empty());
+}
+
+TEST_CASE("a GPU count beyond ddprun's limit names Slurm and the limit", "[slurm]") {
+  Env env = srun_env();
+  env["SLURM_GPUS_ON_NODE"] = "100000";
+  CHECK(error({"train.py"}, env) ==
+        "Slurm job step 4242.3: SLURM_GPUS_ON_NODE=100000 gives 100000 GPUs on this node, more "
+        "than ddprun's limit of 65536 workers per node: give --nproc-per-node, or --no-slurm");
+  env["SLURM_GPUS_ON_NODE"] = "65536";
+  CHECK(ok({"train.py"}, env).nproc_per_node == 65536);
 }

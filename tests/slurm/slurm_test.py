@@ -268,5 +268,52 @@ echo "srun exit $?" > {c.dir}/done
     print(f"node death handled after {time.monotonic() - t0:.1f} s")
 
 
+# What srun gives task 1 of `srun -N4 --ntasks-per-node=1` in job 4242, step 0 (the names
+# and forms of Slurm 22.05's task environment).
+SRUN_TASK_ENV = {
+    "SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
+    "SLURM_NNODES": "4", "SLURM_STEP_NUM_NODES": "4", "SLURM_NODEID": "1",
+    "SLURM_JOB_NODELIST": "node[01-04]", "SLURM_STEP_NODELIST": "node[01-04]",
+    "SLURM_NODELIST": "node[01-04]", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x4)", "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
+}
+
+
+@test(needs_torch=False)
+def explicit_flags_pass_bad_slurm_values(c):
+    """A task environment whose SLURM_STEP_NODELIST does not parse, or whose SLURM_NODEID is
+    outside the step, does not stop a launch that gives every flag (one warning naming the
+    variable, exit 0); without the flag the one error line asks only for the flags that
+    are missing; SLURM_GPUS_ON_NODE beyond ddprun's limit names Slurm and the limit."""
+    flags = ["--nnodes=1", "--node-rank=0", "--rdzv-backend=c10d",
+             "--rdzv-endpoint=127.0.0.1:0", "--rdzv-id=mine", "--nproc-per-node=1"]
+    marker = os.path.join(c.dir, "ran")
+    for var, value in (("SLURM_STEP_NODELIST", "node[01-"), ("SLURM_STEP_NODELIST", "node[01-03]"),
+                       ("SLURM_NODEID", "7"), ("SLURM_NODEID", "x")):
+        env = blackbox.job_environment(TMPDIR=c.dir, **{**SRUN_TASK_ENV, var: value})
+        code, out, err = c.run_process([c.ddprun, *flags, "--no-python", "touch", marker],
+                                       env, 60)
+        check(code == 0 and os.path.exists(marker), f"{var}={value}: the job runs, exit {code}",
+              out, err)
+        os.unlink(marker)
+        warned = [line for line in err.splitlines() if var in line]
+        check(len(warned) == 1 and "(not used: --" in warned[0] and "give --" not in err,
+              f"{var}={value}: one warning naming it", err)
+
+    env = blackbox.job_environment(TMPDIR=c.dir, **{**SRUN_TASK_ENV,
+                                                    "SLURM_STEP_NODELIST": "node[01-"})
+    code, out, err = c.run_process([c.ddprun, "--nnodes=4", "--node-rank=1", "--no-python",
+                                    "true"], env, 60)
+    check(code == 2, f"the node list is needed: exit 2, not {code}", err)
+    check("SLURM_STEP_NODELIST" in err and "give --rdzv-endpoint, or --no-slurm" in err and
+          "--node-rank," not in err and "--nnodes," not in err, "asks for the missing flag", err)
+
+    env = blackbox.job_environment(TMPDIR=c.dir, **{**SRUN_TASK_ENV,
+                                                    "SLURM_GPUS_ON_NODE": "100000"})
+    code, out, err = c.run_process([c.ddprun, "--no-python", "true"], env, 60)
+    check(code == 2 and "SLURM_GPUS_ON_NODE=100000" in err and "Slurm job step 4242.0" in err and
+          "limit of 65536 workers per node" in err, "names Slurm and the limit", err)
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, SlurmCluster))

@@ -265,5 +265,113 @@ def stdin_eof_stops_the_agent(c):
           "one line naming the ssh command", err)
 
 
+def children(pid):
+    """The pids whose parent is `pid`, with their argv."""
+    out = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(d + "/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != pid:
+                continue
+            with open(d + "/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except (OSError, IndexError, ValueError):
+            continue
+        out.append((int(d[6:]), argv))
+    return out
+
+
+def ssh_client_of(c, launcher, i):
+    """The pid of the launcher's ssh client for host i."""
+    found = [pid for pid, argv in children(launcher.pid) if c.host(i) in argv]
+    check(len(found) == 1, f"one ssh client for host {i}: {found}", c.text)
+    return found[0]
+
+
+def remote_agent_of(c, i):
+    """The pid of the ddprun agent with --node-rank=i (started over ssh)."""
+    found = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(d + "/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if argv and argv[0] == c.ddprun and f"--node-rank={i}" in argv and \
+                "--exit-on-stdin-eof" in argv:
+            found.append(int(d[6:]))
+    # The agent's orphan guard is a forked copy: the agent is the one whose parent is not.
+    agents = [pid for pid in found if not any(pid == child for other in found
+                                              for child, _ in children(other))]
+    check(len(agents) == 1, f"one agent of node rank {i}: {found}", c.text)
+    return agents[0]
+
+
+@test(needs_torch=False)
+def lost_ssh_ends_the_job(c):
+    """kill -9 of the launcher's ssh client for one host of a fixed 3-node job (a plain host,
+    then the rendezvous host) ends the job within seconds, naming the host, and leaves no
+    process on any host: a lost host cannot be waited for."""
+    c.start_hosts(3)
+    worker = shell_worker("while :; do sleep 0.2; done")
+    for victim in (1, 0):
+        for f in os.listdir(c.out):
+            os.unlink(os.path.join(c.out, f))
+        p = c.launch(["--hosts", hosts_arg(c, 3), f"--rdzv-conf={FAST}", "--shutdown-timeout",
+                      "2"], log=f"ssh{victim}.log", program=worker)
+        poll(lambda: ranks_started(c) == [0, 1, 2], 120, f"host {victim}: three workers running",
+             c.text)
+        os.kill(ssh_client_of(c, p, victim), signal.SIGKILL)
+        t0 = time.monotonic()
+        code = c.wait(p, 30)
+        took = time.monotonic() - t0
+        t = c.text()
+        print(f"ssh of host {victim} killed: the launcher exited {code} after {took:.1f} s")
+        check(code == 1, f"a lost host fails the job: exit {code}", t)
+        check(re.search(rf"^ddprun: error: host {re.escape(c.host(victim))} \(node rank "
+                        rf"{victim}\): the launcher's ssh client for it was killed by SIGKILL",
+                        t, re.M), "the host named, in one line", t)
+        poll(lambda: not c.leftovers(), 30, f"host {victim}: no process left on any host",
+             c.leftovers, c.text)
+
+
+@test(needs_torch=False)
+def killed_agent_named(c):
+    """kill -9 of a remote agent is reported as what it is (the agent died of SIGKILL on
+    that host; the ssh link was fine), not as an ssh failure with the agent's last stderr
+    line as the reason; the fixed-size job then ends, leaving nothing anywhere."""
+    c.start_hosts(3)
+    # The worker's last stderr line is what was shown as "ssh failed (exit 255): ...".
+    worker = shell_worker("echo '*** a banner on stderr ***' >&2; while :; do sleep 0.2; done")
+    p = c.launch(["--hosts", hosts_arg(c, 3), f"--rdzv-conf={FAST}", "--shutdown-timeout", "2"],
+                 program=worker)
+    poll(lambda: ranks_started(c) == [0, 1, 2], 120, "three workers running", c.text)
+    os.kill(remote_agent_of(c, 2), signal.SIGKILL)
+    code = c.wait(p, 30)
+    t = c.text()
+    check(code == 1, f"the job fails: exit {code}", t)
+    check(re.search(rf"^ddprun: error: host {re.escape(c.host(2))} \(node rank 2\): the ddprun "
+                    r"agent there died of SIGKILL \(the remote shell's status 137; the ssh link "
+                    r"was fine\)$", t, re.M), "the agent's death, in one line", t)
+    check("ssh failed" not in t, "not an ssh failure", t)
+    poll(lambda: not c.leftovers(), 30, "no process left on any host", c.leftovers, c.text)
+
+
+@test(needs_torch=False)
+def empty_host_list_refused(c):
+    """`--hosts ''` and `--hostfile ''` (an unset $HOSTFILE) are usage errors in one line
+    (exit 2), not a one-node local job that exits 0."""
+    env = blackbox.job_environment(TMPDIR=c.dir, DDPRUN_SSH_TEST_TAG=c.dir)
+    marker = os.path.join(c.dir, "ran")
+    for args in (["--hosts", ""], ["--hosts="], ["--hostfile", ""], ["--hostfile= "]):
+        code, out, err = c.run_process([c.ddprun, *args, "--no-python", "touch", marker], env, 30)
+        check(code == 2, f"{args}: exit 2, not {code}", out, err)
+        first = err.strip().splitlines()[0] if err.strip() else ""
+        check(re.match(r"^ddprun: error: --host(s|file): empty ", first) and
+              len(err.strip().splitlines()) <= 2, f"{args}: one line naming the flag", err)
+        check(not os.path.exists(marker), f"{args}: nothing ran", out, err)
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, SshHosts))
