@@ -5,44 +5,25 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <initializer_list>
 #include <random>
 
+#include "base/text.h"
 #include "launcher/process/signals.h"
 #include "rendezvous/registry.h"
 
 namespace ddprun::launcher {
 namespace {
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return {};
-  const auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
+// The option readers trim their text (argparse's int() and float() accept blanks too).
+std::string trim(const std::string& s) { return std::string(ddprun::trim(s)); }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string::size_type start = 0;
-  while (true) {
-    const auto pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
-    if (pos == std::string::npos) return out;
-    start = pos + 1;
-  }
-}
-
+// int() as argparse reads it: blanks around and a leading '+' are accepted.
 std::optional<long long> to_int(const std::string& text) {
-  const std::string t = trim(text);
-  long long v = 0;
-  const char* first = t.data();
-  const char* last = t.data() + t.size();
-  if (!t.empty() && *first == '+') ++first;
-  const auto [ptr, ec] = std::from_chars(first, last, v);
-  if (t.empty() || ec != std::errc() || ptr != last) return std::nullopt;
-  return v;
+  std::string_view t = ddprun::trim(text);
+  if (!t.empty() && t.front() == '+') t.remove_prefix(1);
+  return parse_int<long long>(t);
 }
 
 std::optional<double> to_double(const std::string& text) {

@@ -8,20 +8,13 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "launcher/usage_error.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::launcher {
-
-// Bad command-line input. The message is one line naming the flag or file, without the
-// "ddprun: error: " prefix (main adds it and exits 2).
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // torchrun's -r/--redirects and -t/--tee value: a bit set per local rank
 // (1 = stdout, 2 = stderr, 3 = both), either one value for every rank ("3") or per rank

@@ -9,26 +9,17 @@
 #include <map>
 #include <sstream>
 
-#include "launcher/config.h"
+#include "base/text.h"
+#include "launcher/usage_error.h"
 
 namespace ddprun::launcher {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-std::vector<std::string> split(std::string_view s, char sep) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    const auto at = s.find(sep, start);
-    out.emplace_back(trim(s.substr(start, at == std::string_view::npos ? s.npos : at - start)));
-    if (at == std::string_view::npos) return out;
-    start = at + 1;
-  }
+// The pieces of `s` between `sep`s, each trimmed.
+std::vector<std::string> split_trimmed(std::string_view s, char sep) {
+  std::vector<std::string> out = split(s, sep);
+  for (auto& piece : out) piece = std::string(trim(piece));
+  return out;
 }
 
 // `text` for a message: bytes outside printable ASCII (a byte-order mark, a non-breaking
@@ -69,25 +60,19 @@ std::string bad_host_name(const std::string& name) {
 // A UTF-8 byte-order mark: what some editors put at the start of a text file.
 constexpr std::string_view kUtf8Bom = "\xef\xbb\xbf";
 
-// A positive count, or nullopt.
+// A positive count of at most 6 digits, or nullopt.
 std::optional<int> positive_int(const std::string& text) {
-  if (text.empty() || text.size() > 6) return std::nullopt;
-  for (const char c : text) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
-  }
-  const int v = std::stoi(text);
-  return v > 0 ? std::optional<int>(v) : std::nullopt;
+  const auto v = text.size() <= 6 ? parse_int<unsigned>(text) : std::nullopt;
+  return v && *v > 0 ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
 }
 
 // GPU indices "0,2" (each a non-negative int, distinct).
 std::vector<int> parse_gpus(const std::vector<std::string>& parts, const std::string& what) {
   std::vector<int> gpus;
   for (const auto& p : parts) {
-    const bool digits = !p.empty() && p.size() <= 4 && std::all_of(p.begin(), p.end(), [](char c) {
-      return std::isdigit(static_cast<unsigned char>(c)) != 0;
-    });
-    if (!digits) throw UsageError(fmt::format("{}: '{}' is not a GPU index", what, p));
-    const int g = std::stoi(p);
+    const auto index = p.size() <= 4 ? parse_int<unsigned>(p) : std::nullopt;
+    if (!index) throw UsageError(fmt::format("{}: '{}' is not a GPU index", what, p));
+    const int g = static_cast<int>(*index);
     if (std::find(gpus.begin(), gpus.end(), g) != gpus.end()) {
       throw UsageError(fmt::format("{}: GPU {} named twice", what, g));
     }
@@ -114,7 +99,7 @@ void add_host(std::vector<HostEntry>& hosts, HostEntry h, const std::string& whe
 std::map<std::string, std::vector<int>> parse_filter(const std::string& flag,
                                                      const std::string& text) {
   std::map<std::string, std::vector<int>> out;
-  for (const auto& item : split(text, '@')) {
+  for (const auto& item : split_trimmed(text, '@')) {
     const auto colon = item.find(':');
     const std::string name = item.substr(0, colon);
     if (const std::string bad = bad_host_name(name); !bad.empty()) {
@@ -122,7 +107,7 @@ std::map<std::string, std::vector<int>> parse_filter(const std::string& flag,
     }
     std::vector<int> gpus;
     if (colon != std::string::npos) {
-      gpus = parse_gpus(split(std::string_view(item).substr(colon + 1), ','),
+      gpus = parse_gpus(split_trimmed(std::string_view(item).substr(colon + 1), ','),
                         fmt::format("{} '{}'", flag, text));
       if (gpus.empty()) throw UsageError(fmt::format("{} '{}': no GPU after ':'", flag, text));
     }
@@ -179,7 +164,7 @@ std::vector<HostEntry> read_hostfile(const std::string& path) {
 std::vector<HostEntry> parse_hosts_list(const std::string& text) {
   std::vector<HostEntry> hosts;
   const std::string where = "--hosts '" + shown(text) + "'";
-  for (const auto& item : split(text, ',')) {
+  for (const auto& item : split_trimmed(text, ',')) {
     HostEntry h;
     const auto colon = item.find(':');
     h.name = item.substr(0, colon);

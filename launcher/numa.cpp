@@ -4,10 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "base/text.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -24,12 +25,10 @@ std::optional<std::string> read_text(const fs::path& path) {
   return text;
 }
 
+// A sysfs number; base 16 ones ("0x10de") may carry their "0x".
 std::optional<long> to_long(std::string_view text, int base = 10) {
   if (base == 16 && text.substr(0, 2) == "0x") text.remove_prefix(2);
-  long v = 0;
-  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v, base);
-  if (ec != std::errc() || p != text.data() + text.size() || text.empty()) return std::nullopt;
-  return v;
+  return parse_int<long>(text, base);
 }
 
 // Numbered entries "<prefix><N>" of `dir`, sorted by N.

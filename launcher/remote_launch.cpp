@@ -8,7 +8,7 @@
 #include <cctype>
 #include <string_view>
 
-#include "launcher/config.h"
+#include "launcher/usage_error.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -3,11 +3,12 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <optional>
 #include <vector>
 
+#include "base/text.h"
 #include "launcher/slurm_hostlist.h"
+#include "store/host_port.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -24,15 +25,8 @@ std::pair<std::string, std::string> first_set(const Env& env,
   return {};
 }
 
-std::optional<unsigned long long> to_unsigned(const std::string& s) {
-  unsigned long long v = 0;
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 unsigned long long number(const std::pair<std::string, std::string>& var) {
-  const auto v = to_unsigned(var.second);
+  const auto v = parse_int<unsigned long long>(var.second);
   if (!v) {
     throw UsageError(
         fmt::format("{}='{}' is not a number (is this a Slurm job step? --no-slurm "
@@ -53,13 +47,8 @@ unsigned long long step_gpus(const Env& env) {
   }
   const auto list = first_set(env, {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"});
   unsigned long long n = 0;
-  std::string::size_type start = 0;
-  while (!list.first.empty() && start <= list.second.size()) {
-    const auto comma = list.second.find(',', start);
-    const auto end = comma == std::string::npos ? list.second.size() : comma;
-    n += end > start ? 1 : 0;
-    start = end + 1;
-  }
+  if (list.first.empty()) return n;
+  for (const auto& gpu : split(list.second, ',')) n += gpu.empty() ? 0 : 1;
   return n;
 }
 
@@ -83,7 +72,8 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
   const auto job = first_set(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
   if (job.first.empty() || raw.flags.count("no_slurm") > 0) return {};
   const auto step = first_set(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
-  if (step.first.empty() || (to_unsigned(step.second) && number(step) >= kFirstSpecialStep)) {
+  if (step.first.empty() ||
+      (parse_int<unsigned long long>(step.second) && number(step) >= kFirstSpecialStep)) {
     return {fmt::format("{}={} is set but this is not an srun job step (no SLURM_STEP_ID: an "
                         "salloc shell or a batch script): Slurm's settings are not used; run "
                         "`srun --ntasks-per-node=1 ddprun ...` to use them (docs/slurm.md)",
@@ -181,7 +171,7 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
   }
   int port = slurm_port(job_id, step_id);
   if (const auto fixed = first_set(env, {"DDPRUN_SLURM_PORT"}); !fixed.first.empty()) {
-    const auto v = to_unsigned(fixed.second);
+    const auto v = parse_int<unsigned long long>(fixed.second);
     if (!v || *v == 0 || *v > 65535) {
       throw UsageError(
           fmt::format("DDPRUN_SLURM_PORT='{}': expected a port in [1, 65535]", fixed.second));
@@ -225,7 +215,7 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
     }
   } else if (backend.empty() || backend == "c10d") {
     fill("rdzv_backend", "--rdzv-backend", "c10d");
-    fill("rdzv_endpoint", "--rdzv-endpoint", fmt::format("{}:{}", first_host, port));
+    fill("rdzv_endpoint", "--rdzv-endpoint", store::format_host_port(first_host, port));
   }
   fill("rdzv_id", "--rdzv-id", fmt::format("slurm-{}.{}", job_id, step_id));
   if (fill("nproc_per_node", "--nproc-per-node", std::to_string(gpus > 0 ? gpus : 1)) &&

@@ -17,6 +17,7 @@
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/supervisor.h"
+#include "store/host_port.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -258,7 +259,7 @@ SshPlan make_ssh_plan(const LaunchConfig& config, const std::map<std::string, st
   }
   if (o.given.count("rdzv_backend") == 0) job.options.emplace_back("--rdzv-backend=c10d");
   if (o.given.count("rdzv_endpoint") == 0) {
-    plan.endpoint = fmt::format("{}:{}", host_address(hosts.front().name), kSshRendezvousPort);
+    plan.endpoint = store::format_host_port(host_address(hosts.front().name), kSshRendezvousPort);
     job.options.push_back("--rdzv-endpoint=" + plan.endpoint);
   }
   if (o.given.count("rdzv_id") == 0) {

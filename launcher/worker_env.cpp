@@ -1,20 +1,10 @@
 // worker_env.cpp: the worker environment and command line (see worker_env.h).
 #include "launcher/worker_env.h"
 
+#include "base/text.h"
+
 namespace ddprun::launcher {
 namespace {
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::string::size_type start = 0;
-  while (start <= s.size()) {
-    auto end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
 
 // --run-path: the script runs through runpy.run_path as __main__, as torchrun's
 // run_script_path does, and an uncaught exception lands in TORCHELASTIC_ERROR_FILE as
@@ -88,7 +78,7 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const
     if (cvd == agent_env.end()) {
       env["CUDA_VISIBLE_DEVICES"] = std::to_string(local_rank);
     } else {
-      const auto devices = split_commas(cvd->second);
+      const auto devices = split(cvd->second, ',');
       if (local_rank < static_cast<int>(devices.size())) {
         env["CUDA_VISIBLE_DEVICES"] = devices[local_rank];
       }

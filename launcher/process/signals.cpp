@@ -12,6 +12,8 @@
 #include <system_error>
 #include <utility>
 
+#include "base/text.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -44,12 +46,6 @@ std::string upper(std::string_view text) {
   return out;
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
 void block_signals(const std::vector<int>& signals) {
@@ -79,10 +75,9 @@ int signal_from_name(std::string_view name) {
   };
   if (text.empty()) throw unknown();
   if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    if (text.size() > 3) throw unknown();
-    int n = std::stoi(std::string(text));
-    if (n < 1 || n >= NSIG) throw unknown();
-    return n;
+    const auto n = text.size() <= 3 ? parse_int<int>(text) : std::nullopt;
+    if (!n || *n < 1 || *n >= NSIG) throw unknown();
+    return *n;
   }
   std::string up = upper(text);
   std::string_view bare = up;
@@ -95,15 +90,12 @@ int signal_from_name(std::string_view name) {
 
 std::vector<int> parse_signal_list(std::string_view list) {
   std::vector<int> out;
-  while (true) {
-    size_t comma = list.find(',');
-    int s = signal_from_name(list.substr(0, comma));
+  for (const auto& name : split(list, ',')) {
+    const int s = signal_from_name(name);
     if (s == SIGKILL || s == SIGSTOP) {
       throw std::invalid_argument(signal_name(s) + " cannot be handled");
     }
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
   }
   return out;
 }

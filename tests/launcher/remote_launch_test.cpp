@@ -198,6 +198,15 @@ TEST_CASE("the plan: the user's options pass through and the job's are appended"
     CHECK(p.job.remote_ddprun == "/x/ddprun");
     CHECK(p.endpoint.empty());
   }
+  SECTION("an IPv6 first host keeps its brackets in the rendezvous endpoint") {
+    // The hostfile refuses ':' in names, but the plan formats through store/host_port.h
+    // so that a v6 literal reaching it would still give a usable endpoint.
+    HostEntry v6;
+    v6.name = "me@fd00::2";
+    const LaunchConfig c = parse({"--hosts", "a,b:3,c", "train.py"});
+    const SshPlan p = make_ssh_plan(c, facts.env, {v6}, "/d", "/w", "r");
+    CHECK(p.endpoint == "[fd00::2]:29400");
+  }
   SECTION("--nnodes against the host count") {
     const LaunchConfig c = parse({"--hosts", "a,b:3,c", "--nnodes", "4", "train.py"});
     CHECK(usage_error_text([&] { make_ssh_plan(c, facts.env, hosts, "/d", "/w", "r"); }) ==
