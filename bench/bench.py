@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 PY = "/usr/bin/python3"  # Debian's interpreter with python3-torch (1.13)
-# Debian 13's python3-torch 2.6 (built without libuv), in the chroot of scripts/torch26-chroot.
+# Debian 13's python3-torch 2.6 (built without libuv), in the chroot of scripts/torch-chroot trixie.
 PY26 = str(ROOT / "scripts" / "python-torch26")
 
 
@@ -245,7 +245,7 @@ def make_servers(bins, tmp):
         out["pytorch-2.6"] = (Server("pytorch-2.6", [PY26, str(BENCH / "pytorch_store.py")],
                                      read_line_port(r"^(\d+)$", 120), tmp), ["modern"])
     else:
-        out["pytorch-2.6"] = ("skipped: no PyTorch 2.6 chroot (scripts/torch26-chroot)",
+        out["pytorch-2.6"] = ("skipped: no PyTorch 2.6 chroot (scripts/torch-chroot trixie)",
                               ["modern"])
     if shutil.which("redis-server"):
         port = free_port()
@@ -373,7 +373,7 @@ def launchers(bins):
     if has_torch(PY26):
         out["torchrun-2.6"] = [PY26, str(BENCH / "torchrun26.py")]
     else:
-        out["torchrun-2.6"] = "skipped: no PyTorch 2.6 chroot (scripts/torch26-chroot)"
+        out["torchrun-2.6"] = "skipped: no PyTorch 2.6 chroot (scripts/torch-chroot trixie)"
     return out
 
 
@@ -762,7 +762,7 @@ def report(results, cfg, m):
     out("Servers: `ddprun-store` driven in both dialects; `pytorch-1.13` is the TCPStore server "
         "inside Debian 12's torch 1.13 (legacy dialect only); `pytorch-2.6` is the one inside "
         "Debian 13's torch 2.6 (`bench/pytorch_store.py` in the chroot of "
-        "`scripts/torch26-chroot`): its non-libuv server, since that build has no libuv, driven "
+        "`scripts/torch-chroot trixie`): its non-libuv server, since that build has no libuv, driven "
         "with the 2.2+ dialect.\n")
     out("On a machine with few cores the single-threaded servers and the load generator share "
         "the CPUs, so ops/s is capped by the client as much as by the server; **server CPU per "
@@ -826,7 +826,7 @@ def report(results, cfg, m):
         "(`/usr/bin/python3 -m torch.distributed.run` through `bench/torchrun_py311.py`, which "
         "only repairs the Python 3.11 `Std.from_str` crash so that torchrun keeps its default "
         "`-r 0 -t 0`), with `--monitor_interval=0.1` (the newest default). torchrun 2.6 is "
-        "Debian 13's (Python 3.13, in the chroot of `scripts/torch26-chroot`, through "
+        "Debian 13's (Python 3.13, in the chroot of `scripts/torch-chroot trixie`, through "
         "`bench/torchrun26.py`, which only makes TCPStore default to `use_libuv=False`, since "
         "that build has no libuv); its times include entering the chroot (`chroot` + `sh`, "
         "about a millisecond). The floor is "
@@ -881,7 +881,7 @@ def report(results, cfg, m):
         "bench/run --quick    # under 3 minutes: fewer connection counts and repetitions\n```\n")
     out("`bench/run` installs what is missing from Debian (the build dependencies via "
         "scripts/install-deps, python3-torch, redis-server) and, as root, the PyTorch 2.6 chroot "
-        "(scripts/torch26-chroot), builds Release into build/bench, "
+        "(scripts/torch-chroot trixie), builds Release into build/bench, "
         "raises RLIMIT_NOFILE to the hard limit, runs `bench/bench.py` and rewrites this file. "
         "Raw results: build/bench/results.json. The store benchmark alone: "
         "`build/bench/bench/ddprun-loadgen --help`.")

@@ -106,7 +106,7 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
                       "SLURM_NNODES: give --nnodes, or --no-slurm",
                       job_id, step_id));
     }
-  } else if (const auto v = to_unsigned(nnodes_var.second); v) {
+  } else if (const auto v = parse_int<unsigned long long>(nnodes_var.second); v) {
     nnodes = *v;
   } else if (has("nnodes")) {
     warnings.push_back(unused_because(
@@ -124,7 +124,7 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
         per_node.first.empty() ? "" : fmt::format(", {}={}", per_node.first, per_node.second)));
   }
   const auto node_id_var = first_set(env, {"SLURM_NODEID"});
-  const auto node_id = to_unsigned(node_id_var.second);
+  const auto node_id = parse_int<unsigned long long>(node_id_var.second);
   if (!node_id || (nnodes && *node_id >= *nnodes)) {
     const std::string fault =
         node_id_var.first.empty()

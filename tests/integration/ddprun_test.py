@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Black-box tests of the built `ddprun` on one node, with real processes, real signals and
-the real PyTorch (1.13 on Debian 12; 2.6 in a Debian 13 chroot, through
-scripts/python-torch26: ctest's integration26.* run the same tests with that interpreter).
+the real PyTorch (1.13 on Debian 12; 2.6 and 2.14 in Debian chroots, through
+scripts/python-torch26 and scripts/python-torch214: ctest's integration26.* and
+integration214.* run the every-tier tests with those interpreters).
 
     ddprun_test.py <path to ddprun> <test name>     (ctest runs one test per process)
-    ddprun_test.py <path to ddprun> --list
-    ddprun_test.py <path to ddprun> --registered <names...>   (checks the ctest list)
+    ddprun_test.py - --list                        (CMake registers the tests from it)
 
 Workers run under PYTHON_EXEC=$DDPRUN_TEST_PYTHON. Tests that need torch exit 77 (ctest's
 SKIP_RETURN_CODE) when that interpreter has no torch. The harness (registry, check/poll,
@@ -109,12 +109,12 @@ def ddp_job(job, nproc):
     check("OMP_NUM_THREADS" in err, "torchrun's OMP_NUM_THREADS notice missing", err)
 
 
-@test(needs_torch=True)
+@test(every_tier=True)
 def ddp_two_workers(job):
     ddp_job(job, 2)
 
 
-@test(needs_torch=True)
+@test(every_tier=True)
 def ddp_four_workers(job):
     ddp_job(job, 4)
 
@@ -128,7 +128,7 @@ def legacy_local_rank(job):
         check(f"local_rank={r} rank={r} same_as_rank0=True" in out, f"rank {r} line", out, err)
 
 
-@test(needs_torch=True)
+@test(every_tier=True)
 def restart_resets_store(job):
     rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=1",
                             os.path.join(WORKERS, "store_restart.py"), job.out], timeout=180)
@@ -142,7 +142,7 @@ def restart_resets_store(job):
         check(text == "stale= same_grad=True", f"rank {r} saw '{text}'")
 
 
-@test(needs_torch=True)
+@test(every_tier=True)
 def failure_report_with_traceback(job):
     rc, out, err = job.run(["--nproc-per-node=2", os.path.join(EXAMPLES, "failing_worker.py"),
                             "--fail-rank", "1"])
@@ -160,7 +160,7 @@ def failure_report_with_traceback(job):
     check("=" * 60 in lines, "border", err)
 
 
-@test(needs_torch=True)
+@test(every_tier=True)
 def torchrun_environment(job):
     """Debian's own torchrun of PYTHON's PyTorch (1.13, or 2.6 through bench/torchrun26.py)
     and ddprun start the probe with the same flags: ddprun sets every variable torchrun
@@ -720,7 +720,7 @@ def read_time(path):
     return float(read_text(path) or "nan")
 
 
-@test(needs_torch=True)
+@test(every_tier=True)
 def stall_watchdog_reports_stacks(job):
     """PET_STALL_TIMEOUT=3, a gloo job (workers/stall.py) whose ranks first compute for twice
     the timeout without printing (no false alarm), then rank 1 sleeps forever in its
@@ -768,7 +768,7 @@ def stall_watchdog_reports_stacks(job):
         check(os.path.exists(os.path.join(job.out, f"start.1.{r}")), f"rank {r} attempt 1", err)
 
 
-@test(needs_torch=True)
+@test(every_tier=True)
 def file_timer_kills_expired_scope(job):
     """TORCHELASTIC_ENABLE_FILE_TIMER=1 with the worker PyTorch's own FileTimerClient
     (workers/file_timer.py): the expired scope's worker gets the signal its client asked

@@ -4,7 +4,7 @@ loopback (tests/support/etcd_cluster.py) and real PyTorch gloo workers (the mult
 suite's agents and worker, each agent on its own 127.0.0.<n>).
 
     etcd_test.py <path to ddprun> <test name>     (ctest runs one test per process)
-    etcd_test.py <path to ddprun> --list
+    etcd_test.py - --list                 (CMake registers the tests from it)
 
 The torch tests exit 77 (skipped) when $DDPRUN_TEST_PYTHON lacks torch; the bad-input test
 needs neither torch nor etcd. Waits are polls with generous deadlines.
@@ -19,8 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
+from cluster import Cluster  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
-from multinode_test import Cluster  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
 test = suite.test
@@ -104,7 +104,7 @@ def tls_refusals(c, etcd):
     return wait
 
 
-@test
+@test(every_tier=True)
 def etcd_tls_four_nodes_leader_killed(c):
     """4 agents, --nnodes=4 with --node-rank honoured, through a TLS etcd (https client
     URLs, --client-cert-auth; certificates made with openssl in the test's directory;

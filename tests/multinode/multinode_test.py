@@ -3,7 +3,7 @@
 with its own loopback address (--local-addr 127.0.0.<n>), real PyTorch gloo workers.
 
     multinode_test.py <path to ddprun> <test name>     (ctest runs one test per process)
-    multinode_test.py <path to ddprun> --list
+    multinode_test.py - --list                 (CMake registers the tests from it)
 
 Workers run under PYTHON_EXEC=$DDPRUN_TEST_PYTHON; every test needs torch and exits 77
 (ctest's SKIP_RETURN_CODE) when that interpreter lacks it. Waits are polls with generous
@@ -21,62 +21,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
-from blackbox import Failed, Skip, check, poll  # noqa: E402
+from blackbox import check, poll  # noqa: E402
+from cluster import Cluster  # noqa: E402
 from netns import Netns, netns_or_skip  # noqa: E402
 
-WORKER = os.path.join(HERE, "workers", "mn_worker.py")
 suite = blackbox.Suite(__doc__, needs_torch=True)
 test = suite.test
 # Short intervals keep the elastic tests fast; a 5 s heartbeat threshold stays generous
 # for agents starved by torch imports on a loaded 2-core ASan machine.
 FAST = "keep_alive_interval=1,keep_alive_max_attempt=5,last_call_timeout=1.5,join_timeout=60"
-
-
-class Agent:
-    def __init__(self, cluster, name, args, worker_args, prefix=(), gloo_ifname=True):
-        self.name = name
-        self.out = os.path.join(cluster.dir, name)
-        os.makedirs(self.out, exist_ok=True)
-        self.log = os.path.join(cluster.dir, name + ".log")
-        # The output directory goes by environment: every node runs the same command.
-        env = blackbox.job_environment(drop=(*blackbox.LAUNCHER_VARIABLES, "MASTER_"),
-                                       TMPDIR=cluster.dir, MN_OUT=self.out)
-        if prefix and gloo_ifname:
-            env["GLOO_SOCKET_IFNAME"] = "mn0"  # gloo would resolve the host name otherwise
-        self.proc = cluster.start_process([*prefix, cluster.ddprun, *args, WORKER, *worker_args],
-                                          env, log=self.log, new_session=True)
-
-    def records(self):
-        return blackbox.json_records(self.out)
-
-    def text(self):
-        return blackbox.read_text(self.log)
-
-    def wait(self, timeout):
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise Failed(f"{self.name} still running after {timeout} s\n--- {self.text()}")
-
-    def kill(self, sig=signal.SIGKILL):
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-class Cluster(blackbox.Workspace):
-    def __init__(self, ddprun):
-        super().__init__(ddprun, "ddprun_mn_")
-        self.agents = []
-
-    def start(self, name, args, worker_args=(), prefix=(), gloo_ifname=True):
-        a = Agent(self, name, args, list(worker_args), prefix, gloo_ifname)
-        self.agents.append(a)
-        return a
-
-    def logs(self):
-        return "\n".join(f"=== {a.name} (rc {a.proc.poll()})\n{a.text()}" for a in self.agents)
 
 
 def c10d_args(i, port, nnodes, run_id, extra=(), conf=FAST):
@@ -85,7 +38,7 @@ def c10d_args(i, port, nnodes, run_id, extra=(), conf=FAST):
             f"--local-addr=127.0.0.{i + 1}", f"--rdzv-conf={conf}", *extra]
 
 
-@test
+@test(every_tier=True)
 def c10d_four_nodes_node_rank(c):
     """The seed's node1.sh..node4.sh: c10d, 4 nodes x 1 proc, --node-rank honoured."""
     port = c.reserve_port()
@@ -120,7 +73,7 @@ def c10d_copied_node_rank_zero(c):
               f"{a.name}: one warning", a.text())
 
 
-@test
+@test(every_tier=True)
 def static_two_nodes_two_procs(c):
     port = c.reserve_port()
     agents = []
@@ -161,7 +114,7 @@ def static_one_port_and_a_restart(c):
             check(r["allreduce_ok"] and r["WORLD_SIZE"] == "2", "layout", r)
 
 
-@test
+@test(every_tier=True)
 def elastic_three_nodes_of_2_to_4(c):
     port = c.reserve_port()
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:4", "elastic3")) for i in range(3)]
@@ -192,7 +145,7 @@ def late_node_joins_running_job(c):
           c.logs())
 
 
-@test
+@test(every_tier=True)
 def node_killed_mid_run(c):
     """2:3 with three nodes; one agent is SIGKILLed; the survivors re-rendezvous into a
     world of 2 and finish."""

@@ -5,7 +5,7 @@ hostname and address (tests/support/netns.py), names resolved through one test h
 file; real PyTorch gloo workers (tests/multinode/workers/mn_worker.py).
 
     slurm_test.py <path to ddprun> <test name>     (ctest runs one test per process)
-    slurm_test.py <path to ddprun> --list
+    slurm_test.py - --list                 (CMake registers the tests from it)
 
 Everything (slurm.conf, munge key and socket, spool and state directories, pid files,
 logs) lives in the test's temporary directory; munged and the Slurm daemons are started

@@ -3,7 +3,7 @@
 over the system's OpenSSH client, with real sshd servers and real PyTorch gloo workers.
 
     ssh_test.py <path to ddprun> <test name>     (ctest runs one test per process)
-    ssh_test.py <path to ddprun> --list
+    ssh_test.py - --list                 (CMake registers the tests from it)
 
 Each test host is a network namespace (tests/support/netns.py) running its own
 /usr/sbin/sshd with a configuration, host key, client key and authorized_keys generated in

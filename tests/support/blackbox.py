@@ -8,12 +8,13 @@ A suite script builds a Suite, registers its test functions with suite.test and 
 `sys.exit(suite.main(sys.argv, Workspace-class))`; ctest runs one test per process:
 
     <suite>.py <path to ddprun> <test name>
-    <suite>.py <path to ddprun> --list
-    <suite>.py <path to ddprun> --registered <names...>   (checks ctest's list)
+    <suite>.py - --list         (one line per test: NAME KIND; CMake registers from it)
 
-The interpreter for workers and clients is $DDPRUN_TEST_PYTHON (PYTHON_EXEC of the jobs):
-Debian 12's /usr/bin/python3 with PyTorch 1.13, or scripts/python-torch26 for the 2.6
-tier. A test that needs torch exits 77 (ctest's SKIP_RETURN_CODE) when it has none.
+KIND is `plain` (needs no torch), `torch` (the 1.13 tier only) or `tiers` (torch, run on
+every PyTorch tier: 1.13, 2.6 and 2.14). The interpreter for workers and clients is
+$DDPRUN_TEST_PYTHON (PYTHON_EXEC of the jobs): Debian 12's /usr/bin/python3 with PyTorch
+1.13, or scripts/python-torch26 / scripts/python-torch214 for the newer tiers. A test
+that needs torch exits 77 (ctest's SKIP_RETURN_CODE) when it has none.
 Every wait is a poll with a generous deadline, never a fixed sleep that a slow 2-core
 machine could outrun.
 """
@@ -190,32 +191,29 @@ class Suite:
         self.needs_torch = needs_torch  # the default of the suite's tests
         self.tests = {}
 
-    def test(self, fn=None, *, needs_torch=None):
-        """Registers a test function fn(workspace): `@suite.test` or
-        `@suite.test(needs_torch=True)`."""
+    def test(self, fn=None, *, needs_torch=None, every_tier=False):
+        """Registers a test function fn(workspace): `@suite.test`,
+        `@suite.test(needs_torch=True)`, or `@suite.test(every_tier=True)` for a torch
+        test that also runs with PyTorch 2.6 and 2.14."""
         def register(f):
-            self.tests[f.__name__] = (f, self.needs_torch if needs_torch is None else needs_torch)
+            torch = every_tier or (self.needs_torch if needs_torch is None else needs_torch)
+            self.tests[f.__name__] = (f, torch, every_tier)
             return f
         return register(fn) if fn is not None else register
 
     def main(self, argv, make_workspace):
-        if len(argv) >= 3 and argv[2] == "--registered":
-            # The suite's CMakeLists.txt lists the tests by name: none may be forgotten.
-            missing = sorted(set(self.tests) - set(argv[3:]))
-            unknown = sorted(set(argv[3:]) - set(self.tests))
-            print(f"not registered with ctest: {missing}; unknown: {unknown}")
-            return 1 if missing or unknown else 0
         if len(argv) != 3:
             print(self.doc)
             return 2
         ddprun, name = argv[1], argv[2]
         if name == "--list":
-            print("\n".join(self.tests))
+            for test, (_, torch, every_tier) in self.tests.items():
+                print(test, "tiers" if every_tier else "torch" if torch else "plain")
             return 0
         if name not in self.tests:
             print(f"no test named {name!r}; --list lists them")
             return 2
-        fn, needs_torch = self.tests[name]
+        fn, needs_torch, _ = self.tests[name]
         if needs_torch and torch_version() is None:
             print(f"SKIP {name}: no torch in {PYTHON}")
             return SKIP

@@ -1,4 +1,4 @@
-"""Every Store method of the PyTorch under test (1.13, or 2.6 in its chroot) against
+"""Every Store method of the PyTorch under test (1.13, or 2.6 or 2.14 in their chroots) against
 ddprun-store: the client half (tcpstore_api_client.py) runs under $DDPRUN_TEST_PYTHON,
 this half runs ddprun-store on the host and inspects it afterwards with the CLI.
 Usage: tcpstore_api_test.py PATH/TO/ddprun-store   (exit 77 = skipped: no torch there)"""
@@ -21,7 +21,7 @@ def main(binary):
         p = subprocess.run([PYTHON, CLIENT, str(store.port)], capture_output=True, text=True,
                            timeout=180)
         print(p.stdout + p.stderr, end="")
-        if p.returncode == SKIP or (p.returncode == 127 and "python-torch26" in p.stderr):
+        if p.returncode == SKIP or (p.returncode == 127 and "in-chroot" in p.stderr):
             print(f"SKIP: no torch in {PYTHON}")
             return SKIP
         if p.returncode != 0:
