@@ -8,7 +8,7 @@
 
 #include "base/text.h"
 #include "launcher/slurm_hostlist.h"
-#include "store/host_port.h"
+#include "store/core/host_port.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -17,7 +17,7 @@
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/supervisor.h"
-#include "store/host_port.h"
+#include "store/core/host_port.h"
 
 namespace ddprun::launcher {
 namespace {
