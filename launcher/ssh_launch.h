@@ -33,11 +33,14 @@ inline constexpr int kSshRendezvousPort = 29400;
 
 // Builds the plan from the parsed command line and the (filtered) host list. `env`: this
 // process's environment; `self`: this ddprun's absolute path; `run_id`: the generated
-// run id used when the user gave none. Throws UsageError (--nnodes against the host
-// count, --env, --ssh-command).
+// run id used when the user gave none; `first_address`: the address of the first host
+// for the endpoint (what ssh connects to: ssh_config.h), "" for its name as written.
+// When the launcher chooses the endpoint, the first host's agent is told it hosts the
+// rendezvous. Throws UsageError (--nnodes against the host count, --env, --ssh-command).
 SshPlan make_ssh_plan(const LaunchConfig& config, const std::map<std::string, std::string>& env,
                       const std::vector<HostEntry>& hosts, const std::string& self,
-                      const std::string& cwd, const std::string& run_id);
+                      const std::string& cwd, const std::string& run_id,
+                      const std::string& first_address = "");
 
 // Runs the whole multi-host job; returns the exit status (0 every host succeeded, 1 a
 // failure or a stop by signal, 2 bad usage, e.g. an unreadable hostfile). Never throws.

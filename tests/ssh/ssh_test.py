@@ -45,12 +45,15 @@ class SshHosts(blackbox.Workspace):
         self.out = os.path.join(self.dir, "out")
         os.makedirs(self.out)
 
-    def start_hosts(self, n, with_sshd=None):
-        """n namespaces; sshd in those listed in with_sshd (default: all)."""
+    def start_hosts(self, n, with_sshd=None, listen=None, setup=None):
+        """n namespaces; sshd in those listed in with_sshd (default: all), on each host's
+        address and listen[i] when given; setup(net) runs before the sshds start."""
         for tool in (SSHD, "ssh", "ssh-keygen"):
             if shutil.which(tool) is None:
                 raise Skip(f"{tool} is not installed")
         self.net = netns_or_skip(n)
+        if setup:
+            setup(self.net)
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
         key = os.path.join(self.dir, "client_key")
         hostkey = os.path.join(self.dir, "host_key")
@@ -64,7 +67,8 @@ class SshHosts(blackbox.Workspace):
         for i in range(n) if with_sshd is None else with_sshd:
             conf = os.path.join(self.dir, f"sshd_{i}.conf")
             with open(conf, "w") as f:
-                f.write(f"Port 22\nListenAddress {Netns.addr(i)}\nHostKey {hostkey}\n"
+                extra = f"ListenAddress {listen[i]}\n" if listen and i in listen else ""
+                f.write(f"Port 22\nListenAddress {Netns.addr(i)}\n{extra}HostKey {hostkey}\n"
                         f"AuthorizedKeysFile {self.dir}/authorized_keys\n"
                         "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
                         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
@@ -356,6 +360,73 @@ def killed_agent_named(c):
                     r"was fine\)$", t, re.M), "the agent's death, in one line", t)
     check("ssh failed" not in t, "not an ssh failure", t)
     poll(lambda: not c.leftovers(), 30, "no process left on any host", c.leftovers, c.text)
+
+
+def agent_argvs(c):
+    """The argv of every ddprun agent started over ssh (orphan guards included)."""
+    out = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(d + "/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if argv and argv[0] == c.ddprun and "--exit-on-stdin-eof" in argv:
+            out.append(argv)
+    return out
+
+
+@test(needs_torch=False)
+def ssh_alias_hosts(c):
+    """Host names that are ssh-config aliases (Host gpuN / HostName ADDRESS, in no
+    resolver): the job runs, its endpoint is the address ssh connects to, and only the
+    first host's agent is told it hosts the rendezvous (no agent waits join_timeout)."""
+    c.start_hosts(3)
+    config = os.path.join(c.dir, "ssh_config")
+    with open(config, "w") as f:
+        for i in range(3):
+            f.write(f"Host gpu{i}\n  HostName {c.host(i)}\n")
+    c.ssh_command += f" -F {config}"
+    go = os.path.join(c.out, "go")
+    worker = shell_worker(f"while [ ! -e {go} ]; do sleep 0.2; done")
+    p = c.launch(["--hosts", "gpu0,gpu1,gpu2", f"--rdzv-conf={FAST}"], program=worker)
+    poll(lambda: ranks_started(c) == [0, 1, 2], 60, "three workers running (no agent waits)",
+         c.text)
+    told = sorted(next(a for a in argv if a.startswith("--node-rank="))
+                  for argv in agent_argvs(c) if "--rdzv-is-host" in argv)
+    check(set(told) == {"--node-rank=0"}, f"only node 0 is told it hosts: {told}",
+          agent_argvs(c))
+    endpoints = {a for argv in agent_argvs(c) for a in argv if a.startswith("--rdzv-endpoint")}
+    check(endpoints == {f"--rdzv-endpoint={c.host(0)}:29400"},
+          f"the endpoint is gpu0's address: {endpoints}")
+    with open(go, "w"):
+        pass
+    check(c.wait(p, 60) == 0, "the job succeeds", c.text())
+    poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
+
+
+# An address that reaches host 0 without being one of its interfaces' (as a public or NAT
+# address of a cloud machine): host 0 takes the whole range as local (AnyIP route), the
+# other hosts route it to host 0.
+OUTSIDE = "10.213.1.5"
+
+
+@test(needs_torch=False)
+def first_host_address_not_its_own(c):
+    """The first host's name resolves to an address that reaches it but is none of its
+    interfaces' (OUTSIDE): its agent cannot tell from addresses that it hosts the
+    rendezvous; the launcher tells it, and the job runs instead of every agent retrying
+    'Connection refused' until join_timeout."""
+    def routes(net):
+        net._in(net.nodes[0], "ip", "route", "add", "local", "10.213.1.0/24", "dev", "lo")
+        for ns in net.nodes[1:]:
+            net._in(ns, "ip", "route", "add", "10.213.1.0/24", "via", Netns.addr(0))
+    c.start_hosts(3, listen={0: OUTSIDE}, setup=routes)
+    p = c.launch(["--hosts", f"{OUTSIDE},{c.host(1)},{c.host(2)}", f"--rdzv-conf={FAST}"],
+                 program=shell_worker(""))
+    check(c.wait(p, 60) == 0, "the job succeeds", c.text())
+    check(ranks_started(c) == [0, 1, 2], "three ranks", c.text())
+    poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
 
 
 @test(needs_torch=False)
