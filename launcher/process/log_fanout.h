@@ -48,8 +48,9 @@ struct StreamSpec {
 // (unpark): then the line in progress is cut, i.e. a newline goes to the console, the
 // waiting lines follow, and the rest of the cut line later starts a new console line
 // under the same prefix. Likewise a stream that ends in an unterminated line is followed
-// by a newline only if another stream writes to the console after it. Only these two
-// newlines are ever added; each tells one worker's bytes from another's.
+// by a newline only if another stream writes to the console after it, and so is a
+// piece ended by a lone '\r' (a progress bar's segment: the console is still on its
+// line). Only these newlines are ever added; each tells one worker's bytes from another's.
 class ConsoleWriter {
  public:
   // Above this many queued bytes the supervisor stops reading console-bound worker pipes,
@@ -128,6 +129,7 @@ class ConsoleWriter {
   std::uint64_t owner_ = 0;         // the stream whose line holds the console, or 0
   std::uint64_t mid_line_ = 0;      // the stream whose bytes end the console mid-line
   bool mid_line_closed_ = false;    // ... and that stream has ended
+  std::uint64_t after_cr_ = 0;      // the stream whose last piece ended with a lone '\r', or 0
   std::vector<std::uint64_t> cut_;  // open streams whose line in progress was cut
   std::deque<Waiting> waiting_;
   std::size_t waiting_bytes_ = 0;

@@ -429,6 +429,43 @@ def first_host_address_not_its_own(c):
     poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
 
 
+# A tqdm-like progress bar ("\r" then the bar, no newline until the end) with plain log
+# lines between, all on stderr as tqdm and Python's logging write them; each printf is a
+# write of its own.
+PROGRESS = ('i=0; while [ $i -lt 600 ]; do printf "\\r%3d%%|####| $i/600" $((i / 6)) >&2; '
+            'i=$((i + 1)); [ $((i % 25)) = 0 ] && printf "\\nepoch line $i\\n" >&2; '
+            '[ $((i % 5)) = 0 ] && sleep 0.01; done; printf "\\n" >&2')
+
+
+@test(needs_torch=False)
+def progress_bars_keep_host_prefixes(c):
+    """Two hosts printing \\r progress segments and plain lines at once: on the merged
+    console every line, and every \\r segment within it, starts with its host's prefix,
+    and no line holds segments of two hosts (a segment ended by \\r is not glued to the
+    other host's next line)."""
+    c.start_hosts(2)
+    p = c.launch(["--hosts", hosts_arg(c, 2), f"--rdzv-conf={FAST}"],
+                 program=shell_worker(PROGRESS))
+    check(c.wait(p, 120) == 0, "the job succeeds", c.text())
+    with open(c.log, "rb") as f:
+        raw = f.read().decode(errors="replace")
+    prefixes = [f"[{c.host(i)}]:" for i in range(2)]
+    bad = []
+    lines = raw.split("\n")
+    for line in lines[:-1]:
+        segments = [seg for seg in line.split("\r") if seg]
+        owners = {next((p for p in prefixes if seg.startswith(p)), None) for seg in segments}
+        if line.startswith("ddprun"):
+            continue  # the launcher's own lines
+        if None in owners or len(owners) != 1:
+            bad.append(repr(line[:200]))
+    print(f"{len(lines)} console lines, {len(bad)} mixed or unprefixed")
+    check(not bad, f"{len(bad)} lines mixed or unprefixed:\n" + "\n".join(bad[:10]))
+    for i in range(2):
+        check(raw.count(f"[{c.host(i)}]:epoch line ") == 24, f"host {i}: every plain line",
+              raw[-2000:])
+
+
 @test(needs_torch=False)
 def empty_host_list_refused(c):
     """`--hosts ''` and `--hostfile ''` (an unset $HOSTFILE) are usage errors in one line
