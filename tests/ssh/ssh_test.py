@@ -429,18 +429,20 @@ def first_host_address_not_its_own(c):
     poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
 
 
-# A tqdm-like progress bar ("\r" then the bar, no newline until the end) with plain log
-# lines between, all on stderr as tqdm and Python's logging write them; each printf is a
-# write of its own.
+# A tqdm-like progress bar on stderr ("\r" then the bar, no newline until the end) with
+# plain lines between, on stderr (Python's logging) and on stdout (print); each printf is
+# a write of its own.
 PROGRESS = ('i=0; while [ $i -lt 600 ]; do printf "\\r%3d%%|####| $i/600" $((i / 6)) >&2; '
             'i=$((i + 1)); [ $((i % 25)) = 0 ] && printf "\\nepoch line $i\\n" >&2; '
+            '[ $((i % 25)) = 12 ] && echo "print line $i"; '
             '[ $((i % 5)) = 0 ] && sleep 0.01; done; printf "\\n" >&2')
 
 
 @test(needs_torch=False)
 def progress_bars_keep_host_prefixes(c):
-    """Two hosts printing \\r progress segments and plain lines at once: on the merged
-    console every line, and every \\r segment within it, starts with its host's prefix,
+    """Two hosts printing \\r progress segments and plain lines at once (stderr and
+    stdout, to one merged console): every line, and every \\r segment within it, starts
+    with its host's prefix,
     and no line holds segments of two hosts (a segment ended by \\r is not glued to the
     other host's next line)."""
     c.start_hosts(2)
@@ -462,7 +464,9 @@ def progress_bars_keep_host_prefixes(c):
     print(f"{len(lines)} console lines, {len(bad)} mixed or unprefixed")
     check(not bad, f"{len(bad)} lines mixed or unprefixed:\n" + "\n".join(bad[:10]))
     for i in range(2):
-        check(raw.count(f"[{c.host(i)}]:epoch line ") == 24, f"host {i}: every plain line",
+        check(raw.count(f"[{c.host(i)}]:epoch line ") == 24, f"host {i}: every stderr line",
+              raw[-2000:])
+        check(raw.count(f"[{c.host(i)}]:print line ") == 24, f"host {i}: every stdout line",
               raw[-2000:])
 
 

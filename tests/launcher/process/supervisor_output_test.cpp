@@ -483,3 +483,27 @@ TEST_CASE("console: a piece ended by a lone \\r is not glued to another stream's
   CHECK(slurp(path) ==
         "[a]:\r[a]: 10%\r\n[b]:epoch 1\n[a]: 20%\r[a]: 30%\r\n[b]:25%\r\n[a]:done\n[b]:tail\n");
 }
+
+TEST_CASE("console: stdout and stderr on one file share the line after a lone \\r",
+          "[supervisor]") {
+  TempDir dir;
+  const std::string path = dir.str() + "/console";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  {
+    ConsoleWriter out(fd);  // as `ddprun ... >log 2>&1`: both consoles are one file
+    ConsoleWriter err(fd);
+    out.share_line_with(err);
+    const auto bar = err.open_stream();
+    const auto print = out.open_stream();
+    err.write_line(bar, "[h1]:", Line{" 10%", "\r", false});
+    out.write_line(print, "[h2]:", Line{"print", "\n", false});  // after h1's bar: newline
+    err.write_line(bar, "[h1]:", Line{" 20%", "\r", false});
+    err.write_line(bar, "[h1]:", Line{" 30%", "\r", false});  // its own writer and stream
+    out.write_line(print, "[h2]:", Line{"more", "\n", false});
+    out.close_stream(print);
+    err.close_stream(bar);
+  }
+  ::close(fd);
+  CHECK(slurp(path) == "[h1]: 10%\r\n[h2]:print\n[h1]: 20%\r[h1]: 30%\r\n[h2]:more\n");
+}
