@@ -316,7 +316,8 @@ def remote_agent_of(c, i):
 def lost_ssh_ends_the_job(c):
     """kill -9 of the launcher's ssh client for one host of a fixed 3-node job (a plain host,
     then the rendezvous host) ends the job within seconds, naming the host, and leaves no
-    process on any host: a lost host cannot be waited for."""
+    process on any host: a lost host cannot be waited for. In an elastic job (--nnodes 2:3)
+    the two hosts left finish it."""
     c.start_hosts(3)
     worker = shell_worker("while :; do sleep 0.2; done")
     for victim in (1, 0):
@@ -338,6 +339,22 @@ def lost_ssh_ends_the_job(c):
                         t, re.M), "the host named, in one line", t)
         poll(lambda: not c.leftovers(), 30, f"host {victim}: no process left on any host",
              c.leftovers, c.text)
+
+    # Elastic (--nnodes 2:3): the job shrinks to the two hosts left and finishes there.
+    for f in os.listdir(c.out):
+        os.unlink(os.path.join(c.out, f))
+    elastic = shell_worker('[ "$WORLD_SIZE" = 2 ] && exit 0; while :; do sleep 0.2; done')
+    p = c.launch(["--hosts", hosts_arg(c, 3), "--nnodes", "2:3", "--max-restarts", "1",
+                  f"--rdzv-conf={FAST}", "--shutdown-timeout", "2"], log="elastic.log",
+                 program=elastic)
+    poll(lambda: ranks_started(c) == [0, 1, 2], 120, "elastic: three workers running", c.text)
+    os.kill(ssh_client_of(c, p, 2), signal.SIGKILL)
+    code = c.wait(p, 60)
+    t = c.text()
+    check(code == 0, f"elastic: the two hosts left finish the job, exit {code}", t)
+    check("the job ran on 2 of 3 hosts" in t, "elastic: the launcher says so", t)
+    poll(lambda: not c.leftovers(), 30, "elastic: no process left on any host", c.leftovers,
+         c.text)
 
 
 @test(needs_torch=False)
