@@ -2,7 +2,9 @@
 // ddprun agent per host started over the system's ssh client (c10d rendezvous with the
 // first host as endpoint, a generated run id, node ranks in host order), every host's
 // output back on this terminal line by line under a "[host]:" prefix, and one exit status
-// for the job. The ssh processes are supervised by the process library's
+// for the job; a host lost mid-job (its ssh killed here, its agent killed there) ends a
+// job that cannot go on without it (fewer than MIN hosts, or the rendezvous host) at
+// once. The ssh processes are supervised by the process library's
 // ProcessSupervisor, like workers; each gets a pipe as stdin whose write end only this
 // process holds, so that when it ends for any reason (SIGKILL included) every remote
 // agent sees end of file and stops (StdinWatch, --exit-on-stdin-eof).
