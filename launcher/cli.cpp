@@ -131,6 +131,8 @@ constexpr OptionDef kOptions[] = {
      "More environment for the hosts: NAME or NAME=VALUE, comma-separated"},
     {"--exit-on-stdin-eof", "exit_on_stdin_eof", true, kHidden,
      "Internal: stop as on SIGTERM when stdin reaches end of file"},
+    {"--rdzv-is-host", "rdzv_is_host", true, kHidden,
+     "Internal: this agent hosts the c10d rendezvous store (the ssh launch's first host)"},
 };
 
 // The value placeholder shown by --help.

@@ -271,6 +271,8 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   } catch (const rdzv::RendezvousError& e) {
     throw UsageError(e.what());
   }
+  // The ssh launcher's word for its first host (remote_launch.h); the user's is_host wins.
+  if (flag("rdzv_is_host") && !c.rdzv_conf.is_host) c.rdzv_conf.is_host = true;
   if (const auto* s = find(v, "rdzv_endpoint")) c.rdzv_endpoint = trim(*s);
   if (const auto* s = find(v, "rdzv_id")) c.rdzv_id = *s;
   if (const auto* s = find(v, "max_restarts")) {

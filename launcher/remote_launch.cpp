@@ -127,6 +127,7 @@ std::vector<std::string> remote_agent_argv(const RemoteJob& job, const RemoteHos
   argv.push_back(fmt::format("--node-rank={}", host.node_rank));
   if (host.nproc) argv.push_back(fmt::format("--nproc-per-node={}", *host.nproc));
   argv.emplace_back(kExitOnStdinEof);
+  if (host.hosts_rendezvous) argv.emplace_back(kRdzvIsHost);
   argv.insert(argv.end(), job.program.begin(), job.program.end());
   return argv;
 }

@@ -51,14 +51,22 @@ struct RemoteHost {
   int node_rank = 0;
   std::optional<int> nproc;                 // --nproc-per-node for this host
   std::optional<std::string> visible_gpus;  // CUDA_VISIBLE_DEVICES for this host
+  // The launcher chose this host's address as the rendezvous endpoint: its agent is told
+  // so (kRdzvIsHost) instead of guessing from addresses, which fails when the name in
+  // the host list is an ssh alias or resolves elsewhere than to one of its interfaces.
+  bool hosts_rendezvous = false;
 };
 
 // The hidden agent option that makes a remote agent stop (as on SIGTERM) when its stdin
 // reaches end of file: the ssh session closed because the launcher died or the link broke.
 inline constexpr const char* kExitOnStdinEof = "--exit-on-stdin-eof";
 
+// The hidden agent option that makes an agent host the c10d rendezvous store (as
+// --rdzv-conf is_host=1, unless the user's --rdzv-conf says is_host itself).
+inline constexpr const char* kRdzvIsHost = "--rdzv-is-host";
+
 // The remote agent's argv: remote_ddprun, job options, --node-rank, --nproc-per-node,
-// kExitOnStdinEof, program.
+// kExitOnStdinEof, kRdzvIsHost (the rendezvous host only), program.
 std::vector<std::string> remote_agent_argv(const RemoteJob& job, const RemoteHost& host);
 
 // The command string the remote login shell runs:

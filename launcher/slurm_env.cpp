@@ -57,7 +57,7 @@ constexpr unsigned long long kMaxWorkersPerNode = 65536;
 
 // A Slurm value that a flag on the command line made unnecessary: what was wrong with it
 // becomes a warning instead of the end of the launch.
-std::string unused_because(const std::string& fault, const char* flag) {
+std::string unused_because(const std::string& fault, const std::string& flag) {
   return fmt::format("{} (not used: {} is given)", fault, flag);
 }
 
@@ -165,8 +165,14 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
       throw UsageError(fmt::format("{} (give {}, or --no-slurm)", list_fault, host_flag));
     }
     if (!list_var.first.empty()) {
-      warnings.push_back(unused_because(
-          list_fault, static_style && !has("rdzv_endpoint") ? "--master-addr" : "--rdzv-endpoint"));
+      // What made the node list unnecessary.
+      std::string by = "--rdzv-backend " + backend;
+      if (has("rdzv_endpoint")) {
+        by = "--rdzv-endpoint";
+      } else if (static_style) {
+        by = "--master-addr";
+      }
+      warnings.push_back(unused_because(list_fault, by));
     }
   }
   int port = slurm_port(job_id, step_id);

@@ -17,6 +17,7 @@
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/supervisor.h"
+#include "launcher/ssh_config.h"
 #include "store/core/host_port.h"
 
 namespace ddprun::launcher {
@@ -232,7 +233,8 @@ class SshLaunch {
 
 SshPlan make_ssh_plan(const LaunchConfig& config, const std::map<std::string, std::string>& env,
                       const std::vector<HostEntry>& hosts, const std::string& self,
-                      const std::string& cwd, const std::string& run_id) {
+                      const std::string& cwd, const std::string& run_id,
+                      const std::string& first_address) {
   const SshLaunchOptions& o = config.ssh;
   SshPlan plan;
   RemoteJob& job = plan.job;
@@ -259,7 +261,9 @@ SshPlan make_ssh_plan(const LaunchConfig& config, const std::map<std::string, st
   }
   if (o.given.count("rdzv_backend") == 0) job.options.emplace_back("--rdzv-backend=c10d");
   if (o.given.count("rdzv_endpoint") == 0) {
-    plan.endpoint = store::format_host_port(host_address(hosts.front().name), kSshRendezvousPort);
+    plan.endpoint = store::format_host_port(
+        first_address.empty() ? host_address(hosts.front().name) : first_address,
+        kSshRendezvousPort);
     job.options.push_back("--rdzv-endpoint=" + plan.endpoint);
   }
   if (o.given.count("rdzv_id") == 0) {
@@ -272,6 +276,7 @@ SshPlan make_ssh_plan(const LaunchConfig& config, const std::map<std::string, st
     RemoteHost h;
     h.name = hosts[static_cast<std::size_t>(i)].name;
     h.node_rank = i;
+    h.hosts_rendezvous = i == 0 && !plan.endpoint.empty();
     h.nproc = host_nproc(hosts[static_cast<std::size_t>(i)]);
     if (const auto& gpus = hosts[static_cast<std::size_t>(i)].gpus) {
       std::string list;
@@ -289,7 +294,15 @@ int run_ssh_launch(const LaunchConfig& config, const std::map<std::string, std::
     std::vector<HostEntry> hosts = config.ssh.hostfile.empty() ? parse_hosts_list(config.ssh.hosts)
                                                                : read_hostfile(config.ssh.hostfile);
     hosts = filter_hosts(std::move(hosts), config.ssh.include, config.ssh.exclude);
-    plan = make_ssh_plan(config, env, hosts, self_path(), current_dir(), generated_run_id());
+    // An ssh-config alias is no name the agents can resolve: ask ssh what it connects to.
+    std::string first_address;
+    if (config.ssh.given.count("rdzv_endpoint") == 0) {
+      first_address =
+          ssh_config_hostname(split_command_words(config.ssh.ssh_command), hosts.front().name)
+              .value_or("");
+    }
+    plan = make_ssh_plan(config, env, hosts, self_path(), current_dir(), generated_run_id(),
+                         first_address);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());
     return 2;

@@ -2,7 +2,9 @@
 // ddprun agent per host started over the system's ssh client (c10d rendezvous with the
 // first host as endpoint, a generated run id, node ranks in host order), every host's
 // output back on this terminal line by line under a "[host]:" prefix, and one exit status
-// for the job. The ssh processes are supervised by the process library's
+// for the job; a host lost mid-job (its ssh killed here, its agent killed there) ends a
+// job that cannot go on without it (fewer than MIN hosts, or the rendezvous host) at
+// once. The ssh processes are supervised by the process library's
 // ProcessSupervisor, like workers; each gets a pipe as stdin whose write end only this
 // process holds, so that when it ends for any reason (SIGKILL included) every remote
 // agent sees end of file and stops (StdinWatch, --exit-on-stdin-eof).
@@ -33,11 +35,14 @@ inline constexpr int kSshRendezvousPort = 29400;
 
 // Builds the plan from the parsed command line and the (filtered) host list. `env`: this
 // process's environment; `self`: this ddprun's absolute path; `run_id`: the generated
-// run id used when the user gave none. Throws UsageError (--nnodes against the host
-// count, --env, --ssh-command).
+// run id used when the user gave none; `first_address`: the address of the first host
+// for the endpoint (what ssh connects to: ssh_config.h), "" for its name as written.
+// When the launcher chooses the endpoint, the first host's agent is told it hosts the
+// rendezvous. Throws UsageError (--nnodes against the host count, --env, --ssh-command).
 SshPlan make_ssh_plan(const LaunchConfig& config, const std::map<std::string, std::string>& env,
                       const std::vector<HostEntry>& hosts, const std::string& self,
-                      const std::string& cwd, const std::string& run_id);
+                      const std::string& cwd, const std::string& run_id,
+                      const std::string& first_address = "");
 
 // Runs the whole multi-host job; returns the exit status (0 every host succeeded, 1 a
 // failure or a stop by signal, 2 bad usage, e.g. an unreadable hostfile). Never throws.

@@ -114,7 +114,13 @@ void ConsoleWriter::emit(std::uint64_t stream, std::string_view prefix, std::str
     separator = "\n";
     if (!mid_line_closed_) cut_.push_back(mid_line_);
     mid_line_ = 0;
+  } else if (after_cr_->writer != nullptr &&
+             (after_cr_->writer != this || after_cr_->stream != stream)) {
+    // Another stream's progress segment ended in a lone '\r': the console (a file, a
+    // pipe, grep) is still on that line. A newline keeps this line off it.
+    separator = "\n";
   }
+  *after_cr_ = end == "\r" ? AfterCr{this, stream} : AfterCr{};
   bool starts_line = !continued;
   if (auto it = std::find(cut_.begin(), cut_.end(), stream); it != cut_.end()) {
     starts_line = true;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,8 +49,9 @@ struct StreamSpec {
 // (unpark): then the line in progress is cut, i.e. a newline goes to the console, the
 // waiting lines follow, and the rest of the cut line later starts a new console line
 // under the same prefix. Likewise a stream that ends in an unterminated line is followed
-// by a newline only if another stream writes to the console after it. Only these two
-// newlines are ever added; each tells one worker's bytes from another's.
+// by a newline only if another stream writes to the console after it, and so is a
+// piece ended by a lone '\r' (a progress bar's segment: the console is still on its
+// line). Only these newlines are ever added; each tells one worker's bytes from another's.
 class ConsoleWriter {
  public:
   // Above this many queued bytes the supervisor stops reading console-bound worker pipes,
@@ -61,6 +63,11 @@ class ConsoleWriter {
   static constexpr std::chrono::milliseconds kMaxWait{1000};
 
   explicit ConsoleWriter(int fd);  // `fd` is not owned and must outlive the writer
+
+  // `other` writes to the same terminal or file (the agent's stdout and stderr both a
+  // terminal, or `2>&1`): a lone '\r' piece of one writer's stream is followed by a
+  // newline before the other writer's next piece too.
+  void share_line_with(ConsoleWriter& other) { other.after_cr_ = after_cr_; }
 
   // A new stream (a StreamRoute) writing to this console.
   std::uint64_t open_stream() { return ++last_stream_; }
@@ -125,9 +132,16 @@ class ConsoleWriter {
   std::uint64_t written_ = 0;
   // Lines in progress.
   std::uint64_t last_stream_ = 0;
-  std::uint64_t owner_ = 0;         // the stream whose line holds the console, or 0
-  std::uint64_t mid_line_ = 0;      // the stream whose bytes end the console mid-line
-  bool mid_line_closed_ = false;    // ... and that stream has ended
+  std::uint64_t owner_ = 0;       // the stream whose line holds the console, or 0
+  std::uint64_t mid_line_ = 0;    // the stream whose bytes end the console mid-line
+  bool mid_line_closed_ = false;  // ... and that stream has ended
+  // The stream whose last piece ended with a lone '\r' (and its writer), shared with the
+  // writer of the same terminal or file when there is one (share_line_with).
+  struct AfterCr {
+    const ConsoleWriter* writer = nullptr;  // nullptr: no piece ended so
+    std::uint64_t stream = 0;
+  };
+  std::shared_ptr<AfterCr> after_cr_ = std::make_shared<AfterCr>();
   std::vector<std::uint64_t> cut_;  // open streams whose line in progress was cut
   std::deque<Waiting> waiting_;
   std::size_t waiting_bytes_ = 0;

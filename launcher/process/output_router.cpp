@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,7 +36,15 @@ UniqueFd make_pipe(UniqueFd* read_end) {
 
 OutputRouter::OutputRouter(EventLoop& loop, int console_stdout_fd, int console_stderr_fd,
                            Deliver deliver)
-    : loop_(loop), out_(console_stdout_fd), err_(console_stderr_fd), deliver_(std::move(deliver)) {}
+    : loop_(loop), out_(console_stdout_fd), err_(console_stderr_fd), deliver_(std::move(deliver)) {
+  // stdout and stderr on one terminal or file: one console line position for both.
+  struct stat a {};
+  struct stat b {};
+  if (::fstat(console_stdout_fd, &a) == 0 && ::fstat(console_stderr_fd, &b) == 0 &&
+      a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+    out_.writer.share_line_with(err_.writer);
+  }
+}
 
 OutputRouter::~OutputRouter() = default;
 

@@ -8,8 +8,11 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "launcher/cli.h"
+#include "launcher/ssh_config.h"
 #include "launcher/ssh_launch.h"
 #include "tests/launcher/usage_error_text.h"
 
@@ -129,7 +132,7 @@ TEST_CASE("each host's ssh argv and remote command", "[remote_launch]") {
   job.env = {{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}, {"PYTHONPATH", "/p q"}};
   job.options = {"--max-restarts", "1", "--nnodes=2"};
   job.program = {"train.py", "--lr", "$x; rm -rf /"};
-  RemoteHost host{"user@b", 1, 2, "1,3"};
+  RemoteHost host{"user@b", 1, 2, "1,3", false};
   const auto argv = ssh_argv(job, host);
   REQUIRE(argv.size() == 14);
   CHECK(std::vector<std::string>(argv.begin(), argv.begin() + 6) ==
@@ -148,7 +151,7 @@ TEST_CASE("each host's ssh argv and remote command", "[remote_launch]") {
                      "/opt/dd prun/ddprun", "--max-restarts", "1", "--nnodes=2", "--node-rank=1",
                      "--nproc-per-node=2", kExitOnStdinEof, "train.py", "--lr", "$x; rm -rf /"});
   CHECK(argv[13].rfind("cd -- '/home/u/it'\\''s here' && env -- ", 0) == 0);
-  RemoteHost plain{"a", 0, std::nullopt, std::nullopt};
+  RemoteHost plain{"a", 0, std::nullopt, std::nullopt, false};
   const auto plain_words = remote_agent_argv(job, plain);
   CHECK(std::find(plain_words.begin(), plain_words.end(), "--nproc-per-node=2") ==
         plain_words.end());
@@ -185,6 +188,24 @@ TEST_CASE("the plan: the user's options pass through and the job's are appended"
     CHECK(!p.hosts[0].nproc);
     CHECK(p.job.env == std::vector<std::pair<std::string, std::string>>{{"PET_NPROC_PER_NODE", "2"},
                                                                         {"X", "1"}});
+    // Only the first host is told it hosts the rendezvous.
+    CHECK(p.hosts[0].hosts_rendezvous);
+    CHECK(!p.hosts[1].hosts_rendezvous);
+    CHECK(!p.hosts[2].hosts_rendezvous);
+    const auto first = remote_agent_argv(p.job, p.hosts[0]);
+    const auto second = remote_agent_argv(p.job, p.hosts[1]);
+    CHECK(std::count(first.begin(), first.end(), std::string(kRdzvIsHost)) == 1);
+    CHECK(std::count(second.begin(), second.end(), std::string(kRdzvIsHost)) == 0);
+    // The agent reads it as is_host=1; the user's own is_host wins.
+    CHECK(
+        parse({kRdzvIsHost, "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=a:1", "train.py"})
+            .rdzv_conf.is_host == true);
+    CHECK(parse({kRdzvIsHost, "--rdzv-conf=is_host=0", "train.py"}).rdzv_conf.is_host == false);
+    CHECK(!parse({"train.py"}).rdzv_conf.is_host);
+    // An ssh alias: the endpoint is the address ssh connects to.
+    const SshPlan alias = make_ssh_plan(c, facts.env, hosts, "/d", "/w", "rid", "10.0.0.7");
+    CHECK(alias.endpoint == "10.0.0.7:29400");
+    CHECK(alias.hosts[0].name == "a");
   }
   SECTION("the user's rendezvous values win") {
     const LaunchConfig c =
@@ -197,6 +218,7 @@ TEST_CASE("the plan: the user's options pass through and the job's are appended"
     CHECK(p.min_nodes == 2);
     CHECK(p.job.remote_ddprun == "/x/ddprun");
     CHECK(p.endpoint.empty());
+    CHECK(!p.hosts[0].hosts_rendezvous);  // the user's endpoint: nobody is told
   }
   SECTION("an IPv6 first host keeps its brackets in the rendezvous endpoint") {
     // The hostfile refuses ':' in names, but the plan formats through store/host_port.h
@@ -246,4 +268,26 @@ TEST_CASE("the plan: the user's options pass through and the job's are appended"
     facts.env["PET_HOSTS"] = "a,b";
     CHECK(!parse({"train.py"}).ssh.active());
   }
+}
+
+TEST_CASE("ssh -G: the host name an ssh-config alias stands for", "[remote_launch]") {
+  CHECK(parse_ssh_g_hostname("user root\nhostname 10.1.2.3\nport 22\n") == "10.1.2.3");
+  CHECK(!parse_ssh_g_hostname("user root\nport 22\n"));
+  CHECK(!parse_ssh_g_hostname(""));
+  // The real client with a config of its own (OpenSSH; skipped where there is none).
+  if (std::system("command -v ssh >/dev/null 2>&1") != 0) return;
+  char dir[] = "/tmp/ddprun_sshcfg_XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string config = std::string(dir) + "/config";
+  std::ofstream(config) << "Host gpu0\n  HostName 10.9.8.7\nHost *.short\n  HostName %h.example\n";
+  const std::vector<std::string> ssh = {"ssh", "-F", config};
+  CHECK(ssh_config_hostname(ssh, "gpu0") == "10.9.8.7");
+  CHECK(ssh_config_hostname(ssh, "user@gpu0") == "10.9.8.7");
+  CHECK(ssh_config_hostname(ssh, "n1.short") == "n1.short.example");
+  CHECK(ssh_config_hostname(ssh, "plainhost") == "plainhost");
+  // No ssh, or one that fails: nothing (the caller keeps the name).
+  CHECK(!ssh_config_hostname({"/nonexistent/ssh"}, "gpu0"));
+  CHECK(!ssh_config_hostname({"false"}, "gpu0"));
+  std::remove(config.c_str());
+  ::rmdir(dir);
 }

@@ -354,6 +354,13 @@ TEST_CASE("explicit flags get past malformed SLURM_* values, with one warning ea
   env["SLURM_STEP_NODELIST"] = "n[1-";
   CHECK(ok({"--rdzv-backend=static", "--master-addr=h", "train.py"}, env).master_addr == "h");
 
+  // Another backend never uses the node list.
+  env = srun_env(1);
+  env["SLURM_STEP_NODELIST"] = "n[1-";
+  const CliOutcome etcd =
+      parse({"--rdzv-backend=etcd-v3", "--rdzv-endpoint=e:2379", "train.py"}, env);
+  REQUIRE(etcd.kind == CliOutcome::Kind::kRun);
+  CHECK(etcd.slurm.warnings.size() == 1);
   // Only the flags that are missing are asked for: with --node-rank and --nnodes given, a
   // bad node list asks for --rdzv-endpoint alone; with the endpoint given, a bad node id
   // asks for --node-rank alone.

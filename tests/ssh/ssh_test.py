@@ -45,12 +45,15 @@ class SshHosts(blackbox.Workspace):
         self.out = os.path.join(self.dir, "out")
         os.makedirs(self.out)
 
-    def start_hosts(self, n, with_sshd=None):
-        """n namespaces; sshd in those listed in with_sshd (default: all)."""
+    def start_hosts(self, n, with_sshd=None, listen=None, setup=None):
+        """n namespaces; sshd in those listed in with_sshd (default: all), on each host's
+        address and listen[i] when given; setup(net) runs before the sshds start."""
         for tool in (SSHD, "ssh", "ssh-keygen"):
             if shutil.which(tool) is None:
                 raise Skip(f"{tool} is not installed")
         self.net = netns_or_skip(n)
+        if setup:
+            setup(self.net)
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
         key = os.path.join(self.dir, "client_key")
         hostkey = os.path.join(self.dir, "host_key")
@@ -64,7 +67,8 @@ class SshHosts(blackbox.Workspace):
         for i in range(n) if with_sshd is None else with_sshd:
             conf = os.path.join(self.dir, f"sshd_{i}.conf")
             with open(conf, "w") as f:
-                f.write(f"Port 22\nListenAddress {Netns.addr(i)}\nHostKey {hostkey}\n"
+                extra = f"ListenAddress {listen[i]}\n" if listen and i in listen else ""
+                f.write(f"Port 22\nListenAddress {Netns.addr(i)}\n{extra}HostKey {hostkey}\n"
                         f"AuthorizedKeysFile {self.dir}/authorized_keys\n"
                         "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
                         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
@@ -312,7 +316,8 @@ def remote_agent_of(c, i):
 def lost_ssh_ends_the_job(c):
     """kill -9 of the launcher's ssh client for one host of a fixed 3-node job (a plain host,
     then the rendezvous host) ends the job within seconds, naming the host, and leaves no
-    process on any host: a lost host cannot be waited for."""
+    process on any host: a lost host cannot be waited for. In an elastic job (--nnodes 2:3)
+    the two hosts left finish it."""
     c.start_hosts(3)
     worker = shell_worker("while :; do sleep 0.2; done")
     for victim in (1, 0):
@@ -335,6 +340,22 @@ def lost_ssh_ends_the_job(c):
         poll(lambda: not c.leftovers(), 30, f"host {victim}: no process left on any host",
              c.leftovers, c.text)
 
+    # Elastic (--nnodes 2:3): the job shrinks to the two hosts left and finishes there.
+    for f in os.listdir(c.out):
+        os.unlink(os.path.join(c.out, f))
+    elastic = shell_worker('[ "$WORLD_SIZE" = 2 ] && exit 0; while :; do sleep 0.2; done')
+    p = c.launch(["--hosts", hosts_arg(c, 3), "--nnodes", "2:3", "--max-restarts", "1",
+                  f"--rdzv-conf={FAST}", "--shutdown-timeout", "2"], log="elastic.log",
+                 program=elastic)
+    poll(lambda: ranks_started(c) == [0, 1, 2], 120, "elastic: three workers running", c.text)
+    os.kill(ssh_client_of(c, p, 2), signal.SIGKILL)
+    code = c.wait(p, 60)
+    t = c.text()
+    check(code == 0, f"elastic: the two hosts left finish the job, exit {code}", t)
+    check("the job ran on 2 of 3 hosts" in t, "elastic: the launcher says so", t)
+    poll(lambda: not c.leftovers(), 30, "elastic: no process left on any host", c.leftovers,
+         c.text)
+
 
 @test(needs_torch=False)
 def killed_agent_named(c):
@@ -356,6 +377,114 @@ def killed_agent_named(c):
                     r"was fine\)$", t, re.M), "the agent's death, in one line", t)
     check("ssh failed" not in t, "not an ssh failure", t)
     poll(lambda: not c.leftovers(), 30, "no process left on any host", c.leftovers, c.text)
+
+
+def agent_argvs(c):
+    """The argv of every ddprun agent started over ssh (orphan guards included)."""
+    out = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(d + "/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if argv and argv[0] == c.ddprun and "--exit-on-stdin-eof" in argv:
+            out.append(argv)
+    return out
+
+
+@test(needs_torch=False)
+def ssh_alias_hosts(c):
+    """Host names that are ssh-config aliases (Host gpuN / HostName ADDRESS, in no
+    resolver): the job runs, its endpoint is the address ssh connects to, and only the
+    first host's agent is told it hosts the rendezvous (no agent waits join_timeout)."""
+    c.start_hosts(3)
+    config = os.path.join(c.dir, "ssh_config")
+    with open(config, "w") as f:
+        for i in range(3):
+            f.write(f"Host gpu{i}\n  HostName {c.host(i)}\n")
+    c.ssh_command += f" -F {config}"
+    go = os.path.join(c.out, "go")
+    worker = shell_worker(f"while [ ! -e {go} ]; do sleep 0.2; done")
+    p = c.launch(["--hosts", "gpu0,gpu1,gpu2", f"--rdzv-conf={FAST}"], program=worker)
+    poll(lambda: ranks_started(c) == [0, 1, 2], 60, "three workers running (no agent waits)",
+         c.text)
+    told = sorted(next(a for a in argv if a.startswith("--node-rank="))
+                  for argv in agent_argvs(c) if "--rdzv-is-host" in argv)
+    check(set(told) == {"--node-rank=0"}, f"only node 0 is told it hosts: {told}",
+          agent_argvs(c))
+    endpoints = {a for argv in agent_argvs(c) for a in argv if a.startswith("--rdzv-endpoint")}
+    check(endpoints == {f"--rdzv-endpoint={c.host(0)}:29400"},
+          f"the endpoint is gpu0's address: {endpoints}")
+    with open(go, "w"):
+        pass
+    check(c.wait(p, 60) == 0, "the job succeeds", c.text())
+    poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
+
+
+# An address that reaches host 0 without being one of its interfaces' (as a public or NAT
+# address of a cloud machine): host 0 takes the whole range as local (AnyIP route), the
+# other hosts route it to host 0.
+OUTSIDE = "10.213.1.5"
+
+
+@test(needs_torch=False)
+def first_host_address_not_its_own(c):
+    """The first host's name resolves to an address that reaches it but is none of its
+    interfaces' (OUTSIDE): its agent cannot tell from addresses that it hosts the
+    rendezvous; the launcher tells it, and the job runs instead of every agent retrying
+    'Connection refused' until join_timeout."""
+    def routes(net):
+        net._in(net.nodes[0], "ip", "route", "add", "local", "10.213.1.0/24", "dev", "lo")
+        for ns in net.nodes[1:]:
+            net._in(ns, "ip", "route", "add", "10.213.1.0/24", "via", Netns.addr(0))
+    c.start_hosts(3, listen={0: OUTSIDE}, setup=routes)
+    p = c.launch(["--hosts", f"{OUTSIDE},{c.host(1)},{c.host(2)}", f"--rdzv-conf={FAST}"],
+                 program=shell_worker(""))
+    check(c.wait(p, 60) == 0, "the job succeeds", c.text())
+    check(ranks_started(c) == [0, 1, 2], "three ranks", c.text())
+    poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
+
+
+# A tqdm-like progress bar on stderr ("\r" then the bar, no newline until the end) with
+# plain lines between, on stderr (Python's logging) and on stdout (print); each printf is
+# a write of its own.
+PROGRESS = ('i=0; while [ $i -lt 600 ]; do printf "\\r%3d%%|####| $i/600" $((i / 6)) >&2; '
+            'i=$((i + 1)); [ $((i % 25)) = 0 ] && printf "\\nepoch line $i\\n" >&2; '
+            '[ $((i % 25)) = 12 ] && echo "print line $i"; '
+            '[ $((i % 5)) = 0 ] && sleep 0.01; done; printf "\\n" >&2')
+
+
+@test(needs_torch=False)
+def progress_bars_keep_host_prefixes(c):
+    """Two hosts printing \\r progress segments and plain lines at once (stderr and
+    stdout, to one merged console): every line, and every \\r segment within it, starts
+    with its host's prefix,
+    and no line holds segments of two hosts (a segment ended by \\r is not glued to the
+    other host's next line)."""
+    c.start_hosts(2)
+    p = c.launch(["--hosts", hosts_arg(c, 2), f"--rdzv-conf={FAST}"],
+                 program=shell_worker(PROGRESS))
+    check(c.wait(p, 120) == 0, "the job succeeds", c.text())
+    with open(c.log, "rb") as f:
+        raw = f.read().decode(errors="replace")
+    prefixes = [f"[{c.host(i)}]:" for i in range(2)]
+    bad = []
+    lines = raw.split("\n")
+    for line in lines[:-1]:
+        segments = [seg for seg in line.split("\r") if seg]
+        owners = {next((p for p in prefixes if seg.startswith(p)), None) for seg in segments}
+        if line.startswith("ddprun"):
+            continue  # the launcher's own lines
+        if None in owners or len(owners) != 1:
+            bad.append(repr(line[:200]))
+    print(f"{len(lines)} console lines, {len(bad)} mixed or unprefixed")
+    check(not bad, f"{len(bad)} lines mixed or unprefixed:\n" + "\n".join(bad[:10]))
+    for i in range(2):
+        check(raw.count(f"[{c.host(i)}]:epoch line ") == 24, f"host {i}: every stderr line",
+              raw[-2000:])
+        check(raw.count(f"[{c.host(i)}]:print line ") == 24, f"host {i}: every stdout line",
+              raw[-2000:])
 
 
 @test(needs_torch=False)

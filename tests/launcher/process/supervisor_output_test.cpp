@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <map>
 #include <regex>
 
+#include "launcher/process/log_fanout.h"
 #include "launcher/process/supervisor.h"
 #include "tests/launcher/process/supervisor_harness.h"
 
@@ -451,4 +453,57 @@ TEST_CASE("supervisor: prefix_all prefixes every console line - stdin_fd is the 
   h.sup.reset();
   CHECK(h.out->finish() == "[host-a]:got one\n[host-a]:got two\n[host-a]:eof\n");
   CHECK(h.err->finish() == "[host-a]:err one\n[host-a]:err two\n");
+}
+
+TEST_CASE("console: a piece ended by a lone \\r is not glued to another stream's line",
+          "[supervisor]") {
+  TempDir dir;
+  const std::string path = dir.str() + "/console";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  {
+    ConsoleWriter console(fd);  // a regular file: blocking writes, in call order
+    const auto a = console.open_stream();
+    const auto b = console.open_stream();
+    const auto piece = [&](std::uint64_t s, std::string_view text, std::string_view end) {
+      console.write_line(s, s == a ? "[a]:" : "[b]:", Line{text, end, false});
+    };
+    piece(a, "", "\r");  // tqdm starts with "\r"
+    piece(a, " 10%", "\r");
+    piece(b, "epoch 1", "\n");  // a's bar is still on the line: a newline first
+    piece(a, " 20%", "\r");     // after b's complete line: nothing added
+    piece(a, " 30%", "\r");     // a's own segments follow each other unchanged
+    piece(b, "25%", "\r");      // b's bar after a's: a newline first
+    piece(a, "done", "\n");
+    piece(b, "tail", "\n");
+    console.close_stream(a);
+    console.close_stream(b);
+  }
+  ::close(fd);
+  CHECK(slurp(path) ==
+        "[a]:\r[a]: 10%\r\n[b]:epoch 1\n[a]: 20%\r[a]: 30%\r\n[b]:25%\r\n[a]:done\n[b]:tail\n");
+}
+
+TEST_CASE("console: stdout and stderr on one file share the line after a lone \\r",
+          "[supervisor]") {
+  TempDir dir;
+  const std::string path = dir.str() + "/console";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  {
+    ConsoleWriter out(fd);  // as `ddprun ... >log 2>&1`: both consoles are one file
+    ConsoleWriter err(fd);
+    out.share_line_with(err);
+    const auto bar = err.open_stream();
+    const auto print = out.open_stream();
+    err.write_line(bar, "[h1]:", Line{" 10%", "\r", false});
+    out.write_line(print, "[h2]:", Line{"print", "\n", false});  // after h1's bar: newline
+    err.write_line(bar, "[h1]:", Line{" 20%", "\r", false});
+    err.write_line(bar, "[h1]:", Line{" 30%", "\r", false});  // its own writer and stream
+    out.write_line(print, "[h2]:", Line{"more", "\n", false});
+    out.close_stream(print);
+    err.close_stream(bar);
+  }
+  ::close(fd);
+  CHECK(slurp(path) == "[h1]: 10%\r\n[h2]:print\n[h1]: 20%\r[h1]: 30%\r\n[h2]:more\n");
 }
