@@ -247,6 +247,36 @@ std::string substitute_local_rank(const std::string& arg, int local_rank) {
   return out;
 }
 
+rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config,
+                                              const std::map<std::string, std::string>& env) {
+  rdzv::RendezvousParams p;
+  p.backend = config.rdzv_backend;
+  p.endpoint = config.rdzv_endpoint;
+  p.run_id = config.rdzv_id;
+  p.min_nodes = config.min_nodes;
+  p.max_nodes = config.max_nodes;
+  p.node_rank = config.node_rank;
+  p.master_addr = config.master_addr;
+  p.master_port = config.master_port;
+  p.local_addr = config.local_addr;
+  p.local_world_size = config.nproc_per_node;
+  p.conf = config.rdzv_conf;
+  // The job's fingerprint: the program and its arguments as written, not the python
+  // executable or --nproc-per-node, which may differ per node (docs/multinode.md).
+  if (config.entry == EntryKind::kPythonModule) p.job_command.push_back("-m");
+  if (config.entry == EntryKind::kExecutable) p.job_command.push_back("--no-python");
+  p.job_command.push_back(config.training_script);
+  p.job_command.insert(p.job_command.end(), config.script_args.begin(), config.script_args.end());
+  // USE_LIBUV=0 is PyTorch's switch to its non-libuv TCPStore, which (2.6) workers ignore
+  // when told to use the agent's store; a build without libuv (Debian's 2.6) then cannot
+  // initialise. So it also means: worker rank 0 hosts the store (docs/usage.md).
+  const auto* libuv = find(env, "USE_LIBUV");
+  if (libuv != nullptr && *libuv == "0" && !p.conf.use_agent_store) {
+    p.conf.use_agent_store = false;
+  }
+  return p;
+}
+
 LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   LaunchConfig c;
   const auto& v = raw.values;

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   if (cli.config.ssh.active()) return run_ssh_launch(cli.config, host.env);
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> handler;
   try {  // only checks the parameters: nothing is bound or connected yet
-    handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config));
+    handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config, host.env));
   } catch (const ddprun::rdzv::RendezvousError& e) {
     return usage_error_exit(e.what());
   }
