@@ -1,5 +1,5 @@
 // ssh_config.cpp: see ssh_config.h.
-#include "launcher/ssh_config.h"
+#include "launcher/ssh/ssh_config.h"
 
 #include <fcntl.h>
 #include <poll.h>
