@@ -1,4 +1,5 @@
-// config.cpp: interpretation and checks of the raw option strings (see config.h).
+// config.cpp: interpretation and checks of the raw option strings (see config.h):
+// build_config as named read_* steps, and the rendezvous parameters. Used by cli.cpp, main.
 #include "launcher/config.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
-// error_file.cpp: @record error files (see error_file.h).
+// error_file.cpp: @record error files (see error_file.h): read a worker's, copy or write
+// the agent's own. Used by failure_report.cpp.
 #include "launcher/error_file.h"
 
 #include <fstream>

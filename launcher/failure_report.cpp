@@ -1,4 +1,5 @@
-// failure_report.cpp: torchrun's ChildFailedError text (see failure_report.h).
+// failure_report.cpp: torchrun's ChildFailedError text and the end of a failed run (see
+// failure_report.h). Used by the Agent.
 #include "launcher/failure_report.h"
 
 #include <fmt/format.h>

@@ -1,10 +1,7 @@
 // failure_report.h: the "<entrypoint> FAILED" summary torchrun prints when workers fail
-// (ChildFailedError), in its exact layout: borders, Failures, Root Cause (the failure
-// with the smallest timestamp), one block per failed worker with time, host, ranks,
-// exit code and pid, error file and traceback. A worker without an error file (a plain
-// script, no @record) shows the traceback found at the end of its stderr instead of
-// torchrun's "To enable traceback see" (stderr_excerpt.h). Used by the Agent;
-// golden-tested. Thread-safety: pure functions (make_failure reads the worker's error file).
+// (ChildFailedError), in its exact layout, and report_failures, which prints it at the
+// end of a failed run. Used by the Agent; golden-tested. Thread-safety: pure functions
+// (make_failure reads the worker's error file; report_failures writes stderr and a file).
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +13,12 @@
 #include "launcher/process/supervisor_interface.h"
 
 namespace ddprun::launcher {
+
+// The layout: borders, Failures, Root Cause (the failure with the smallest timestamp),
+// one block per failed worker with time, host, ranks, exit code and pid, error file and
+// traceback. A worker without an error file (a plain script, no @record) shows the
+// traceback found at the end of its stderr instead of torchrun's "To enable traceback
+// see" (stderr_excerpt.h).
 
 struct Failure {
   int global_rank = 0;

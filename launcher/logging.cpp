@@ -1,4 +1,5 @@
-// logging.cpp: the agent's log setup (see logging.h).
+// logging.cpp: the agent's log setup (see logging.h): spdlog's level and pattern from
+// LOGLEVEL. Used by main.cpp.
 #include "launcher/logging.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>

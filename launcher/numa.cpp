@@ -1,4 +1,5 @@
-// numa.cpp: see numa.h.
+// numa.cpp: --numa-binding (see numa.h): sysfs topology, the pure plan per mode, and the
+// plan for this process. Used by the Agent.
 #include "launcher/numa.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
-// run_dirs.cpp: the Agent's run and attempt directories (see run_dirs.h).
+// run_dirs.cpp: the Agent's run and attempt directories (see run_dirs.h): mkdtemp, the
+// attempt folders, the default directory's removal. Used by the Agent.
 #include "launcher/run_dirs.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
-// slurm_env.cpp: options implied by a Slurm job step (see slurm_env.h).
+// slurm_env.cpp: options implied by a Slurm job step (see slurm_env.h). Used by cli.cpp
+// before build_config.
 #include "launcher/slurm_env.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // slurm_hostlist.cpp: expansion of Slurm's compressed host lists (see slurm_hostlist.h).
+// Used by slurm_env.cpp.
 #include "launcher/slurm_hostlist.h"
 
 #include <fmt/format.h>

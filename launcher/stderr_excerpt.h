@@ -1,12 +1,6 @@
 // stderr_excerpt.h: what the failure report shows of a failed worker that wrote no error
-// file (a plain script without @record): from the end of its stderr (WorkerExit's
-// stderr_tail, kept whatever --redirects/--tee say), the last Python traceback together
-// with the exceptions chained before it ("During handling of the above exception..."),
-// else Python faulthandler's dump of every thread's stack ("Fatal Python error: ..."; the
-// stall watchdog's SIGABRT makes one) when it comes after the last traceback, else the
-// last lines. Bounded to kMaxLines lines and kMaxBytes bytes, lines to
-// kMaxLineBytes; what is left out is said in a line of its own.
-// Used by failure_report.cpp. Thread-safety: pure functions.
+// file (a plain script without @record), cut from the end of its stderr. Used by
+// failure_report.cpp. Thread-safety: pure functions.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +9,13 @@
 #include <vector>
 
 namespace ddprun::launcher {
+
+// From WorkerExit's stderr_tail (kept whatever --redirects/--tee say): the last Python
+// traceback together with the exceptions chained before it ("During handling of the above
+// exception..."), else Python faulthandler's dump of every thread's stack ("Fatal Python
+// error: ..."; the stall watchdog's SIGABRT makes one) when it comes after the last
+// traceback, else the last lines. Bounded to kMaxLines lines and kMaxBytes bytes, lines to
+// kMaxLineBytes; what is left out is said in a line of its own.
 
 struct StderrExcerpt {
   static constexpr std::size_t kMaxLines = 100;

@@ -1,4 +1,5 @@
-// supervision.cpp: the shared start-up of main.cpp and the ssh launch (see supervision.h).
+// supervision.cpp: the shared start-up of main.cpp and the ssh launch (see
+// supervision.h): signals, orphan guard, ProcessSupervisor; usage errors.
 #include "launcher/supervision.h"
 
 #include <cstdint>

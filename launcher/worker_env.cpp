@@ -1,4 +1,5 @@
-// worker_env.cpp: the worker environment and command line (see worker_env.h).
+// worker_env.cpp: the worker environment, command line and WorkerSpecs (see
+// worker_env.h). Used by the Agent.
 #include "launcher/worker_env.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
-// descendants.cpp: see descendants.h.
+// descendants.cpp: the child subreaper, the agent's children and the job-token scan (see
+// descendants.h). Used by WorkerGroup, ProcessSupervisor and the orphan guard.
 #include "launcher/process/descendants.h"
 
 #include <dirent.h>

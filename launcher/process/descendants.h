@@ -1,11 +1,7 @@
 // descendants.h: finding a job's processes that left their worker's process group (a
-// daemon that called setsid() or setpgid() and forked again). Two handles on them: the
-// agent is a child subreaper, so such an orphan re-parents to the agent instead of init
-// (its children that are not workers: "adopted"); and every worker's environment carries
-// the job token, which descendants inherit, so that the orphan guard can still find them
-// after the agent itself is gone.
-// Used by WorkerGroup (adopted processes), ProcessSupervisor (subreaper) and the orphan
-// guard (token scan). Thread-safety: free functions without shared state.
+// daemon that called setsid() or setpgid() and forked again): the child subreaper and the
+// job token. Used by WorkerGroup (adopted processes), ProcessSupervisor (subreaper) and
+// the orphan guard (token scan). Thread-safety: free functions without shared state.
 #pragma once
 
 #include <sys/types.h>
@@ -15,6 +11,11 @@
 #include <vector>
 
 namespace ddprun::launcher {
+
+// Two handles on such processes: the agent is a child subreaper, so an orphan re-parents
+// to the agent instead of init (its children that are not workers: "adopted"); and every
+// worker's environment carries the job token, which descendants inherit, so that the
+// orphan guard can still find them after the agent itself is gone.
 
 // The environment variable that marks a job's processes: "DDPRUN_JOB_TOKEN=<token>".
 inline constexpr std::string_view kJobTokenVar = "DDPRUN_JOB_TOKEN";

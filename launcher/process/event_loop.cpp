@@ -1,4 +1,5 @@
-// event_loop.cpp: EventLoop (see event_loop.h).
+// event_loop.cpp: EventLoop (see event_loop.h): the epoll loop, its timers and the task
+// queue. Used by ProcessSupervisor's parts.
 #include "launcher/process/event_loop.h"
 
 #include <spdlog/spdlog.h>

@@ -1,4 +1,5 @@
-// file_timer.cpp: see file_timer.h.
+// file_timer.cpp: torch's file-timer server (see file_timer.h): request parsing, the
+// timer table, the named pipe. Used by ProcessSupervisor.
 #include "launcher/process/file_timer.h"
 
 #include <fcntl.h>

@@ -1,4 +1,5 @@
-// line_splitter.cpp: see line_splitter.h.
+// line_splitter.cpp: byte chunks to lines and pieces of overlong lines (see
+// line_splitter.h). Used by log_fanout.
 #include "launcher/process/line_splitter.h"
 
 #include <algorithm>

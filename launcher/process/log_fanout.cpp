@@ -1,4 +1,5 @@
-// log_fanout.cpp: see log_fanout.h.
+// log_fanout.cpp: StreamRoute and ConsoleWriter, the worker-output path (see
+// log_fanout.h). Used by OutputRouter.
 #include "launcher/process/log_fanout.h"
 
 #include <fcntl.h>

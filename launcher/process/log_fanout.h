@@ -1,11 +1,7 @@
-// log_fanout.h: the worker-output path. Each worker stream (a pipe read by the supervisor
-// thread) has a StreamRoute: the bytes as read -> the per-rank file (byte-exact), and
-// LineSplitter -> lines -> a ConsoleWriter (the agent's stdout or stderr). The console
-// gets every byte of every worker unchanged (plus the prefix at the start of each line,
-// when tee'd), and lines of different workers never interleave mid-line: a line longer
-// than the splitter's 64 KiB piece holds the console until its end (see ConsoleWriter).
-// Used by OutputRouter (output_router.h); StreamSpec also by WorkerSpec and the Agent.
-// Thread-safety: none; everything runs on the supervisor thread.
+// log_fanout.h: the worker-output path: per stream a StreamRoute (bytes to the per-rank
+// file, byte-exact; lines to a ConsoleWriter, never interleaved mid-line with another
+// worker's). Used by OutputRouter (output_router.h); StreamSpec also by WorkerSpec and the
+// Agent. Thread-safety: none; everything runs on the supervisor thread.
 #pragma once
 
 #include <chrono>
@@ -20,6 +16,13 @@
 #include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
+
+// Each worker stream (a pipe read by the supervisor thread) has a StreamRoute: the bytes
+// as read -> the per-rank file (byte-exact), and LineSplitter -> lines -> a ConsoleWriter
+// (the agent's stdout or stderr). The console gets every byte of every worker unchanged
+// (plus the prefix at the start of each line, when tee'd), and lines of different workers
+// never interleave mid-line: a line longer than the splitter's 64 KiB piece holds the
+// console until its end (see ConsoleWriter).
 
 // Where one of a worker's output streams goes (torchrun's -r/--redirects and -t/--tee).
 enum class StreamMode {

@@ -1,5 +1,6 @@
-// orphan_guard.cpp: start_orphan_guard and the guard process (see orphan_guard.h).
-//
+// orphan_guard.cpp: start_orphan_guard and the guard process (see orphan_guard.h), which
+// kills the job's process groups and token carriers when the agent dies however it dies.
+
 // Why a separate process: PR_SET_PDEATHSIG only reaches a worker's *leader*, and only
 // when the agent's supervisor thread dies; grandchildren (DataLoader workers, `sh -c
 // 'a & b'`) would survive a `kill -9` of the agent. The guard holds the read end of a

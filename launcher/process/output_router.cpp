@@ -1,4 +1,5 @@
-// output_router.cpp: OutputRouter (see output_router.h).
+// output_router.cpp: OutputRouter (see output_router.h): the workers' pipes, console
+// back-pressure, held events and stderr tails. Used by ProcessSupervisor.
 #include "launcher/process/output_router.h"
 
 #include <fcntl.h>

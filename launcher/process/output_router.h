@@ -1,11 +1,8 @@
-// output_router.h: OutputRouter, the supervisor's output side: each worker's stdout and
-// stderr pipe (read with a per-wakeup budget, drained when the worker exits), routed
-// line by line to the console writers and log files (log_fanout.h); back-pressure (a
-// console over its high-water mark pauses the pipes bound for it); held events (a
-// worker's exit waits until the output queued before it has reached the console); and
-// the tail of each worker's stderr, for the failure report.
-// Used by ProcessSupervisor. Thread-safety: none; everything runs on the supervisor's
-// EventLoop thread.
+// output_router.h: OutputRouter, the supervisor's output side: the workers' pipes routed
+// line by line to consoles and log files (log_fanout.h), console back-pressure, events held
+// until the output before them is on the console, each worker's stderr tail for the
+// failure report. Used by ProcessSupervisor. Thread-safety: none; everything runs on the
+// supervisor's EventLoop thread.
 #pragma once
 
 #include <chrono>
@@ -23,6 +20,10 @@
 #include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
+
+// Pipes are read with a per-wakeup budget and drained when the worker exits; a console
+// over its high-water mark pauses the pipes bound for it; a worker's exit waits until the
+// output queued before it has reached the console.
 
 class OutputRouter {
  public:

@@ -1,4 +1,5 @@
-// signals.cpp: see signals.h.
+// signals.cpp: blocking, signalfd, and signal names and numbers (see signals.h). Used by
+// main, the supervisor, the Agent and the option readers.
 #include "launcher/process/signals.h"
 
 #include <pthread.h>

@@ -1,10 +1,8 @@
-// spawn.h: starting one worker process the way a multithreaded supervisor must: argv,
-// envp, the program path and every fd are prepared before fork(); the child then makes
-// only async-signal-safe calls before execve. Exec errors come back through a close-on-
-// exec pipe and are thrown as SpawnError in the parent.
-// Used by WorkerGroup (worker_group.h), on the supervisor's thread (see spawn_process).
-// Thread-safety: the functions share no state; spawn_process must run on a thread that
-// outlives the child.
+// spawn.h: starting one worker process the way a multithreaded supervisor must: everything
+// prepared before fork(), only async-signal-safe calls in the child before execve, exec
+// errors back through a close-on-exec pipe as SpawnError. Used by WorkerGroup, on the
+// supervisor's thread. Thread-safety: the functions share no state; spawn_process must
+// run on a thread that outlives the child.
 #pragma once
 
 #include <sys/types.h>

@@ -1,4 +1,5 @@
-// stall_watch.cpp: see stall_watch.h.
+// stall_watch.cpp: StallDetector and the /proc readers of the stall watchdog (see
+// stall_watch.h). Used by StallWatchdog.
 #include "launcher/process/stall_watch.h"
 
 #include <unistd.h>

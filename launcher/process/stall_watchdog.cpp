@@ -1,4 +1,5 @@
-// stall_watchdog.cpp: the --stall-timeout policy (see stall_watchdog.h).
+// stall_watchdog.cpp: the --stall-timeout policy (see stall_watchdog.h): sample, warn,
+// dump, kill, collect. Used by ProcessSupervisor.
 #include "launcher/process/stall_watchdog.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
-// worker_group.cpp: WorkerGroup (see worker_group.h).
+// worker_group.cpp: WorkerGroup (see worker_group.h): spawn, reap, signal and kill one
+// attempt's processes. Used by ProcessSupervisor.
 #include "launcher/process/worker_group.h"
 
 #include <poll.h>

@@ -1,12 +1,8 @@
 // worker_group.h: WorkerGroup, one attempt's worker processes as the supervisor tracks
-// them: spawning (spawn.h) with each new process group told to the orphan guard and the
-// job token in each environment, exit detection (a pidfd per worker, or waitpid(pid,
-// WNOHANG) on SIGCHLD/timer where pidfds are missing), reaping, signals to every process
-// group, and the SIGKILL escalation; and the adopted processes (descendants.h: daemons
-// that left their worker's group and re-parented to the agent), reaped when they exit
-// and killed at the attempt's end. Their exits are never reported as workers' exits.
-// Used by ProcessSupervisor. Thread-safety: none; everything runs on the supervisor's
-// EventLoop thread, which is also the thread that forks (PR_SET_PDEATHSIG, spawn.h).
+// them: spawn, exit detection, reaping, signals to every process group, the SIGKILL
+// escalation, and the adopted processes. Used by ProcessSupervisor. Thread-safety: none;
+// everything runs on the supervisor's EventLoop thread, which is also the thread that
+// forks (PR_SET_PDEATHSIG, spawn.h).
 #pragma once
 
 #include <sys/types.h>
@@ -22,6 +18,13 @@
 #include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
+
+// Spawning (spawn.h) tells the orphan guard each new process group and puts the job token
+// in each environment; exits are detected by a pidfd per worker, or by waitpid(pid,
+// WNOHANG) on SIGCHLD and a poll timer where pidfds are missing. Adopted processes
+// (descendants.h: daemons that left their worker's group and re-parented to the agent)
+// are reaped when they exit and killed at the attempt's end; their exits are never
+// reported as workers' exits.
 
 class WorkerGroup {
  public:

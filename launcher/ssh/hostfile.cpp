@@ -1,4 +1,5 @@
-// hostfile.cpp: see hostfile.h.
+// hostfile.cpp: hostfile, --hosts and --include/--exclude parsing (see hostfile.h). Used
+// by ssh_launch.cpp.
 #include "launcher/ssh/hostfile.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
-// remote_launch.cpp: see remote_launch.h.
+// remote_launch.cpp: shell quoting, --ssh-command words, the forwarded environment and
+// each host's ssh command (see remote_launch.h). Used by ssh_launch.cpp.
 #include "launcher/ssh/remote_launch.h"
 
 #include <fmt/format.h>

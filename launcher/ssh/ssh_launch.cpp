@@ -1,4 +1,5 @@
-// ssh_launch.cpp: see ssh_launch.h.
+// ssh_launch.cpp: the multi-host launch (see ssh_launch.h): the plan, one supervised ssh
+// per host, exits classified per host. Used by main.cpp.
 #include "launcher/ssh/ssh_launch.h"
 
 #include <fcntl.h>

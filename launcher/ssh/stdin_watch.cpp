@@ -1,4 +1,5 @@
-// stdin_watch.cpp: see stdin_watch.h.
+// stdin_watch.cpp: StdinWatch's thread (see stdin_watch.h): poll stdin, SIGTERM at end
+// of file. Used by main.cpp.
 #include "launcher/ssh/stdin_watch.h"
 
 #include <poll.h>
