@@ -6,6 +6,7 @@
 // no buffer, replies are sized before they are built, and large ones are streamed.
 #include "store/tcp_store_server.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
@@ -31,6 +32,10 @@ constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
 // (a fuzzer or a port scanner must not flood the log).
 constexpr std::size_t kRejectLogBurst = 10;
 constexpr auto kRejectLogWindow = std::chrono::seconds(5);
+// Freed store memory goes back to the OS once this much was freed, kTrimDelay later
+// (further frees in between join the same trim).
+constexpr std::uint64_t kTrimAfterBytes = std::uint64_t{1} << 20;
+constexpr auto kTrimDelay = std::chrono::milliseconds(200);
 
 std::string format_endpoint(const tcp::endpoint& ep) {
   asio::ip::address addr = ep.address();
@@ -68,6 +73,20 @@ void ServerState::deliver(KvState::Effects& effects) {
   for (const KvState::Notification& n : effects.notifications) {
     if (std::shared_ptr<Session> s = find(n.watcher)) s->push_notification(n);
   }
+}
+
+void ServerState::note_freed() {
+  if (trim_armed || stopping || kv.freed_bytes() - trimmed_at < kTrimAfterBytes) return;
+  trim_armed = true;
+  trim_timer.expires_after(kTrimDelay);
+  trim_timer.async_wait([this](const error_code& ec) {
+    trim_armed = false;
+    if (ec || stopping) return;
+    trimmed_at = kv.freed_bytes();
+    // glibc keeps freed small chunks in its arenas; this hands their whole pages back
+    // (madvise), wherever they lie in the heap. It walks the free lists: milliseconds.
+    ::malloc_trim(0);
+  });
 }
 
 void ServerState::output_changed(std::ptrdiff_t delta) {
@@ -302,6 +321,7 @@ void TcpStoreServer::stop() {
     impl->acceptor.close(ignored);
     impl->accept_retry.cancel();
     impl->reject_summary.cancel();  // its handler still logs the summary
+    impl->trim_timer.cancel();
     impl->close_all_sessions();
   });
   // With the acceptor and every socket closed, no handler re-arms and run() returns.

@@ -163,6 +163,7 @@ std::size_t Session::consume(std::string_view data) {
     HandleResult result = handle_request(server_.kv, id_, req_, out_, fx);
     account(unsent());
     server_.deliver(fx);
+    server_.note_freed();
     if (result.kind == HandleResult::Kind::kClose) {
       close(result.error);
       break;

@@ -54,6 +54,9 @@ struct ServerState {
   void on_accept(const error_code& ec, tcp::socket socket);
   // Sends each released client its `00` and each watcher its notification.
   void deliver(KvState::Effects& effects);
+  // Once kv has freed kTrimAfterBytes since the last trim, arms trim_timer: memory goes
+  // back to the OS (malloc_trim) at most once per kTrimDelay, never per request.
+  void note_freed();
   void session_closed(KvState::ClientId id);
   // Logs that the connection from `peer` is closed for `reason`, rate-limited.
   void log_rejected(const tcp::endpoint& peer, std::string_view reason);
@@ -89,6 +92,8 @@ struct ServerState {
   std::size_t output_bytes = 0;        // unsent reply bytes, all sessions
   std::deque<std::pair<std::shared_ptr<Session>, std::size_t>> deferred;  // (session, need)
   bool resume_posted = false;
+  std::uint64_t trimmed_at = 0;  // kv.freed_bytes() at the last trim
+  bool trim_armed = false;
 
   std::atomic<std::size_t> connections{0};
   std::atomic<std::uint16_t> port{0};
@@ -97,6 +102,7 @@ struct ServerState {
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_retry{ioc};
   asio::steady_timer reject_summary{ioc};
+  asio::steady_timer trim_timer{ioc};
   std::thread thread;
   std::mutex lifecycle_mu;  // start/stop/reset callers
   bool running = false;     // guarded by lifecycle_mu
