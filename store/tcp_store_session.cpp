@@ -73,6 +73,8 @@ void Session::on_event(std::uint32_t events) {
   }
   if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
     readable_ = true;
+    // No edge follows a FIN or error that is already here: read until recv says so.
+    if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) peer_done_ = true;
     do_read();
   }
 }
@@ -85,7 +87,7 @@ void Session::read_more() {
 // Reads one chunk into the server's shared buffer (idle connections own none) and
 // handles it. A full chunk may have more behind it: read next turn, after the other
 // connections' input (arrival order across connections). A short read drained the
-// socket: the next data brings a new edge.
+// socket: the next data brings a new edge (unless the peer is done: then read to EOF).
 void Session::do_read() {
   if (!readable_ || closed_ || paused_) return;
   std::string& chunk = server_.read_buf;
@@ -101,7 +103,7 @@ void Session::do_read() {
   }
   if (n == 0) return close("");
   const auto got = static_cast<std::size_t>(n);
-  if (got < chunk.size()) readable_ = false;
+  if (got < chunk.size() && !peer_done_) readable_ = false;
   if (in_.empty()) {
     std::string_view data(chunk.data(), got);
     std::size_t used = consume(data);

@@ -191,6 +191,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool paused_ = false;                // reads nothing and handles nothing more for now
   bool deferred_ = false;              // paused_ until the server's output budget lets it go on
   bool read_again_ = false;            // queued in ServerState::read_again
+  bool peer_done_ = false;             // EPOLLRDHUP/HUP/ERR seen: read on to EOF or the error
   std::optional<ReplyStream> stream_;  // a large reply being sent piece by piece
   bool stream_posted_ = false;
   std::size_t accounted_ = 0;  // this session's share of ServerState::output_bytes
