@@ -133,9 +133,10 @@ void epoll_set(int epfd, int op, int fd, std::uint32_t events, std::uint64_t tag
 inline constexpr std::uint64_t kListenTag = 1, kWakeTag = 2, kFirstSessionId = 256;
 
 // One client connection: turns bytes into requests (parse_request), requests into
-// replies (handle_request), keeps one write in flight, pauses reading while its own or
-// the server's output budget is used up, and streams large GET / MULTI_GET replies.
-// Lives on the io thread only (shared_ptr held by its pending operations).
+// replies (handle_request), sends a turn's replies in one send (the rest on EPOLLOUT),
+// pauses reading while its own or the server's output budget is used up, and streams
+// large GET / MULTI_GET replies. Lives on the io thread only (owned by
+// ServerState::sessions; a closed one lives to the end of the turn).
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(ServerState& server, int fd, KvState::ClientId id, std::string peer)
