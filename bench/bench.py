@@ -884,7 +884,8 @@ def report(results, cfg, m):
         "(scripts/torch-chroot trixie), builds Release into build/bench, "
         "raises RLIMIT_NOFILE to the hard limit, runs `bench/bench.py` and rewrites this file. "
         "Raw results: build/bench/results.json. The store benchmark alone: "
-        "`build/bench/bench/ddprun-loadgen --help`.")
+        "`build/bench/bench/ddprun-loadgen --help`; server CPU per request against PyTorch "
+        "1.13's server, runs interleaved: `bench/store_cpu.py`.")
     return "\n".join(L) + "\n"
 
 
@@ -1002,11 +1003,18 @@ def main():
     write_report(results, cfg, build, a.out)
 
 
+HAND_MARKER = "## Measured by hand"
+
+
 def write_report(results, cfg, build, out):
     """Saves results.json in the build directory and writes the report to `out`."""
     (build / "results.json").write_text(json.dumps(results, indent=1, default=str))
     text = report(results, cfg, results["machine"])
     text += f"\nThis run took {results['elapsed_s']:.0f} s.\n"
+    # Sections measured by hand (bench/store_cpu.py ...) stay below the generated report.
+    old = Path(out).read_text() if Path(out).exists() else ""
+    if HAND_MARKER in old:
+        text += "\n" + old[old.index(HAND_MARKER):]
     Path(out).write_text(text)
     print(text)
 

@@ -1,51 +1,41 @@
-// tcp_store_server.cpp: TcpStoreServer on Boost.Asio: the listener and accept loop, the
-// output budget shared by the connections, rate-limited rejection logs and the io thread
-// (ServerState). One io_context on one thread owns the KvState; a Session per connection
-// (tcp_store_session.cpp) turns bytes into requests and requests into replies. Memory
-// stays bounded on input and output (docs/protocol.md "Output limits"): idle sockets own
-// no buffer, replies are sized before they are built, and large ones are streamed.
+// tcp_store_server.cpp: TcpStoreServer on a plain edge-triggered epoll loop (ServerState):
+// the io thread and its turn, the output budget shared by the connections, rate-limited
+// rejection logs and three timers. The listener is tcp_store_accept.cpp; a Session per
+// connection (tcp_store_session.cpp) turns bytes into requests and requests into replies.
+// Memory stays bounded (docs/protocol.md "Output limits"): idle sockets own no buffer,
+// replies are sized first, large ones are streamed.
 #include "store/tcp_store_server.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
-#include <fstream>
 #include <future>
 #include <stdexcept>
 
-#include "store/core/host_port.h"
-#include "store/store.h"
+#include "base/sys_error.h"
 #include "store/tcp_store_session.h"
 
 namespace ddprun::store {
 namespace server_detail {
 namespace {
 
-// Below this many pending connects the kernel may drop SYNs during a job's start-up burst.
-constexpr int kLowSomaxconn = 1024;
-constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
 // Connections closed for bad input are logged one by one up to kRejectLogBurst per
 // kRejectLogWindow; the rest are counted and summarised in one line when the window ends
 // (a fuzzer or a port scanner must not flood the log).
 constexpr std::size_t kRejectLogBurst = 10;
 constexpr auto kRejectLogWindow = std::chrono::seconds(5);
-
-std::string format_endpoint(const tcp::endpoint& ep) {
-  asio::ip::address addr = ep.address();
-  if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
-    addr = asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6());
-  }
-  return format_host_port(addr.to_string(), ep.port());
-}
-
-int read_somaxconn() {
-  std::ifstream in("/proc/sys/net/core/somaxconn");
-  int value = 0;
-  if (in >> value) return value;
-  return -1;
-}
+// Freed store memory goes back to the OS once this much was freed, kTrimDelay later
+// (further frees in between join the same trim).
+constexpr std::uint64_t kTrimAfterBytes = std::uint64_t{1} << 20;
+constexpr auto kTrimDelay = std::chrono::milliseconds(200);
+constexpr int kMaxEvents = 256;
 
 }  // namespace
 }  // namespace server_detail
@@ -56,9 +46,101 @@ struct TcpStoreServer::Impl : server_detail::ServerState {
 
 namespace server_detail {
 
+ServerState::~ServerState() {
+  auto all = std::move(sessions);  // each closes its socket as it goes
+  sessions.clear();
+  all.clear();
+  closed_sessions.clear();
+  deferred.clear();
+  for (int fd : {listen_fd, wake_fd, epfd}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
 std::shared_ptr<Session> ServerState::find(KvState::ClientId id) const {
   auto it = sessions.find(id);
-  return it == sessions.end() ? nullptr : it->second.lock();
+  return it == sessions.end() ? nullptr : it->second;
+}
+
+void ServerState::run() {
+  std::array<epoll_event, kMaxEvents> events{};
+  while (!quit) {
+    const int n = ::epoll_wait(epfd, events.data(), kMaxEvents, epoll_timeout_ms());
+    if (n < 0 && errno != EINTR) throw_errno("epoll_wait");
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t tag = events[i].data.u64;
+      if (tag == kListenTag) {
+        accept_all();
+      } else if (tag == kWakeTag) {
+        std::uint64_t count = 0;
+        [[maybe_unused]] ssize_t r = ::read(wake_fd, &count, sizeof count);
+        std::vector<std::function<void()>> tasks;
+        {
+          std::lock_guard lock(remote_mu);
+          tasks.swap(remote);
+        }
+        for (auto& task : tasks) task();
+      } else if (std::shared_ptr<Session> s = find(tag)) {
+        s->on_event(events[i].events);
+      }
+    }
+    // Connections that had more input than one chunk, after everyone else's.
+    std::vector<KvState::ClientId> again;
+    again.swap(read_again);
+    for (KvState::ClientId id : again) {
+      if (std::shared_ptr<Session> s = find(id)) s->read_more();
+    }
+    run_timers();
+    // Work posted during this turn; what it posts in turn waits for the next.
+    for (std::size_t todo = posted.size(); todo > 0 && !posted.empty(); --todo) {
+      std::function<void()> fn = std::move(posted.front());
+      posted.pop_front();
+      fn();
+    }
+    closed_sessions.clear();
+  }
+}
+
+int ServerState::epoll_timeout_ms() const {
+  if (!posted.empty() || !read_again.empty()) return 0;
+  std::optional<Clock::time_point> next;
+  for (const auto& at : {accept_retry_at, reject_summary_at, trim_at}) {
+    if (at && (!next || *at < *next)) next = at;
+  }
+  if (!next) return -1;
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+  return static_cast<int>(std::clamp<decltype(ms)>(ms, 0, 60'000));
+}
+
+void ServerState::run_timers() {
+  const auto now = Clock::now();
+  if (accept_retry_at && *accept_retry_at <= now) {
+    accept_retry_at.reset();
+    if (!stopping) {
+      epoll_set(epfd, EPOLL_CTL_MOD, listen_fd, EPOLLIN, kListenTag);
+      accept_all();
+    }
+  }
+  if (reject_summary_at && *reject_summary_at <= now) {
+    reject_summary_at.reset();
+    flush_rejected();
+  }
+  if (trim_at && *trim_at <= now) {
+    trim_at.reset();
+    trimmed_at = kv.freed_bytes();
+    // glibc keeps freed small chunks in its arenas; this hands their whole pages back
+    // (madvise), wherever they lie in the heap. It walks the free lists: milliseconds.
+    ::malloc_trim(0);
+  }
+}
+
+void ServerState::run_on_loop(std::function<void()> fn) {
+  {
+    std::lock_guard lock(remote_mu);
+    remote.push_back(std::move(fn));
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(wake_fd, &one, sizeof one);
 }
 
 void ServerState::deliver(KvState::Effects& effects) {
@@ -70,12 +152,17 @@ void ServerState::deliver(KvState::Effects& effects) {
   }
 }
 
+void ServerState::note_freed() {
+  if (trim_at || stopping || kv.freed_bytes() - trimmed_at < kTrimAfterBytes) return;
+  trim_at = Clock::now() + kTrimDelay;
+}
+
 void ServerState::output_changed(std::ptrdiff_t delta) {
   output_bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(output_bytes) + delta);
   if (delta < 0 && !deferred.empty() && !resume_posted) {
     // Posted, not called: the caller may be in the middle of its own bookkeeping.
     resume_posted = true;
-    asio::post(ioc, [this] { resume_deferred(); });
+    post([this] { resume_deferred(); });
   }
 }
 
@@ -102,7 +189,7 @@ void ServerState::resume_deferred() {
     next->resume_output();
     if (!deferred.empty() && !resume_posted) {
       resume_posted = true;
-      asio::post(ioc, [this] { resume_deferred(); });
+      post([this] { resume_deferred(); });
     }
     return;
   }
@@ -110,27 +197,27 @@ void ServerState::resume_deferred() {
 
 void ServerState::session_closed(KvState::ClientId id) {
   kv.forget(id);
-  sessions.erase(id);
+  if (auto it = sessions.find(id); it != sessions.end()) {
+    closed_sessions.push_back(std::move(it->second));  // destroyed at the end of the turn
+    sessions.erase(it);
+  }
   connections.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void ServerState::log_rejected(const tcp::endpoint& peer, std::string_view reason) {
+void ServerState::log_rejected(const std::string& peer, std::string_view reason) {
   if (stopping) return;  // no timer may outlive stop()
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = Clock::now();
   if (now - reject_window_start >= kRejectLogWindow) {
     reject_window_start = now;
     rejects_logged = 0;
   }
   if (rejects_logged < kRejectLogBurst) {
     ++rejects_logged;
-    spdlog::warn("store: closing connection from {}: {}", format_endpoint(peer), reason);
+    spdlog::warn("store: closing connection from {}: {}", peer, reason);
     return;
   }
-  last_suppressed = format_endpoint(peer) + ": " + std::string(reason);
-  if (rejects_suppressed++ == 0) {
-    reject_summary.expires_at(reject_window_start + kRejectLogWindow);
-    reject_summary.async_wait([this](const error_code&) { flush_rejected(); });
-  }
+  last_suppressed = peer + ": " + std::string(reason);
+  if (rejects_suppressed++ == 0) reject_summary_at = reject_window_start + kRejectLogWindow;
 }
 
 void ServerState::flush_rejected() {
@@ -145,121 +232,13 @@ void ServerState::flush_rejected() {
 void ServerState::close_all_sessions() {
   std::vector<std::shared_ptr<Session>> all;
   all.reserve(sessions.size());
-  for (auto& [id, weak] : sessions) {
-    if (std::shared_ptr<Session> s = weak.lock()) all.push_back(std::move(s));
-  }
+  for (auto& [id, session] : sessions) all.push_back(session);
   for (auto& s : all) s->close("");
   deferred.clear();  // closed now; this drops the last reference to each
 }
 
-void ServerState::do_accept() {
-  acceptor.async_accept(
-      [this](const error_code& ec, tcp::socket socket) { on_accept(ec, std::move(socket)); });
-}
-
-void ServerState::on_accept(const error_code& ec, tcp::socket socket) {
-  if (stopping || ec == asio::error::operation_aborted) return;
-  if (ec) {
-    int err = ec.value();
-    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-      // The pending connection stays in the backlog; retrying at once would spin.
-      if (!accept_error_logged) {
-        spdlog::error(
-            "store: cannot accept connections: {} ({} open); raise the open-files limit "
-            "(ulimit -n). Retrying every {} ms",
-            ec.message(), connections.load(), kAcceptRetryDelay.count());
-        accept_error_logged = true;
-      }
-      accept_retry.expires_after(kAcceptRetryDelay);
-      accept_retry.async_wait([this](const error_code& wec) {
-        if (!wec && !stopping) do_accept();
-      });
-      return;
-    }
-    spdlog::debug("store: accept failed: {}", ec.message());
-    return do_accept();
-  }
-  if (accept_error_logged) {
-    spdlog::info("store: accepting connections again");
-    accept_error_logged = false;
-  }
-  if (connections.load(std::memory_order_relaxed) >= options.max_connections) {
-    if (refused_in_burst++ == 0) {
-      spdlog::warn("store: {} connections open (--max-connections); refusing new ones",
-                   options.max_connections);
-    }
-    error_code ignored;
-    socket.close(ignored);
-    return do_accept();
-  }
-  if (refused_in_burst > 0) {
-    spdlog::warn("store: refused {} connections over the limit of {}", refused_in_burst,
-                 options.max_connections);
-    refused_in_burst = 0;
-  }
-  error_code opt_ec;
-  tcp::endpoint peer = socket.remote_endpoint(opt_ec);
-  socket.set_option(tcp::no_delay(true), opt_ec);  // small replies; Nagle only adds delay
-  socket.non_blocking(true, opt_ec);
-  KvState::ClientId id = next_id++;
-  auto session = std::make_shared<Session>(*this, std::move(socket), id, peer);
-  sessions.emplace(id, session);
-  connections.fetch_add(1, std::memory_order_relaxed);
-  session->start();
-  do_accept();
-}
-
-bool ServerState::try_listen(const tcp::endpoint& ep, error_code& ec) {
-  int somaxconn = read_somaxconn();
-  // The kernel caps the backlog at net.core.somaxconn; ask for the most it allows.
-  int backlog = std::max(SOMAXCONN, somaxconn);
-  acceptor.open(ep.protocol(), ec);
-  if (!ec && ep.address().is_v6() && ep.address().is_unspecified()) {
-    acceptor.set_option(asio::ip::v6_only(false), ec);  // dual-stack: IPv4 clients too
-  }
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(ep, ec);
-  if (!ec) acceptor.listen(backlog, ec);
-  if (ec) {
-    error_code ignored;
-    acceptor.close(ignored);
-    return false;
-  }
-  if (somaxconn >= 0 && somaxconn < kLowSomaxconn) {
-    spdlog::warn(
-        "store: net.core.somaxconn is {}: a burst of more connects than that may be slowed by "
-        "SYN retries; raise it (sysctl -w net.core.somaxconn=4096)",
-        somaxconn);
-  }
-  port.store(acceptor.local_endpoint().port());
-  return true;
-}
-
-void ServerState::listen_or_throw() {
-  error_code ec;
-  const std::string shown =
-      format_host_port(options.host.empty() ? std::string_view("*") : options.host, options.port);
-  if (options.host.empty()) {
-    if (try_listen(tcp::endpoint(asio::ip::address_v6::any(), options.port), ec)) return;
-    if (try_listen(tcp::endpoint(asio::ip::address_v4::any(), options.port), ec)) return;
-  } else {
-    tcp::resolver resolver(ioc);
-    auto results = resolver.resolve(options.host, std::to_string(options.port),
-                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-    if (ec) {
-      throw StoreError("cannot listen on " + shown + ": cannot resolve host: " + ec.message());
-    }
-    for (const auto& entry : results) {
-      if (try_listen(entry.endpoint(), ec)) return;
-    }
-  }
-  throw StoreError("cannot listen on " + shown + ": " + ec.message());
-}
-
 }  // namespace server_detail
 
-namespace asio = boost::asio;
-using server_detail::error_code;
 using server_detail::ServerState;
 
 TcpStoreServer::TcpStoreServer(ServerOptions options)
@@ -271,13 +250,20 @@ std::uint16_t TcpStoreServer::start() {
   std::lock_guard lock(impl_->lifecycle_mu);
   if (impl_->running) throw std::logic_error("TcpStoreServer::start called twice");
   if (impl_->stopping) throw std::logic_error("TcpStoreServer::start after stop");
-  impl_->listen_or_throw();
-  impl_->do_accept();
-  impl_->running = true;
-  impl_->thread = std::thread([impl = impl_.get()] {
+  Impl& s = *impl_;
+  s.listen_or_throw();
+  s.epfd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (s.epfd < 0) throw_errno("epoll_create1");
+  s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s.wake_fd < 0) throw_errno("eventfd");
+  server_detail::epoll_set(s.epfd, EPOLL_CTL_ADD, s.listen_fd, EPOLLIN, server_detail::kListenTag);
+  server_detail::epoll_set(s.epfd, EPOLL_CTL_ADD, s.wake_fd, EPOLLIN, server_detail::kWakeTag);
+  s.next_id = server_detail::kFirstSessionId;
+  s.running = true;
+  s.thread = std::thread([impl = impl_.get()] {
     for (;;) {
       try {
-        impl->ioc.run();
+        impl->run();
         return;
       } catch (const std::exception& e) {
         // A bug, not bad input (handlers report bad input as values); keep serving.
@@ -285,7 +271,7 @@ std::uint16_t TcpStoreServer::start() {
       }
     }
   });
-  return impl_->port.load();
+  return s.port.load();
 }
 
 void TcpStoreServer::stop() {
@@ -296,15 +282,17 @@ void TcpStoreServer::stop() {
   }
   impl_->running = false;
   Impl* impl = impl_.get();
-  asio::post(impl->ioc, [impl] {
+  impl->run_on_loop([impl] {
     impl->stopping = true;
-    error_code ignored;
-    impl->acceptor.close(ignored);
-    impl->accept_retry.cancel();
-    impl->reject_summary.cancel();  // its handler still logs the summary
+    ::close(impl->listen_fd);
+    impl->listen_fd = -1;
+    impl->accept_retry_at.reset();
+    impl->trim_at.reset();
+    impl->reject_summary_at.reset();
+    impl->flush_rejected();
     impl->close_all_sessions();
+    impl->quit = true;
   });
-  // With the acceptor and every socket closed, no handler re-arms and run() returns.
   impl->thread.join();
 }
 
@@ -316,7 +304,7 @@ void TcpStoreServer::reset() {
     return;
   }
   std::promise<void> done;
-  asio::post(impl->ioc, [impl, &done] {
+  impl->run_on_loop([impl, &done] {
     impl->close_all_sessions();
     impl->kv.clear();
     done.set_value();
@@ -332,7 +320,7 @@ std::size_t ask_io_thread(ServerState& state, Fn fn) {
   std::lock_guard lock(state.lifecycle_mu);
   if (!state.running) return fn(state);
   std::promise<std::size_t> result;
-  asio::post(state.ioc, [&] { result.set_value(fn(state)); });
+  state.run_on_loop([&] { result.set_value(fn(state)); });
   return result.get_future().get();
 }
 

@@ -6,12 +6,21 @@
 // connections for hours, and a 1.13 client's callback connection never sends a byte.
 #include "store/tcp_store_session.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "base/sys_error.h"
 #include "store/core/handler.h"
 
 namespace ddprun::store::server_detail {
 
 Session::~Session() {
-  if (!closed_) server_.session_closed(id_);
+  if (!closed_) {
+    server_.session_closed(id_);
+    ::close(fd_);
+  }
   account(0);
 }
 
@@ -28,8 +37,8 @@ void Session::push_notification(const KvState::Notification& n) {
   encode_notification(n, out_);
   do_write();
   account(unsent());
-  if (out_.size() > kMaxPushBacklogBytes ||
-      (!out_.empty() && server_.output_bytes > server_.options.max_output_bytes)) {
+  if (unsent() > kMaxPushBacklogBytes ||
+      (unsent() > 0 && server_.output_bytes > server_.options.max_output_bytes)) {
     close("it does not read its WATCH_KEY notifications (" + std::to_string(unsent()) +
           " bytes unsent)");
   }
@@ -47,46 +56,61 @@ void Session::close(std::string_view reason) {
   if (closed_) return;
   closed_ = true;
   if (!reason.empty()) server_.log_rejected(peer_, reason);
-  error_code ignored;
-  socket_.close(ignored);  // pending operations complete with operation_aborted
+  ::close(fd_);  // also leaves the epoll set
   server_.session_closed(id_);
   stream_.reset();  // lets go of the values it still held
   out_.clear();
   out_.shrink_to_fit();
-  account(0);  // pending_ is the write's until it completes, but is no longer counted
+  out_pos_ = 0;
+  account(0);
 }
 
-void Session::do_read() {
-  if (reading_ || closed_ || paused_) return;
-  reading_ = true;
-  // Waiting for readability instead of reading into a per-session buffer keeps idle
-  // connections free of any buffer. Its cost: Boost 1.74's epoll reactor re-arms every
-  // wait with EPOLL_CTL_MOD (one syscall per request). async_read_some would avoid the
-  // MOD but always tries a recv first (1.74 clears that only at EOF): re-armed before
-  // the reply it is an EAGAIN recv instead of the MOD; re-armed after, it can take a
-  // client's next request ahead of requests that reached other connections earlier
-  // (tests rely on arrival order across connections).
-  socket_.async_wait(tcp::socket::wait_read,
-                     [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
-}
-
-void Session::on_readable(const error_code& ec) {
-  reading_ = false;
+void Session::on_event(std::uint32_t events) {
   if (closed_) return;
-  if (ec) return close(ec == asio::error::operation_aborted ? "" : ec.message());
+  if ((events & EPOLLOUT) != 0) {
+    writable_ = true;
+    on_writable();
+  }
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+    readable_ = true;
+    // No edge follows a FIN or error that is already here: read until recv says so.
+    if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) peer_done_ = true;
+    do_read();
+  }
+}
+
+void Session::read_more() {
+  read_again_ = false;
+  do_read();
+}
+
+// Reads one chunk into the server's shared buffer (idle connections own none) and
+// handles it. A full chunk may have more behind it: read next turn, after the other
+// connections' input (arrival order across connections). A short read drained the
+// socket: the next data brings a new edge (unless the peer is done: then read to EOF).
+void Session::do_read() {
+  if (!readable_ || closed_ || paused_) return;
   std::string& chunk = server_.read_buf;
-  error_code rec;
-  std::size_t n = socket_.read_some(asio::buffer(chunk.data(), chunk.size()), rec);
-  if (rec == asio::error::would_block || rec == asio::error::try_again) return do_read();
-  if (rec == asio::error::eof || rec == asio::error::connection_reset) return close("");
-  if (rec) return close(rec.message());
+  ssize_t n = ::recv(fd_, chunk.data(), chunk.size(), 0);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      readable_ = false;
+      return;
+    }
+    if (errno == EINTR) return do_read();
+    if (errno == ECONNRESET) return close("");
+    return close(errno_text(errno));
+  }
+  if (n == 0) return close("");
+  const auto got = static_cast<std::size_t>(n);
+  if (got < chunk.size() && !peer_done_) readable_ = false;
   if (in_.empty()) {
-    std::string_view data(chunk.data(), n);
+    std::string_view data(chunk.data(), got);
     std::size_t used = consume(data);
     if (closed_) return;
     in_.assign(data.substr(used));
   } else {
-    in_.append(chunk.data(), n);
+    in_.append(chunk.data(), got);
     std::size_t used = consume(in_);
     if (closed_) return;
     in_.erase(0, used);
@@ -99,7 +123,10 @@ void Session::after_consume() {
     return close("request larger than " + std::to_string(server_.options.limits.max_request_bytes) +
                  " bytes");
   }
-  do_read();
+  if (readable_ && !paused_ && !read_again_) {
+    read_again_ = true;
+    server_.read_again.push_back(id_);
+  }
 }
 
 // Handles every complete request at the front of `data`, in order, until this
@@ -111,7 +138,7 @@ std::size_t Session::consume(std::string_view data) {
     if (unsent() >= opts.max_connection_output_bytes) {
       do_write();
       account(unsent());
-      // Still over only while a write is in flight: its completion resumes reading.
+      // Still over only while the socket is full: EPOLLOUT resumes reading.
       if (unsent() >= opts.max_connection_output_bytes) {
         paused_ = true;
         break;
@@ -163,6 +190,7 @@ std::size_t Session::consume(std::string_view data) {
     HandleResult result = handle_request(server_.kv, id_, req_, out_, fx);
     account(unsent());
     server_.deliver(fx);
+    server_.note_freed();
     if (result.kind == HandleResult::Kind::kClose) {
       close(result.error);
       break;
@@ -182,15 +210,21 @@ std::size_t Session::consume(std::string_view data) {
 // event loop (posted), so that one fast reader cannot hold the loop.
 void Session::fill_from_stream() {
   if (closed_ || !stream_) return;
-  if (out_.size() < kStreamPieceBytes) stream_->next(out_, kStreamPieceBytes - out_.size());
-  if (stream_->done()) stream_.reset();
+  auto top_up = [this] {
+    if (unsent() < kStreamPieceBytes) stream_->next(out_, kStreamPieceBytes - unsent());
+    if (stream_->done()) stream_.reset();
+  };
+  top_up();
   do_write();
+  // A full socket: hold a whole piece, so that what a stalled reader costs the server
+  // is what the output budget counts for it.
+  if (!writable_ && stream_) top_up();
   account(unsent());
-  // A write in flight continues in on_write; otherwise go on in a later turn (never
-  // from here, where a caller may be in the middle of consume()).
-  if (!writing_ && !stream_posted_) {
+  // A full socket continues on EPOLLOUT; otherwise go on in a later turn (never from
+  // here, where a caller may be in the middle of consume()).
+  if (writable_ && !stream_posted_) {
     stream_posted_ = true;
-    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    server_.post([self = shared_from_this()] {
       self->stream_posted_ = false;
       if (self->stream_) {
         self->fill_from_stream();
@@ -227,38 +261,39 @@ void Session::account(std::size_t now) {
 }
 
 void Session::do_write() {
-  if (writing_ || closed_ || out_.empty()) return;
-  // Most replies are a few bytes and the socket has room for them: send now (the socket
-  // is non-blocking) and start an asynchronous write only for what is left, sparing the
-  // operation and its completion handler. An error is left for async_write to report:
-  // never close here, where a caller may be delivering to several sessions.
-  error_code ec;
-  std::size_t sent = 0;
-  if (socket_.non_blocking()) {  // set at accept; a blocking send would stall the io thread
-    sent = socket_.write_some(asio::buffer(out_), ec);
-    if (ec) sent = 0;
+  // Most replies are a few bytes and the socket has room for them. An error is left
+  // for the next event to report: never close here, where a caller may be delivering
+  // to several sessions.
+  while (writable_ && !closed_ && unsent() > 0) {
+    ssize_t n = ::send(fd_, out_.data() + out_pos_, unsent(), MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        writable_ = false;
+      } else {
+        // Reading will see the reset or EOF and close; stop writing until then.
+        writable_ = false;
+        server_.post([self = shared_from_this()] {
+          if (!self->closed_) self->close("");
+        });
+      }
+      break;
+    }
+    out_pos_ += static_cast<std::size_t>(n);
   }
-  if (sent == out_.size()) {
+  if (unsent() == 0) {
     out_.clear();
+    out_pos_ = 0;
     if (out_.capacity() > kReadChunk) out_.shrink_to_fit();  // a big reply is gone
-    return;
+  } else if (out_pos_ > kReadChunk && out_pos_ * 2 > out_.size()) {
+    out_.erase(0, out_pos_);  // keep appends from growing a mostly-sent buffer
+    out_pos_ = 0;
   }
-  writing_ = true;
-  pending_.swap(out_);
-  out_.clear();
-  asio::async_write(
-      socket_, asio::buffer(pending_) + sent,
-      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_write(ec); });
 }
 
-void Session::on_write(const error_code& ec) {
-  writing_ = false;
+// The socket has room again: send what waits, then go on with what waited for it.
+void Session::on_writable() {
   if (closed_) return;
-  if (ec)
-    return close(
-        ec == asio::error::broken_pipe || ec == asio::error::connection_reset ? "" : ec.message());
-  pending_.clear();
-  if (pending_.capacity() > kReadChunk) pending_.shrink_to_fit();
   if (stream_) return fill_from_stream();
   do_write();
   account(unsent());

@@ -21,6 +21,20 @@ template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
 using WaitId = std::uint64_t;  // ascending in registration order, so std::map is FIFO
+
+// What one key or queue item costs beyond its bytes (hash node, string and shared_ptr
+// headers), for KvState::freed_bytes.
+constexpr std::uint64_t kEntryOverhead = 96;
+
+// A hash table keeps its bucket array at its largest size: 1 M keys set and deleted
+// leave about 16 MB of empty buckets. Shrinks it when under 1/8 full; each shrink costs
+// O(size) and follows at least 7/8 of the table's entries being erased, so erasing stays
+// O(1) amortised.
+template <typename Map>
+void shrink_if_sparse(Map& m) {
+  constexpr std::size_t kMinBuckets = 1024;
+  if (m.bucket_count() > kMinBuckets && m.size() < m.bucket_count() / 8) m.rehash(0);
+}
 using NoteKind = KvState::Notification::Kind;
 
 // Renders a key or value for an error line: printable ASCII kept, the rest escaped,
@@ -307,7 +321,9 @@ bool KvState::erase(std::string_view key, Effects& fx) {
   auto it = impl_->kv.find(key);
   if (it == impl_->kv.end()) return false;
   impl_->notify(key, NoteKind::kDeleted, *it->second, std::string(), fx);
+  freed_bytes_ += key.size() + it->second->capacity() + kEntryOverhead;
   impl_->kv.erase(it);
+  shrink_if_sparse(impl_->kv);
   return true;
 }
 
@@ -360,8 +376,12 @@ std::int64_t KvState::queue_pop(std::string_view key, std::string& value) {
   if (len > 0) {
     value = std::move(it->second.front());
     it->second.pop_front();
+    freed_bytes_ += value.capacity() + kEntryOverhead;
   }
-  if (it->second.empty()) impl_->queues.erase(it);  // an empty queue is an absent one
+  if (it->second.empty()) {  // an empty queue is an absent one
+    impl_->queues.erase(it);
+    shrink_if_sparse(impl_->queues);
+  }
   return len;
 }
 
@@ -405,7 +425,15 @@ std::optional<KvState::WaitResult> KvState::barrier(std::string_view key, std::i
   return WaitResult::kPending;
 }
 
-void KvState::clear() { impl_ = std::make_unique<Impl>(); }
+void KvState::clear() {
+  for (const auto& [key, value] : impl_->kv) {
+    freed_bytes_ += key.size() + value->capacity() + kEntryOverhead;
+  }
+  for (const auto& [key, items] : impl_->queues) {
+    for (const std::string& item : items) freed_bytes_ += item.capacity() + kEntryOverhead;
+  }
+  impl_ = std::make_unique<Impl>();
+}
 
 std::size_t KvState::pending_waits() const { return impl_->pending.size(); }
 

@@ -133,10 +133,15 @@ class KvState {
 
   // Introspection for tests and metrics.
   std::size_t pending_waits() const;
+  // An estimate of the bytes given up so far by deleted keys, popped queue items and
+  // clear() (never decreases). The server returns freed memory to the OS when this has
+  // grown enough (malloc_trim), not after every request.
+  std::uint64_t freed_bytes() const { return freed_bytes_; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;  // a pimpl keeps the map types out of every includer
+  std::uint64_t freed_bytes_ = 0;
 };
 
 }  // namespace ddprun::store

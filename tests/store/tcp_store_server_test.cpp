@@ -8,6 +8,7 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -131,6 +132,19 @@ TEST_CASE("server: modern handshake and requests split one byte at a time", "[se
   c.send_bytewise(encode(Op::kWait, M, {"/a"}) + encode(Op::kGet, M, {"/a"}));
   CHECK(c.read_u8() == kStopWaiting);
   CHECK(c.read_bytes() == std::string("v\0w", 3));
+}
+
+TEST_CASE("server: a client that sends its requests and its FIN at once is answered and closed",
+          "[server][net]") {
+  // The FIN arrives with the data: no later edge tells an edge-triggered loop about it.
+  Server s;
+  RawClient c(s.port);
+  c.send(encode(Op::kAdd, L, {"/fin"}, {}, 5) + encode(Op::kAdd, L, {"/fin"}, {}, 2));
+  REQUIRE(::shutdown(c.fd(), SHUT_WR) == 0);
+  CHECK(c.read_i64() == 5);
+  CHECK(c.read_i64() == 7);
+  CHECK(c.closed_by_server(5s));
+  CHECK(eventually([&] { return s.server.connection_count() == 0; }));
 }
 
 TEST_CASE("server: pipelined requests in one write are answered in order", "[server][net]") {

@@ -1,0 +1,146 @@
+// memory_return_test.cpp: a real ddprun-store process gives memory back. A raw client
+// sets 1 M keys and deletes them, then pushes and pops 200 k queue items; the server's
+// VmRSS (/proc/<pid>/status) must come back near where it started (issue 23 item 4: it
+// stayed at +200 MB and +28 MB, the hash table's buckets and glibc's freed chunks).
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/store/raw_client.h"
+#include "tests/support/eventually.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace ddprun::store;
+using namespace ddprun::store::testing;
+
+class StoreProcess {
+ public:
+  StoreProcess() {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    std::vector<std::string> args{DDPRUN_STORE_BIN, "serve", "--host", "127.0.0.1", "--port", "0"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    std::string line;  // "ddprun-store listening on 127.0.0.1:PORT"
+    char c = 0;
+    while (rc == 0 && read(fds[0], &c, 1) == 1 && c != '\n') line += c;
+    close(fds[0]);
+    REQUIRE(rc == 0);
+    INFO(line);
+    REQUIRE(line.rfind(':') != std::string::npos);
+    port_ = static_cast<std::uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+  }
+  ~StoreProcess() {
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  StoreProcess(const StoreProcess&) = delete;
+  StoreProcess& operator=(const StoreProcess&) = delete;
+  std::uint16_t port() const { return port_; }
+
+  // VmRSS in KiB, from /proc/<pid>/status.
+  long rss_kib() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::string word;
+    while (in >> word) {
+      if (word == "VmRSS:") {
+        long kib = 0;
+        in >> kib;
+        return kib;
+      }
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+std::string key_of(int i) { return "/mem/" + std::to_string(i); }
+
+constexpr int kBatch = 4000;
+
+// Runs `count` requests built by `request(i)` in pipelined batches; each batch's replies
+// (`reply_bytes` each; 0: none, then a PING fences the batch) are read in one piece.
+template <class Request>
+void pipeline(RawClient& c, int count, std::size_t reply_bytes, Request request) {
+  for (int first = 0; first < count; first += kBatch) {
+    const int n = std::min(kBatch, count - first);
+    std::string out;
+    for (int i = first; i < first + n; ++i) out += request(i);
+    if (reply_bytes == 0) out += encode(Op::kPing, Dialect::kModern, {}, {}, 7);
+    c.send(out);
+    const std::size_t expect = reply_bytes == 0 ? 4 : reply_bytes * static_cast<std::size_t>(n);
+    REQUIRE(c.read_exact(expect, std::chrono::seconds(60)).has_value());
+  }
+}
+
+constexpr long kMiB = 1024;  // in KiB
+
+TEST_CASE("store process: 1 M keys set then deleted give their memory back", "[server][memory]") {
+  StoreProcess store;
+  RawClient c(store.port());
+  c.handshake();
+  const long start = store.rss_kib();
+  const std::string value(100, 'v');
+  pipeline(c, 1'000'000, 0,
+           [&](int i) { return encode(Op::kSet, Dialect::kModern, {key_of(i)}, {value}); });
+  const long full = store.rss_kib();
+  pipeline(c, 1'000'000, 8,
+           [&](int i) { return encode(Op::kDeleteKey, Dialect::kModern, {key_of(i)}); });
+  long after = 0;
+  bool back = ddprun::test::eventually([&] { return (after = store.rss_kib()) < start + 8 * kMiB; },
+                                       std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  INFO("VmRSS KiB: start " << start << ", with 1 M keys " << full << ", after deleting " << after
+                           << ", 1 s later " << store.rss_kib());
+  CHECK(full > start + 100 * kMiB);  // the keys really were held
+  CHECK(back);
+  c.expect_ping_echo(9);  // and the server still serves
+}
+
+TEST_CASE("store process: 200 k queue items pushed then popped give their memory back",
+          "[server][memory]") {
+  StoreProcess store;
+  RawClient c(store.port());
+  c.handshake();
+  const long start = store.rss_kib();
+  const std::string value(100, 'q');
+  pipeline(c, 200'000, 0,
+           [&](int) { return encode(Op::kQueuePush, Dialect::kModern, {"/q"}, {value}); });
+  const long full = store.rss_kib();
+  // QUEUE_POP's reply: the length before the pop (i64), then the value (u64 length + bytes).
+  pipeline(c, 200'000, 8 + 8 + value.size(),
+           [&](int) { return encode(Op::kQueuePop, Dialect::kModern, {"/q"}); });
+  long after = 0;
+  bool back = ddprun::test::eventually([&] { return (after = store.rss_kib()) < start + 8 * kMiB; },
+                                       std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  INFO("VmRSS KiB: start " << start << ", with 200 k items " << full << ", after popping " << after
+                           << ", 1 s later " << store.rss_kib());
+  CHECK(full > start + 20 * kMiB);
+  CHECK(back);
+  c.expect_ping_echo(9);
+}
+
+}  // namespace
