@@ -5,12 +5,7 @@ import socket
 import struct
 import sys
 
-from store_proc import StoreProcess, cli, watchdog
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
+from store_proc import StoreProcess, cli, expect, watchdog
 
 
 def main(binary):

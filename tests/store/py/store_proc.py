@@ -1,5 +1,7 @@
 """Helpers for the ddprun-store black-box tests: start `ddprun-store serve` on an
-OS-chosen loopback port, stop it on exit, and a watchdog so that no test can hang.
+OS-chosen loopback port, stop it on exit, a watchdog so that no test can hang, and the
+checks expect() and raises() (tcpstore_api_client.py keeps its own copy: it runs under
+any PyTorch, needing nothing from this checkout).
 
 Every process started here gets PR_SET_PDEATHSIG(SIGKILL), so it dies with the test
 even when ctest kills the test with SIGKILL."""
@@ -15,6 +17,21 @@ import threading
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
 _children = []
+
+
+def expect(cond, what):
+    """Fails the test with `what` unless `cond` holds."""
+    if not cond:
+        raise AssertionError(what)
+
+
+def raises(fn, what):
+    """The text of the RuntimeError that fn() must raise (DistStoreError in 2.x is one)."""
+    try:
+        fn()
+    except RuntimeError as e:
+        return str(e)
+    raise AssertionError(f"{what}: no error raised")
 
 
 def _die_with_parent():

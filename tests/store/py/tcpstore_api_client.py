@@ -1,5 +1,5 @@
 """The client half of tcpstore_api_test.py; runs under the PyTorch being tested (1.13 on
-the host, 2.6 in its chroot) and needs nothing from this checkout.
+the host, 2.6 or 2.14 in their chroots) and needs nothing from this checkout.
 Usage: tcpstore_api_client.py PORT. Exit 0 = every check passed, 77 = no torch here,
 1 = a check failed (the message says which). Prints the methods it exercised."""
 import sys

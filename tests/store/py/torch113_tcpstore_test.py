@@ -8,7 +8,7 @@ import sys
 import time
 from datetime import timedelta
 
-from store_proc import StoreProcess, cli, fork, require_torch, watchdog
+from store_proc import StoreProcess, cli, expect, fork, raises, require_torch, watchdog
 
 WORKERS = 8
 OPS = 200
@@ -18,19 +18,6 @@ def client(port, **kwargs):
     import torch.distributed as dist
     kwargs.setdefault("timeout", timedelta(seconds=60))
     return dist.TCPStore("127.0.0.1", port, is_master=False, **kwargs)
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
-def expect_raises(fn, what):
-    try:
-        fn()
-    except RuntimeError as e:
-        return str(e)
-    raise AssertionError(f"{what}: no error raised")
 
 
 def worker(port, rank):
@@ -93,10 +80,10 @@ def single_client_ops(binary, port, setter):
     # A wait that times out (the 1.13 client gives up silently; use a fresh client after).
     t = client(port)
     start = time.monotonic()
-    expect_raises(lambda: t.wait(["never"], timedelta(milliseconds=500)), "wait timeout")
+    raises(lambda: t.wait(["never"], timedelta(milliseconds=500)), "wait timeout")
     expect(time.monotonic() - start >= 0.4, "wait returned before its timeout")
     t.set_timeout(timedelta(milliseconds=300))
-    expect_raises(lambda: t.get("missing"), "get after set_timeout")
+    raises(lambda: t.get("missing"), "get after set_timeout")
 
     # A wait released later by another process.
     w = client(port)
