@@ -6,8 +6,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddprun::packaging {
@@ -33,9 +33,10 @@ inline std::string json_string(const std::string& s) {
         break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
+          constexpr std::string_view kHex = "0123456789abcdef";
+          out += "\\u00";
+          out += kHex[static_cast<unsigned char>(c) >> 4];
+          out += kHex[static_cast<unsigned char>(c) & 0xf];
         } else {
           out += c;
         }

@@ -93,8 +93,11 @@ def test_docs(build):
         if warn.strip():
             fail("groff warns about %s: %s" % (man, warn))
         version = out([exe, "--version"])
-        if app_version(pkg, name) not in version:
+        m = re.match(re.escape(name) + r" (\d+\.\d+\.\d+)( \(git ([0-9a-f]{12})\))?", version)
+        if not m or m.group(1) != app_version(pkg, name):
             fail("%s --version %r does not show %s" % (name, version, app_version(pkg, name)))
+        if os.path.exists(os.path.join(SRC, ".git")) and not m.group(3):
+            fail("%s --version %r, built from a git checkout, lacks the commit" % (name, version))
         bash_file = os.path.join(pkg, "bash", name)
         # The completion offers every long option --help shows.
         words = ["ddprun", "--"] if name == "ddprun" else ["ddprun-store", "serve", "--"]
@@ -274,7 +277,15 @@ def inside_wheel(dist, version):
 
 
 def main():
-    mode, args = sys.argv[1], sys.argv[2:]
+    try:
+        dispatch(sys.argv[1], sys.argv[2:])
+    except subprocess.CalledProcessError as e:
+        fail("%s exited with %s" % (" ".join(map(str, e.cmd)), e.returncode))
+    except subprocess.TimeoutExpired as e:
+        fail("%s did not end within %s s" % (" ".join(map(str, e.cmd)), e.timeout))
+
+
+def dispatch(mode, args):
     if mode == "docs":
         test_docs(*args)
     elif mode == "binaries":
