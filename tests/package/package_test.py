@@ -222,7 +222,7 @@ def inside_deb(dist, version):
     deb = os.path.join(dist, "ddprun_%s_amd64.deb" % version)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", USE_LIBUV="0")
     if os.path.exists("/usr/bin/ddprun"):
-        run(["apt-get", "purge", "-y", "-qq", "ddprun"], env=env)
+        run(["dpkg", "--purge", "ddprun"], env=env)  # a leftover of an earlier run
     before = file_list("/", SKIP_TREES)
     with tempfile.TemporaryDirectory() as tmp:
         # A copy readable by apt's unprivileged download user (_apt).
@@ -240,11 +240,12 @@ def inside_deb(dist, version):
             got = ddp_job("ddprun", tmp, env)
             print("deb: 2-worker job with torch %s ran: %s" % (got[0]["torch"], got))
         finally:
-            run(["apt-get", "purge", "-y", "-qq", "ddprun"], env=env)
-    left = sorted(file_list("/", SKIP_TREES) - before)
+            run(["apt-get", "remove", "-y", "-qq", "ddprun"], env=env)
+            left = sorted(file_list("/", SKIP_TREES) - before)
+            run(["dpkg", "--purge", "ddprun"], env=env)  # if remove left any state
     if left:
-        fail("apt purge left %s" % left)
-    print("deb: installed with apt in sid, man -w ddprun found the page, purge left nothing")
+        fail("apt remove left %s" % left)
+    print("deb: installed with apt in sid, man -w ddprun found the page, apt remove left nothing")
 
 
 def inside_wheel(dist, version):
@@ -267,10 +268,10 @@ def inside_wheel(dist, version):
         if prefixes != [venv]:
             fail("workers ran with sys.prefix %s (executable %s), not the venv %s" % (
                 prefixes, sorted({r["executable"] for r in got}), venv))
-        print("wheel: workers ran %s (sys.prefix %s), torch %s" % (got[0]["executable"], venv,
-                                                                   got[0]["torch"]))
+        print("wheel: workers ran %s (sys.prefix %s), torch %s" % (
+            got[0]["executable"], got[0]["prefix"], got[0]["torch"]))
         run([os.path.join(venv, "bin", "pip"), "uninstall", "-y", "-q", "ddprun"])
-        left = sorted(p for p in file_list(venv) - before if not os.path.isdir(p))
+        left = sorted(file_list(venv) - before)  # files and folders
         if left:
             fail("pip uninstall left %s" % left)
     print("wheel: pip install put ddprun beside the venv's python; uninstall left no file")
