@@ -13,14 +13,12 @@
 #include <map>
 #include <string_view>
 
+#include "ddprun_version.h"
 #include "launcher/nproc.h"
 #include "launcher/slurm_env.h"
+#include "packaging/cli_dump.h"
 
 extern char** environ;
-
-#ifndef DDPRUN_VERSION
-#define DDPRUN_VERSION "0.0.0"
-#endif
 
 namespace ddprun::launcher {
 namespace {
@@ -317,6 +315,8 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.");
   bool version = false;
   app.add_flag("--version", version, "Print the version and exit");
+  bool dump_cli = false;  // for the man page and completion (packaging/clidoc.py)
+  app.add_flag(ddprun::packaging::kDumpCliOption, dump_cli)->group(kHidden);
 
   std::map<std::string, std::string> storage;
   std::vector<std::pair<const OptionDef*, CLI::Option*>> bound;
@@ -357,7 +357,13 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
   }
   if (version) {
     out.kind = CliOutcome::Kind::kPrint;
-    out.text = std::string("ddprun ") + DDPRUN_VERSION + " (torchrun-compatible launcher)\n";
+    out.text = std::string("ddprun ") + DDPRUN_VERSION_TEXT + " (torchrun-compatible launcher)\n";
+    return out;
+  }
+  if (dump_cli) {
+    out.kind = CliOutcome::Kind::kPrint;
+    out.text =
+        ddprun::packaging::app_json(app, Formatter().make_usage(&app, "ddprun"), DDPRUN_VERSION);
     return out;
   }
 

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "ddprun_version.h"
+#include "packaging/cli_dump.h"
 #include "store/core/host_port.h"
 #include "store/store.h"
 #include "store/tcp_store_client.h"
@@ -176,8 +178,13 @@ int main(int argc, char** argv) {
 
   CLI::App app{
       "ddprun-store: a PyTorch-compatible TCPStore server (serves PyTorch 1.13/2.0 and 2.2+ "
-      "clients on one port) and a tool to inspect a running store."};
-  app.require_subcommand(1);
+      "clients on one port) and a tool to inspect a running store.",
+      "ddprun-store"};
+  app.require_subcommand(0, 1);  // exactly one, checked below (--version has none)
+  app.set_version_flag("--version", std::string("ddprun-store ") + DDPRUN_VERSION_TEXT,
+                       "Print the version and exit");
+  bool dump_cli = false;  // for the man page and completion (packaging/clidoc.py)
+  app.add_flag(ddprun::packaging::kDumpCliOption, dump_cli)->group("");
   app.footer(
       "Keys are shown and typed exactly as stored; PyTorch clients prepend '/' to their keys "
       "(torch's store.set('k', ...) stores '/k').\nBytes that are not printable ASCII are shown "
@@ -267,8 +274,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::cerr << "ddprun-store: error: " << e.what()
+              << "\nRun 'ddprun-store --help' or 'ddprun-store COMMAND --help' for usage.\n";
+    return kExitUsage;
+  }
+  if (dump_cli) {
+    std::cout << ddprun::packaging::app_json(app, "ddprun-store COMMAND [OPTIONS]", DDPRUN_VERSION);
+    return 0;
+  }
+  if (app.get_subcommands().empty()) {
+    std::cerr << "ddprun-store: error: A subcommand is required"
               << "\nRun 'ddprun-store --help' or 'ddprun-store COMMAND --help' for usage.\n";
     return kExitUsage;
   }

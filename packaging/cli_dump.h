@@ -1,0 +1,100 @@
+// cli_dump.h: describes a CLI11 command line as JSON (program, version, description,
+// footer, options by group, positionals, subcommands), so that the man pages and the
+// bash/zsh completion are generated from the programs' own option definitions
+// (packaging/clidoc.py) and never drift from --help. Used by the hidden --dump-cli-json
+// option of ddprun (launcher/cli.cpp) and ddprun-store. Thread-safety: pure (reads `app`).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::packaging {
+
+// The hidden option that prints cli_json(): not shown in --help (empty group).
+inline constexpr const char* kDumpCliOption = "--dump-cli-json";
+
+inline std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          constexpr std::string_view kHex = "0123456789abcdef";
+          out += "\\u00";
+          out += kHex[static_cast<unsigned char>(c) >> 4];
+          out += kHex[static_cast<unsigned char>(c) & 0xf];
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+inline std::string json_strings(const std::vector<std::string>& items, const char* prefix) {
+  std::string out = "[";
+  for (const auto& s : items) out += (out.size() > 1 ? "," : "") + json_string(prefix + s);
+  return out + "]";
+}
+
+// One option; `takes_value` is false for flags. Hidden options (empty group) are left out
+// by the caller.
+inline std::string option_json(const CLI::Option& opt) {
+  std::string out = "{\"names\":";
+  std::vector<std::string> names;
+  for (const auto& s : opt.get_snames()) names.push_back("-" + s);
+  for (const auto& l : opt.get_lnames()) names.push_back("--" + l);
+  out += json_strings(names, "");
+  out += ",\"positional\":" + json_string(opt.get_positional() ? opt.get_name(true) : "");
+  out += ",\"takes_value\":" + std::string(opt.get_items_expected_max() > 0 ? "true" : "false");
+  out += ",\"type_name\":" + json_string(opt.get_type_name());
+  out += ",\"description\":" + json_string(opt.get_description());
+  out += ",\"group\":" + json_string(opt.get_group());
+  out += ",\"default\":" + json_string(opt.get_default_str());
+  out += ",\"envname\":" + json_string(opt.get_envname());
+  out += ",\"required\":" + std::string(opt.get_required() ? "true" : "false");
+  return out + "}";
+}
+
+// The app and, recursively, its subcommands. `usage` and `version` may be empty
+// (subcommands).
+inline std::string app_json(const CLI::App& app, const std::string& usage,
+                            const std::string& version) {
+  std::string out = "{\"name\":" + json_string(app.get_name());
+  out += ",\"version\":" + json_string(version);
+  out += ",\"usage\":" + json_string(usage);
+  out += ",\"description\":" + json_string(app.get_description());
+  out += ",\"footer\":" + json_string(app.get_footer());
+  out += ",\"options\":[";
+  bool first = true;
+  for (const CLI::Option* opt : app.get_options()) {
+    const bool unnamed =
+        opt->get_lnames().empty() && opt->get_snames().empty() && !opt->get_positional();
+    if (opt->get_group().empty() || unnamed) continue;  // hidden
+    out += (first ? "" : ",") + option_json(*opt);
+    first = false;
+  }
+  out += "],\"subcommands\":[";
+  first = true;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    out += (first ? "" : ",") + app_json(*sub, "", "");
+    first = false;
+  }
+  return out + "]}\n";
+}
+
+}  // namespace ddprun::packaging
