@@ -309,7 +309,8 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       "  training_script       the script (or module with -m, program with --no-python)\n"
       "  training_script_args  passed through; ${local_rank} or $local_rank becomes the\n"
       "                        local rank and $$ becomes $ (as torchrun)\n"
-      "\nenvironment: PYTHON_EXEC (python for workers, default python3), LOGLEVEL\n"
+      "\nenvironment: PYTHON_EXEC (python for workers; default: the python of the venv or\n"
+      "conda env ddprun is installed in, else python3 from PATH), LOGLEVEL\n"
       "(DEBUG, INFO, WARNING, ERROR), TORCHELASTIC_SIGNALS_TO_HANDLE,\n"
       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.\n"
       "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.");

@@ -309,7 +309,11 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   if (c.legacy_launch && no_python && !c.use_env) {
     throw UsageError("--no-python requires --use-env with --legacy-launch");
   }
-  if (const auto* p = find(host.env, "PYTHON_EXEC"); p && !p->empty()) c.python_exec = *p;
+  if (const auto* p = find(host.env, "PYTHON_EXEC"); p && !p->empty()) {
+    c.python_exec = *p;
+  } else if (!host.launcher_python.empty()) {
+    c.python_exec = host.launcher_python;
+  }
 
   if (const auto* s = find(v, "log_dir")) c.log_dir = *s;
   if (const auto* s = find(v, "redirects")) c.redirects = parse_std_streams("--redirects", *s);

@@ -84,7 +84,8 @@ struct LaunchConfig {
 
   EntryKind entry = EntryKind::kPythonScript;
   bool run_path = false;  // runpy.run_path under an error-file recorder (worker_env.cpp)
-  std::string python_exec = "python3";  // PYTHON_EXEC, else python3 from PATH
+  // PYTHON_EXEC, else HostFacts::launcher_python, else python3 from PATH (worker_python.h)
+  std::string python_exec = "python3";
 
   std::string log_dir;  // --log-dir; empty: a fresh torchelastic_XXXXXX under TMPDIR
   StdStreams redirects;
@@ -145,6 +146,8 @@ struct HostFacts {
   std::map<std::string, std::string> env;  // the agent's environment
   int cpu_count = 1;
   int gpu_count = 0;  // visible NVIDIA GPUs (nproc.h)
+  // The python of the venv/conda env ddprun was installed into, "" if none (worker_python.h).
+  std::string launcher_python;
   // Whether a path exists (the training script check; nullptr: no check).
   bool (*file_exists)(const std::string& path) = nullptr;
 };

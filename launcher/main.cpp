@@ -19,12 +19,14 @@
 #include "launcher/process/supervisor.h"
 #include "launcher/ssh_launch.h"
 #include "launcher/stdin_watch.h"
+#include "launcher/worker_python.h"
 #include "rendezvous/registry.h"
 
 using namespace ddprun::launcher;
 
 int main(int argc, char** argv) {
   HostFacts host = current_host_facts();
+  host.launcher_python = python_beside_this_launcher(argv[0]);
   CliOutcome cli = parse_command_line(std::vector<std::string>(argv + 1, argv + argc), host);
   if (cli.kind == CliOutcome::Kind::kPrint) return std::fputs(cli.text.c_str(), stdout) < 0;
   if (cli.kind == CliOutcome::Kind::kError) {

@@ -824,5 +824,43 @@ def numa_binding_pins_workers(job):
     check("ignoring" not in err, "--numa-binding is no longer ignored", err)
 
 
+# ---------------------------------------------------------------------------------------
+# Issue 21: torchrun 2.11 habits
+
+
+@test()
+def worker_python_beside_launcher(job):
+    """ddprun in a venv's bin (a symlink, and started by name from PATH) runs its workers
+    with that venv's python, not python3 from PATH; PYTHON_EXEC still wins, and ddprun
+    outside any environment keeps python3 from PATH. The start line names the python."""
+    venv = os.path.join(job.dir, "venv")
+    r = subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip",
+                        "--system-site-packages", venv], capture_output=True, text=True)
+    check(r.returncode == 0, "python3 -m venv failed", r.stdout, r.stderr)
+    os.symlink(os.path.abspath(job.ddprun), os.path.join(venv, "bin", "ddprun"))
+    script = os.path.join(job.dir, "which.py")
+    with open(script, "w") as f:
+        f.write("import sys\nprint('exe', sys.executable, 'prefix', sys.prefix)\n")
+    venv_python = os.path.join(venv, "bin", "python3")
+    base = {k: v for k, v in job.env.items() if k != "PYTHON_EXEC"}
+    base.update(PATH="/usr/bin:/bin", LOGLEVEL="INFO")
+    cases = [
+        ([os.path.join(venv, "bin", "ddprun")], base, venv_python),
+        (["ddprun"], dict(base, PATH=f"{venv}/bin:/usr/bin:/bin"), venv_python),
+        ([os.path.join(venv, "bin", "ddprun")], dict(base, PYTHON_EXEC="/usr/bin/python3"),
+         "/usr/bin/python3"),
+        ([job.ddprun], base, "python3"),
+    ]
+    for argv, env, want in cases:
+        rc, out, err = job.run_process([*argv, script], env, 60)
+        check(rc == 0, f"{argv}: ddprun exited {rc}", out, err)
+        exe = out.split("exe ", 1)[1].split(" prefix ")[0] if "exe " in out else ""
+        want_exe = "/usr/bin/python3" if want == "python3" else want
+        check(exe == want_exe, f"{argv}: worker ran {exe!r}, expected {want_exe!r}", out, err)
+        if want == venv_python:
+            check(f"prefix {venv}" in out, f"{argv}: sys.prefix is not the venv", out)
+        check(f"started 1 workers with {want} " in err, f"{argv}: start line names {want}", err)
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, Job))

@@ -177,6 +177,12 @@ TEST_CASE("torchrun's own environment knobs", "[cli]") {
                                            {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGUSR2,SIGTERM"},
                                            {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "3"}});
   CHECK(c.python_exec == "/usr/bin/python3");
+  // PYTHON_EXEC wins over the python of the environment ddprun is installed in.
+  HostFacts venv = facts({{"PYTHON_EXEC", "/usr/bin/python3"}});
+  venv.launcher_python = "/opt/venv/bin/python3";
+  CHECK(parse_command_line({"train.py"}, venv).config.python_exec == "/usr/bin/python3");
+  venv.env.clear();
+  CHECK(parse_command_line({"train.py"}, venv).config.python_exec == "/opt/venv/bin/python3");
   CHECK(c.signals_to_handle == std::vector<int>{SIGUSR2, SIGTERM});
   CHECK(c.shutdown_timeout_s == 3);
   const LaunchConfig d =
