@@ -862,5 +862,76 @@ def worker_python_beside_launcher(job):
         check(f"started 1 workers with {want} " in err, f"{argv}: start line names {want}", err)
 
 
+def two_agents(job, name, endpoint, addrs, conf, timeout=60):
+    """Two c10d agents (--local-addr from `addrs`, None: none) of run id `name` meeting at
+    `endpoint`, each with one probe worker: [(rc, log text, seconds)]."""
+    procs = []
+    out = os.path.join(job.dir, name)  # one command for both: each rank writes its own file
+    os.mkdir(out)
+    for i, addr in enumerate(addrs):
+        args = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={endpoint}", f"--rdzv-id={name}", f"--rdzv-conf={conf}"]
+        if addr:
+            args.append(f"--local-addr={addr}")
+        log = os.path.join(job.dir, f"{name}.{i}.log")
+        procs.append((job.start([*args, os.path.join(WORKERS, "probe.py"), out, job.token],
+                                log=log), log, time.monotonic()))
+    results = []
+    for p, log, t0 in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise blackbox.Failed(f"{name}: agent still running after {timeout} s\n"
+                                  + "\n".join(read_text(l) for _, l, _ in procs))
+        results.append((p.returncode, read_text(log), time.monotonic() - t0))
+    return results
+
+
+@test()
+def loopback_endpoint_hosted(job):
+    """c10d at 127.0.0.5, a loopback address that no interface lists: an agent hosts it
+    (torchrun treats every loopback address as this host). Without --local-addr both try
+    and one wins; with --local-addr 127.0.0.6/127.0.0.7 (neither is the endpoint's) one
+    hosts it after 5 s of refused connects. Both finish well before the join timeout."""
+    for name, addrs in (("lo-plain", (None, None)), ("lo-others", ("127.0.0.6", "127.0.0.7"))):
+        port = job.reserve_port("127.0.0.5")
+        results = two_agents(job, name, f"127.0.0.5:{port}", addrs, "join_timeout=60")
+        for rc, text, secs in results:
+            check(rc == 0 and secs < 30, f"{name}: exit {rc} after {secs:.1f} s", text)
+        if name == "lo-others":
+            check(any("this node hosts it" in t for _, t, _ in results),
+                  f"{name}: an agent said it hosts the endpoint",
+                  "\n".join(t for _, t, _ in results))
+
+
+@test()
+def unhostable_endpoint_reported_early(job):
+    """An endpoint no agent can host is reported in one line long before the join timeout
+    (60 s here): is_host=0 everywhere (connections refused for read_timeout=3 s), and a
+    loopback endpoint this machine cannot bind (::1 in a network namespace whose lo is
+    down: at once)."""
+    port = job.reserve_port("127.0.0.5")
+    results = two_agents(job, "nohost", f"127.0.0.5:{port}", (None, None),
+                         "join_timeout=60,read_timeout=3,is_host=0")
+    for rc, text, secs in results:
+        errors = [l for l in text.splitlines() if "no agent hosts the rendezvous store" in l]
+        check(rc == 1 and secs < 30, f"is_host=0: exit {rc} after {secs:.1f} s", text)
+        check(len(errors) == 1 and f"127.0.0.5:{port}" in errors[0]
+              and "refused" in errors[0], "is_host=0: one line naming the endpoint", text)
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        print("unshare -n is not permitted here: the ::1 case is not run")
+        return
+    t0 = time.monotonic()
+    rc, out, err = job.run_process(
+        ["unshare", "-n", job.ddprun, "--nnodes=2", "--rdzv-backend=c10d",
+         "--rdzv-endpoint=[::1]:29999", "--rdzv-conf=join_timeout=60",
+         *job.probe()], job.env, 60)
+    secs = time.monotonic() - t0
+    errors = [l for l in err.splitlines() if "cannot host the rendezvous store" in l]
+    check(rc == 1 and secs < 20, f"::1 unbindable: exit {rc} after {secs:.1f} s", err)
+    check(len(errors) == 1 and "[::1]:29999" in errors[0] and "nor can any other" in errors[0],
+          "::1 unbindable: one line naming the endpoint", err)
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, Job))
