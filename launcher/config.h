@@ -86,6 +86,9 @@ struct LaunchConfig {
   bool run_path = false;  // runpy.run_path under an error-file recorder (worker_env.cpp)
   // PYTHON_EXEC, else HostFacts::launcher_python, else python3 from PATH (worker_python.h)
   std::string python_exec = "python3";
+  // (major, minor) of the torch python_exec imports, found on disk by main
+  // (torch_version.h); nullopt: unknown. Picks the NCCL async-error variable's name.
+  std::optional<std::pair<int, int>> worker_torch_version;
 
   std::string log_dir;  // --log-dir; empty: a fresh torchelastic_XXXXXX under TMPDIR
   StdStreams redirects;

@@ -19,6 +19,7 @@
 #include "launcher/process/supervisor.h"
 #include "launcher/ssh_launch.h"
 #include "launcher/stdin_watch.h"
+#include "launcher/torch_version.h"
 #include "launcher/worker_python.h"
 #include "rendezvous/registry.h"
 
@@ -34,6 +35,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   setup_agent_logging(host.env);
+  if (cli.config.entry != EntryKind::kExecutable) {
+    cli.config.worker_torch_version = find_torch_version(cli.config.python_exec, host.env);
+  }
   if (!cli.slurm.text.empty()) {  // what an srun step set (slurm_env.h)
     spdlog::log(cli.slurm.taken ? spdlog::level::warn : spdlog::level::info, "{}", cli.slurm.text);
   }

@@ -1,6 +1,8 @@
 // worker_env.cpp: the worker environment and command line (see worker_env.h).
 #include "launcher/worker_env.h"
 
+#include "launcher/torch_version.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -73,9 +75,11 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const
   env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = info.use_agent_store ? "True" : "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
-  // Both spellings: 1.13 reads NCCL_*, 2.x TORCH_NCCL_*. A user's value is kept.
-  env.emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
-  env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  // The name that version reads (2.2+ warns about the old one); both when unknown. A
+  // user's value is kept.
+  for (const auto& name : nccl_async_error_handling_names(config.worker_torch_version)) {
+    env.emplace(name, "1");
+  }
   // Gloo would bind to loopback here (the host name does not resolve to this machine).
   if (!info.gloo_socket_ifname.empty()) env.emplace("GLOO_SOCKET_IFNAME", info.gloo_socket_ifname);
   if (defaults_omp_num_threads(config, agent_env)) env["OMP_NUM_THREADS"] = "1";
