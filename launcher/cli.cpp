@@ -13,6 +13,7 @@
 #include <map>
 #include <string_view>
 
+#include "launcher/accelerators.h"
 #include "launcher/nproc.h"
 #include "launcher/slurm_env.h"
 
@@ -49,7 +50,7 @@ constexpr OptionDef kOptions[] = {
     {"--nnodes", "nnodes", false, kSize,
      "Number of nodes, or MIN:MAX for an elastic range (default 1:1)"},
     {"--nproc-per-node,--nproc_per_node", "nproc_per_node", false, kSize,
-     "Workers per node: an int, cpu, gpu or auto (default 1)"},
+     "Workers per node: an int, cpu, gpu (NVIDIA/AMD), xpu (Intel) or auto (default 1)"},
     {"--rdzv-backend,--rdzv_backend", "rdzv_backend", false, kRdzv,
      "Rendezvous backend: static or c10d (default static)"},
     {"--rdzv-endpoint,--rdzv_endpoint", "rdzv_endpoint", false, kRdzv,
@@ -135,29 +136,30 @@ constexpr OptionDef kOptions[] = {
 
 // The value placeholder shown by --help.
 const char* metavar(const std::string& dest) {
-  static const std::map<std::string, const char*> kMetavars = {{"nnodes", "N|MIN:MAX"},
-                                                               {"nproc_per_node", "N|cpu|gpu|auto"},
-                                                               {"rdzv_endpoint", "HOST[:PORT]"},
-                                                               {"rdzv_conf", "K=V,..."},
-                                                               {"max_restarts", "N"},
-                                                               {"monitor_interval", "SECONDS"},
-                                                               {"log_dir", "DIR"},
-                                                               {"redirects", "0-3|LR:V,..."},
-                                                               {"tee", "0-3|LR:V,..."},
-                                                               {"local_ranks_filter", "LR,..."},
-                                                               {"node_rank", "N"},
-                                                               {"master_port", "PORT"},
-                                                               {"signals_to_handle", "SIG,..."},
-                                                               {"shutdown_timeout", "SECONDS"},
-                                                               {"stall_timeout", "SECONDS"},
-                                                               {"hostfile", "FILE"},
-                                                               {"hosts", "HOST[:N],..."},
-                                                               {"include", "HOST[:GPU,..]@.."},
-                                                               {"exclude", "HOST[:GPU,..]@.."},
-                                                               {"ssh_command", "COMMAND"},
-                                                               {"ssh_port", "PORT"},
-                                                               {"remote_ddprun", "PATH"},
-                                                               {"env", "NAME[=VALUE],..."}};
+  static const std::map<std::string, const char*> kMetavars = {
+      {"nnodes", "N|MIN:MAX"},
+      {"nproc_per_node", "N|cpu|gpu|xpu|auto"},
+      {"rdzv_endpoint", "HOST[:PORT]"},
+      {"rdzv_conf", "K=V,..."},
+      {"max_restarts", "N"},
+      {"monitor_interval", "SECONDS"},
+      {"log_dir", "DIR"},
+      {"redirects", "0-3|LR:V,..."},
+      {"tee", "0-3|LR:V,..."},
+      {"local_ranks_filter", "LR,..."},
+      {"node_rank", "N"},
+      {"master_port", "PORT"},
+      {"signals_to_handle", "SIG,..."},
+      {"shutdown_timeout", "SECONDS"},
+      {"stall_timeout", "SECONDS"},
+      {"hostfile", "FILE"},
+      {"hosts", "HOST[:N],..."},
+      {"include", "HOST[:GPU,..]@.."},
+      {"exclude", "HOST[:GPU,..]@.."},
+      {"ssh_command", "COMMAND"},
+      {"ssh_port", "PORT"},
+      {"remote_ddprun", "PATH"},
+      {"env", "NAME[=VALUE],..."}};
   const auto it = kMetavars.find(dest);
   return it == kMetavars.end() ? "TEXT" : it->second;
 }
@@ -289,6 +291,8 @@ HostFacts current_host_facts() {
   host.gpu_count = visible_gpu_count(
       count_physical_gpus("/"),
       cvd == host.env.end() ? std::nullopt : std::optional<std::string>(cvd->second));
+  host.amd_gpu_count = visible_amd_count(count_amd_gpus(), host.env);
+  host.intel_gpu_count = visible_intel_count(count_intel_gpus(), host.env);
   host.file_exists = &path_exists;
   return host;
 }

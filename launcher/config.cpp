@@ -108,19 +108,35 @@ const std::string* find(const std::map<std::string, std::string>& m, const std::
 
 int resolve_nproc(const std::string& spec, const HostFacts& host) {
   if (spec == "cpu") return std::max(1, host.cpu_count);
+  // As torchrun 2.11: gpu = torch.cuda's devices (CUDA, or HIP on ROCm); xpu = Intel's;
+  // auto = the accelerator's, else the CPUs.
+  const int gpus = host.gpu_count > 0 ? host.gpu_count : host.amd_gpu_count;
   if (spec == "gpu") {
-    if (host.gpu_count <= 0) {
+    if (gpus <= 0) {
       throw UsageError(
-          "--nproc-per-node=gpu: no NVIDIA GPU is visible (checked /proc/driver/nvidia/gpus, "
-          "/dev/nvidia*, CUDA_VISIBLE_DEVICES)");
+          "--nproc-per-node=gpu: no NVIDIA or AMD GPU is visible (checked "
+          "/proc/driver/nvidia/gpus, /dev/nvidia*, /sys/class/kfd, CUDA_VISIBLE_DEVICES, "
+          "HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES)");
     }
-    return host.gpu_count;
+    return gpus;
   }
-  if (spec == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
+  if (spec == "xpu") {
+    if (host.intel_gpu_count <= 0) {
+      throw UsageError(
+          "--nproc-per-node=xpu: no Intel GPU is visible (checked /sys/class/drm/card*, "
+          "ZE_AFFINITY_MASK)");
+    }
+    return host.intel_gpu_count;
+  }
+  if (spec == "auto") {
+    if (gpus > 0) return gpus;
+    return host.intel_gpu_count > 0 ? host.intel_gpu_count : std::max(1, host.cpu_count);
+  }
   const auto v = to_int(spec);
   if (!v) {
     throw UsageError(fmt::format(
-        "--nproc-per-node: invalid value '{}' (expected a positive int, cpu, gpu or auto)", spec));
+        "--nproc-per-node: invalid value '{}' (expected a positive int, cpu, gpu, xpu or auto)",
+        spec));
   }
   if (*v < 1 || *v > 65536) {
     throw UsageError(fmt::format("--nproc-per-node: {} must be a positive int", *v));

@@ -67,7 +67,7 @@ struct LaunchConfig {
   // --nnodes N | MIN:MAX
   int min_nodes = 1;
   int max_nodes = 1;
-  // --nproc-per-node, resolved to a count ("cpu", "gpu", "auto" handled by nproc.h)
+  // --nproc-per-node, resolved to a count (cpu, gpu, xpu, auto: nproc.h, accelerators.h)
   std::string nproc_spec = "1";
   int nproc_per_node = 1;
 
@@ -148,7 +148,9 @@ struct RawOptions {
 struct HostFacts {
   std::map<std::string, std::string> env;  // the agent's environment
   int cpu_count = 1;
-  int gpu_count = 0;  // visible NVIDIA GPUs (nproc.h)
+  int gpu_count = 0;        // visible NVIDIA GPUs (nproc.h)
+  int amd_gpu_count = 0;    // visible AMD GPUs, ROCm (accelerators.h)
+  int intel_gpu_count = 0;  // visible Intel GPUs, xpu (accelerators.h)
   // The python of the venv/conda env ddprun was installed into, "" if none (worker_python.h).
   std::string launcher_python;
   // Whether a path exists (the training script check; nullptr: no check).
