@@ -31,7 +31,7 @@ constexpr const char* kRdzv = "Rendezvous related arguments";
 constexpr const char* kLaunch = "User-code launch related arguments";
 constexpr const char* kLogs = "Logging related arguments";
 constexpr const char* kStatic = "Static rendezvous (master) arguments";
-constexpr const char* kCompat = "Accepted for compatibility (no effect in ddprun)";
+constexpr const char* kCompat = "torchrun options ddprun does not implement (refused)";
 // ddprun's own multi-host launch (ssh_launch.h); no PET_* fallback, not passed on to the
 // remote agents. kHidden: the launcher's internal options (not in --help).
 constexpr const char* kSsh = "Multi-host launch over ssh (ddprun only)";
@@ -52,7 +52,8 @@ constexpr OptionDef kOptions[] = {
     {"--nproc-per-node,--nproc_per_node", "nproc_per_node", false, kSize,
      "Workers per node: an int, cpu, gpu (NVIDIA/AMD), xpu (Intel) or auto (default 1)"},
     {"--rdzv-backend,--rdzv_backend", "rdzv_backend", false, kRdzv,
-     "Rendezvous backend: static or c10d (default static)"},
+     "Rendezvous backend: static, c10d or etcd-v3 (torchrun's etcd and etcd-v2 are etcd-v3) "
+     "(default static)"},
     {"--rdzv-endpoint,--rdzv_endpoint", "rdzv_endpoint", false, kRdzv,
      "Rendezvous endpoint host[:port]"},
     {"--rdzv-id,--rdzv_id", "rdzv_id", false, kRdzv, "User-defined job id (default none)"},
@@ -67,7 +68,7 @@ constexpr OptionDef kOptions[] = {
     {"--start-method,--start_method", "start_method", false, kLaunch,
      "spawn, fork or forkserver (accepted; workers are always fresh processes)"},
     {"--event-log-handler,--event_log_handler", "event_log_handler", false, kCompat,
-     "Elastic event log handler name (no effect)"},
+     "Elastic event log handler: only null (others are refused)"},
     {"--role", "role", false, kLaunch, "User-defined role of the workers (default default)"},
     {"-m,--module", "module", true, kLaunch, "Run the script as a Python module (python -m)"},
     {"--no-python,--no_python", "no_python", true, kLaunch,
@@ -91,7 +92,8 @@ constexpr OptionDef kOptions[] = {
      "Port of the rank-0 node for static rendezvous (default 29500 with static)"},
     {"--local-addr,--local_addr", "local_addr", false, kRdzv,
      "Address this node advertises to its peers"},
-    {"--logs-specs,--logs_specs", "logs_specs", false, kCompat, "Logs specs plugin (no effect)"},
+    {"--logs-specs,--logs_specs", "logs_specs", false, kCompat,
+     "Logs specs plugin: none (Python plugins are refused)"},
     {"--numa-binding,--numa_binding", "numa_binding", false, kLaunch,
      "Bind each worker to CPUs near its GPU: node, socket, exclusive or core-complex"},
     {"--signals-to-handle,--signals_to_handle", "signals_to_handle", false, kLaunch,
@@ -101,9 +103,9 @@ constexpr OptionDef kOptions[] = {
     {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank", true, kLaunch,
      "LOCAL_RANK=0 and one CUDA device per worker via CUDA_VISIBLE_DEVICES"},
     {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters", false,
-     kCompat, "Duplicate matching stdout lines (no effect)"},
+     kCompat, "Not supported (refused): tee to --log-dir and grep"},
     {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters", false,
-     kCompat, "Duplicate matching stderr lines (no effect)"},
+     kCompat, "Not supported (refused): tee to --log-dir and grep"},
     {"--legacy-launch,--legacy_launch", "legacy_launch", true, kLaunch,
      "Behave like python -m torch.distributed.launch: pass --local_rank=N to the script"},
     {"--use-env,--use_env", "use_env", true, kLaunch,

@@ -388,24 +388,30 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
     }
   }
 
-  // Accepted for compatibility, not implemented: noted for one warning at start.
-  const auto compat = [&](const char* key, const char* flag_name, std::string& field,
-                          const char* no_op_value) {
+  // torchrun options ddprun does not implement: their no-op values are accepted, any
+  // other is refused with one line naming what to use instead (never silently ignored).
+  const auto refuse = [&](const char* key, const char* flag_name, const char* no_op,
+                          const char* instead) {
     const auto* s = find(v, key);
-    if (!s) return;
-    field = *s;
-    if (!trim(*s).empty() && trim(*s) != no_op_value) {
-      c.ignored_options.push_back(fmt::format("{}={}", flag_name, *s));
+    if (s && !trim(*s).empty() && trim(*s) != no_op) {
+      throw UsageError(fmt::format("{}={}: not supported by ddprun; {}", flag_name, *s, instead));
     }
   };
-  compat("event_log_handler", "--event-log-handler", c.event_log_handler, "null");
-  compat("logs_specs", "--logs-specs", c.logs_specs, "");
+  refuse("event_log_handler", "--event-log-handler", "null",
+         "it has no torchelastic event handlers (only 'null'): LOGLEVEL=INFO logs the "
+         "rendezvous, start, restart and exit events");
+  refuse("logs_specs", "--logs-specs", "",
+         "it cannot load Python LogsSpecs plugins: its log layout is torchrun's default "
+         "(--log-dir, -r/--redirects, -t/--tee, --local-ranks-filter)");
   if (const auto* s = find(v, "numa_binding")) {
     // torchrun's choices (torch.numa.binding.AffinityMode); "" is not one of them.
     c.numa_binding = choice("--numa-binding", *s, {"node", "socket", "exclusive", "core-complex"});
   }
-  compat("duplicate_stdout_filters", "--duplicate-stdout-filters", c.duplicate_stdout_filters, "");
-  compat("duplicate_stderr_filters", "--duplicate-stderr-filters", c.duplicate_stderr_filters, "");
+  constexpr const char* kGrepLogs =
+      "tee the stream to per-rank files (--tee, --log-dir DIR) and grep "
+      "DIR/*/attempt_*/*/std*.log, or pipe ddprun's output through grep";
+  refuse("duplicate_stdout_filters", "--duplicate-stdout-filters", "", kGrepLogs);
+  refuse("duplicate_stderr_filters", "--duplicate-stderr-filters", "", kGrepLogs);
 
   // Rendezvous defaults, as the newest torchrun: --standalone, or a single node with
   // static defaults, becomes c10d on a free local port (no fixed 29500 to collide on).

@@ -113,15 +113,6 @@ struct LaunchConfig {
   // --numa-binding: node, socket, exclusive or core-complex (numa.h); "": none.
   std::string numa_binding;
 
-  // Accepted for torchrun compatibility, no effect (see docs/usage.md).
-  std::string event_log_handler = "null";
-  std::string logs_specs;
-  std::string duplicate_stdout_filters;
-  std::string duplicate_stderr_filters;
-  // Those of the above that were given a value ddprun would have to act on, as
-  // "--numa-binding=node": main() says once, at start, that they are ignored.
-  std::vector<std::string> ignored_options;
-
   // torch.distributed.launch compatibility: append --local_rank=N unless --use-env.
   bool legacy_launch = false;
   bool use_env = false;

@@ -41,12 +41,6 @@ int main(int argc, char** argv) {
   if (!cli.slurm.text.empty()) {  // what an srun step set (slurm_env.h)
     spdlog::log(cli.slurm.taken ? spdlog::level::warn : spdlog::level::info, "{}", cli.slurm.text);
   }
-  if (!cli.config.ignored_options.empty()) {
-    std::string list;
-    for (const auto& o : cli.config.ignored_options) list += (list.empty() ? "" : ", ") + o;
-    spdlog::warn("ignoring {}: accepted for torchrun compatibility, not implemented by ddprun",
-                 list);
-  }
   // --hostfile / --hosts: this ddprun only starts and supervises the hosts' agents.
   if (cli.config.ssh.active()) return run_ssh_launch(cli.config, host.env);
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> handler;

@@ -415,10 +415,17 @@ std::unique_ptr<RendezvousHandler> make_etcd(const RendezvousParams& p,
       conf,
       {"join_timeout", "last_call_timeout", "keep_alive_interval", "keep_alive_max_attempt",
        "read_timeout", "failover_timeout", "etcd_prefix", "prefix", "cacert", "cert", "key",
-       "workers_port", "use_agent_store", "job_check", "timeout"},
+       "ca_cert", "ssl_cert", "ssl_cert_key", "protocol", "workers_port", "use_agent_store",
+       "job_check", "timeout"},
       "etcd-v3");
   EtcdRendezvous::Config c;
   c.etcd.endpoints = endpoints;
+  // torchrun's protocol=https: TLS for the members given as host:port (a URL says its own).
+  if (conf.etcd_protocol == "https") {
+    for (auto& e : c.etcd.endpoints) {
+      if (e.find("://") == std::string::npos) e = "https://" + e;
+    }
+  }
   c.etcd.cacert = conf.cacert.value_or("");
   c.etcd.cert = conf.cert.value_or("");
   c.etcd.key = conf.key.value_or("");

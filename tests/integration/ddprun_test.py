@@ -489,6 +489,7 @@ def bad_command_lines(job):
         check(out == "", f"{args}: nothing on stdout", out)
     rc, out, err = job.run(["--help"], timeout=30)
     check(rc == 0 and "--nproc-per-node" in out and "--rdzv-endpoint" in out, "--help", out)
+    check(all(b in out for b in ("static", "c10d", "etcd-v3", "etcd-v2")), "--help: backends", out)
     check(not os.path.exists(os.path.join(job.out, "spawned")), "a worker was spawned")
     # Script arguments that look like ddprun options are the script's.
     rc, out, err = job.run([marker_script, "--nnodes=0", "--bogus"], timeout=60)
@@ -496,18 +497,23 @@ def bad_command_lines(job):
 
 
 @test()
-def ignored_options_said_once(job):
+def unimplemented_options_refused(job):
+    """torchrun's options ddprun does not implement start nothing when given a value that
+    would need them: one error line naming the alternative, exit 2; their no-op values
+    run the job."""
     script = os.path.join(job.dir, "ok.py")
     with open(script, "w") as f:
         f.write("print('ran')\n")
-    rc, out, err = job.run(["--nproc-per-node=2", "--logs-specs=x",
-                            "--duplicate-stderr-filters=x", script], timeout=60)
-    check(rc == 0, f"ddprun exited {rc}", err)
-    lines = [l for l in err.splitlines() if "ignoring" in l]
-    check(len(lines) == 1 and "--logs-specs=x" in lines[0]
-          and "--duplicate-stderr-filters=x" in lines[0], "one warning naming both", err)
-    rc, out, err = job.run([script], timeout=60)
-    check(rc == 0 and "ignoring" not in err, "no warning without those options", err)
+    for arg, instead in (("--logs-specs=x", "--log-dir"),
+                         ("--duplicate-stderr-filters=x", "grep"),
+                         ("--event-log-handler=console", "LOGLEVEL=INFO")):
+        rc, out, err = job.run(["--nproc-per-node=2", arg, script], timeout=60)
+        lines = err.splitlines()
+        check(rc == 2 and "ran" not in out, f"{arg}: exit {rc}", out, err)
+        check(len(lines) == 2 and arg in lines[0] and instead in lines[0],
+              f"{arg}: one line naming {instead}", err)
+    rc, out, err = job.run(["--event-log-handler=null", "--logs-specs=", script], timeout=60)
+    check(rc == 0 and "ran" in out and "ignoring" not in err, "no-op values run", out, err)
 
 
 @test()

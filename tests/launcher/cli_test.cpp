@@ -78,11 +78,7 @@ TEST_CASE("every option in both spellings", "[cli]") {
       {"--local-addr", "--local_addr", "127.0.0.3"},
       {"--signals-to-handle", "--signals_to_handle", "SIGUSR1"},
       {"--shutdown-timeout", "--shutdown_timeout", "7"},
-      {"--logs-specs", "--logs_specs", "x"},
       {"--numa-binding", "--numa_binding", "node"},
-      {"--event-log-handler", "--event_log_handler", "console"},
-      {"--duplicate-stdout-filters", "--duplicate_stdout_filters", "err"},
-      {"--duplicate-stderr-filters", "--duplicate_stderr_filters", "err"},
   };
   for (const auto& row : rows) {
     for (const auto& style : {0, 1}) {
@@ -111,20 +107,34 @@ TEST_CASE("every option in both spellings", "[cli]") {
           CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1});
         if (row.dash == "--shutdown-timeout") CHECK(c.shutdown_timeout_s == 7);
         if (row.dash == "--numa-binding") CHECK(c.numa_binding == "node");
-        if (row.dash == "--numa-binding") CHECK(c.ignored_options.empty());  // implemented
       }
     }
   }
 }
 
-TEST_CASE("accepted-but-unimplemented options are listed for the warning at start", "[cli]") {
-  CHECK(ok({"train.py"}).ignored_options.empty());
-  CHECK(ok({"--event-log-handler=null", "train.py"}).ignored_options.empty());
-  CHECK(ok({"--event-log-handler=console", "--logs-specs=x", "--duplicate-stdout-filters=a",
-            "--duplicate-stderr-filters=b", "train.py"})
-            .ignored_options ==
-        std::vector<std::string>{"--event-log-handler=console", "--logs-specs=x",
-                                 "--duplicate-stdout-filters=a", "--duplicate-stderr-filters=b"});
+TEST_CASE("torchrun options ddprun does not implement: no-op values pass, others refused",
+          "[cli]") {
+  ok({"--event-log-handler=null",
+      "--logs-specs=", "--duplicate-stdout-filters=", "--duplicate_stderr_filters=", "train.py"});
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--event-log-handler=console", "LOGLEVEL=INFO"},
+      {"--event_log_handler=console", "LOGLEVEL=INFO"},
+      {"--logs-specs=x", "--log-dir"},
+      {"--logs_specs=x", "--log-dir"},
+      {"--duplicate-stdout-filters=a,b", "grep"},
+      {"--duplicate_stdout_filters=a", "grep"},
+      {"--duplicate-stderr-filters=b", "grep"},
+      {"--duplicate_stderr_filters=b", "grep"}};
+  for (const auto& [arg, instead] : refused) {
+    const CliOutcome out = parse({arg, "train.py"});
+    CAPTURE(arg);
+    CHECK(out.kind == CliOutcome::Kind::kError);
+    CHECK(out.text.find("not supported by ddprun") != std::string::npos);
+    CHECK(out.text.find(instead) != std::string::npos);
+    CHECK(out.text.find('\n') == std::string::npos);
+  }
+  // PET_* too.
+  CHECK(parse({"train.py"}, {{"PET_LOGS_SPECS", "x"}}).kind == CliOutcome::Kind::kError);
 }
 
 TEST_CASE("flags in both spellings", "[cli]") {
