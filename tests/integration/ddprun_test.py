@@ -103,6 +103,8 @@ def ddp_job(job, nproc):
                             "--samples", "1024", "--out-dir", ckpt], timeout=240)
     check(rc == 0, f"ddprun exited {rc}", out, err)
     check(f"training on {nproc} workers" in out, "rank 0's banner missing", out)
+    # CUDA (one GPU per local rank, NCCL) when the workers' torch has it, else CPU/gloo.
+    check(" on cpu with gloo" in out or " on cuda:0 with nccl" in out, "device/backend", out)
     check("epoch 1: loss" in out, "per-epoch loss missing", out)
     check("replicas identical: True" in out, "replicas differ", out, err)
     check(os.path.exists(os.path.join(ckpt, "checkpoint.pt")), "no checkpoint")
