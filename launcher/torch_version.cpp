@@ -56,7 +56,7 @@ std::vector<fs::path> site_dirs(const fs::path& root) {
 fs::path find_in_path(const std::string& name, const std::string& path_env) {
   if (name.find('/') != std::string::npos) return name;
   for (const auto& dir : split(path_env, ':')) {
-    const fs::path p = fs::path(dir.empty() ? "." : dir) / name;
+    fs::path p = fs::path(dir.empty() ? "." : dir) / name;
     if (::access(p.c_str(), X_OK) == 0) return p;
   }
   return {};
