@@ -3,37 +3,25 @@
 // installers lay them out, plus this machine's own interpreter when it has torch.
 #include "launcher/torch_version.h"
 
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <fstream>
+
+#include "tests/support/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
 
 namespace {
 
+// A temporary tree with directories and executable files.
 struct Tree {
-  fs::path root;
-  Tree() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun_tv_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    root = tmpl;
-  }
-  ~Tree() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-  Tree(const Tree&) = delete;
-  Tree& operator=(const Tree&) = delete;
+  ddprun::test::TempDir d;
+  const fs::path& root = d.path;
   void dir(const std::string& rel) { fs::create_directories(root / rel); }
   std::string exe(const std::string& rel) {
-    const fs::path p = root / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << "";
+    const std::string p = d.write(rel, "");
     fs::permissions(p, fs::perms::owner_all);
-    return p.string();
+    return p;
   }
 };
 

@@ -2,35 +2,22 @@
 // a venv (pyvenv.cfg), a conda env (conda-meta/) and a system bin/ that does not count.
 #include "launcher/worker_python.h"
 
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
+
+#include "tests/support/temp_dir.h"
 
 using namespace ddprun::launcher;
 namespace fs = std::filesystem;
 
 namespace {
 
+// A temporary tree with executable (or plain) files.
 struct Tree {
-  fs::path root;
-  Tree() {
-    std::string tmpl = (fs::temp_directory_path() / "ddprun_wpy_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    root = tmpl;
-  }
-  ~Tree() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-  Tree(const Tree&) = delete;
-  Tree& operator=(const Tree&) = delete;
+  ddprun::test::TempDir dir;
+  const fs::path& root = dir.path;
   fs::path file(const std::string& rel, bool exec) {
-    const fs::path p = root / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << "#!/bin/sh\n";
+    const fs::path p = dir.write(rel, "#!/bin/sh\n");
     fs::permissions(p, exec ? fs::perms::owner_all : fs::perms::owner_read);
     return p;
   }
