@@ -83,3 +83,27 @@ TEST_CASE("this machine's python3 with torch", "[torch_version]") {
   }
   CHECK(find_torch_version("/usr/bin/python3", {}) == TorchVersion{1, 13});
 }
+
+TEST_CASE("the PyTorch 2.x chroots' python3, when built here", "[torch_version]") {
+  // scripts/torch26-chroot's trees (Debian 13: 2.6; Debian sid: 2.14), read from outside.
+  int seen = 0;
+  for (const char* root :
+       {"/var/cache/ddprun/trixie-torch26", "/var/cache/ddprun/trixie", "/var/cache/ddprun/sid"}) {
+    const std::string python = std::string(root) + "/usr/bin/python3";
+    std::error_code ec;
+    bool has_torch = false;
+    for (fs::directory_iterator it(std::string(root) + "/usr/lib/python3/dist-packages", ec), end;
+         !ec && it != end; it.increment(ec)) {
+      has_torch = has_torch || it->path().filename().string().rfind("torch-2.", 0) == 0;
+    }
+    if (!has_torch || !fs::exists(python, ec)) continue;
+    ++seen;
+    CAPTURE(root);
+    const auto v = find_torch_version(python, {});
+    REQUIRE(v);
+    CHECK(v->first == 2);
+    CHECK(nccl_async_error_handling_names(v) ==
+          std::vector<std::string>{"TORCH_NCCL_ASYNC_ERROR_HANDLING"});
+  }
+  if (seen == 0) WARN("no PyTorch 2.x chroot here: not checked");
+}
