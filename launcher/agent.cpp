@@ -240,6 +240,13 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
                      : (logs / std::to_string(lr) / (std::string(name) + ".log")).string();
       }
       s.show_on_console = shown;
+      // torchrun: the tee'd lines matching a filter, from every rank, in one file.
+      const auto& filters = bit == StdStreams::kOut ? config_.duplicate_stdout_filters
+                                                    : config_.duplicate_stderr_filters;
+      if ((tee & bit) && !filters.empty() && !files_disabled_) {
+        s.duplicate_filters = filters;
+        s.duplicate_file = (logs / (std::string("filtered_") + name + ".log")).string();
+      }
       return s;
     };
     w.out = stream(StdStreams::kOut, "stdout");

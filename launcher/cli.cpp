@@ -103,9 +103,11 @@ constexpr OptionDef kOptions[] = {
     {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank", true, kLaunch,
      "LOCAL_RANK=0 and one CUDA device per worker via CUDA_VISIBLE_DEVICES"},
     {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters", false,
-     kCompat, "Not supported (refused): tee to --log-dir and grep"},
+     kLogs,
+     "Also copy the tee'd stdout lines containing any of these (,, = a comma) to "
+     "attempt_N/filtered_stdout.log"},
     {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters", false,
-     kCompat, "Not supported (refused): tee to --log-dir and grep"},
+     kLogs, "The same for stderr (filtered_stderr.log)"},
     {"--legacy-launch,--legacy_launch", "legacy_launch", true, kLaunch,
      "Behave like python -m torch.distributed.launch: pass --local_rank=N to the script"},
     {"--use-env,--use_env", "use_env", true, kLaunch,

@@ -407,11 +407,27 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
     // torchrun's choices (torch.numa.binding.AffinityMode); "" is not one of them.
     c.numa_binding = choice("--numa-binding", *s, {"node", "socket", "exclusive", "core-complex"});
   }
-  constexpr const char* kGrepLogs =
-      "tee the stream to per-rank files (--tee, --log-dir DIR) and grep "
-      "DIR/*/attempt_*/*/std*.log, or pipe ddprun's output through grep";
-  refuse("duplicate_stdout_filters", "--duplicate-stdout-filters", "", kGrepLogs);
-  refuse("duplicate_stderr_filters", "--duplicate-stderr-filters", "", kGrepLogs);
+  // torchrun's comma_separated_list: "a,b" is two filters, ",," a comma inside one.
+  const auto filters = [&](const char* key) {
+    std::vector<std::string> out;
+    const auto* s = find(v, key);
+    if (!s || s->empty()) return out;
+    std::string item;
+    for (std::size_t i = 0; i <= s->size(); ++i) {
+      if (i + 1 < s->size() && (*s)[i] == ',' && (*s)[i + 1] == ',') {
+        item += ',';
+        ++i;
+      } else if (i == s->size() || (*s)[i] == ',') {
+        if (!item.empty()) out.push_back(item);  // an empty filter would match every line
+        item.clear();
+      } else {
+        item += (*s)[i];
+      }
+    }
+    return out;
+  };
+  c.duplicate_stdout_filters = filters("duplicate_stdout_filters");
+  c.duplicate_stderr_filters = filters("duplicate_stderr_filters");
 
   // Rendezvous defaults, as the newest torchrun: --standalone, or a single node with
   // static defaults, becomes c10d on a free local port (no fixed 29500 to collide on).

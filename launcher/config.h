@@ -113,6 +113,11 @@ struct LaunchConfig {
   // --numa-binding: node, socket, exclusive or core-complex (numa.h); "": none.
   std::string numa_binding;
 
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: the tee'd lines holding any
+  // of these go to attempt_N/filtered_std{out,err}.log too (",," is a literal comma).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+
   // torch.distributed.launch compatibility: append --local_rank=N unless --use-env.
   bool legacy_launch = false;
   bool use_env = false;

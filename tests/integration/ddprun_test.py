@@ -507,7 +507,6 @@ def unimplemented_options_refused(job):
     with open(script, "w") as f:
         f.write("print('ran')\n")
     for arg, instead in (("--logs-specs=x", "--log-dir"),
-                         ("--duplicate-stderr-filters=x", "grep"),
                          ("--event-log-handler=console", "LOGLEVEL=INFO")):
         rc, out, err = job.run(["--nproc-per-node=2", arg, script], timeout=60)
         lines = err.splitlines()
@@ -516,6 +515,28 @@ def unimplemented_options_refused(job):
               f"{arg}: one line naming {instead}", err)
     rc, out, err = job.run(["--event-log-handler=null", "--logs-specs=", script], timeout=60)
     check(rc == 0 and "ran" in out and "ignoring" not in err, "no-op values run", out, err)
+
+
+@test()
+def duplicate_filters_copy_teed_lines(job):
+    """torchrun 2.11's --duplicate-stdout/stderr-filters: the tee'd lines of every rank that
+    contain any filter go, prefixed as on the console, to attempt_0/filtered_std*.log;
+    other lines and ranks that are not tee'd do not; ',,' is a comma inside a filter."""
+    logs = os.path.join(job.dir, "logs")
+    rc, out, err = job.run(["--nproc-per-node=2", "--log-dir", logs, "--tee=0:3,1:1",
+                            "--duplicate-stdout-filters=apple,,pie,orange",
+                            "--duplicate-stderr-filters=err:banana",
+                            *job.probe("print=apple,pie", "print=banana", "print=orange")],
+                           timeout=60)
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    (run,) = os.listdir(logs)
+    attempt = os.path.join(logs, run, "attempt_0")
+    got = read_text(os.path.join(attempt, "filtered_stdout.log")).splitlines()
+    want = [f"[default{r}]:{t}" for r in (0, 1) for t in ("apple,pie", "orange")]
+    check(sorted(got) == sorted(want), f"filtered_stdout.log: {got}", out)
+    # Only rank 0 tees stderr.
+    got = read_text(os.path.join(attempt, "filtered_stderr.log")).splitlines()
+    check(got == ["[default0]:err:banana"], f"filtered_stderr.log: {got}", err)
 
 
 @test()

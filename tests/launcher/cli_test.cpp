@@ -114,17 +114,12 @@ TEST_CASE("every option in both spellings", "[cli]") {
 
 TEST_CASE("torchrun options ddprun does not implement: no-op values pass, others refused",
           "[cli]") {
-  ok({"--event-log-handler=null",
-      "--logs-specs=", "--duplicate-stdout-filters=", "--duplicate_stderr_filters=", "train.py"});
+  ok({"--event-log-handler=null", "--logs-specs=", "train.py"});
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"--event-log-handler=console", "LOGLEVEL=INFO"},
       {"--event_log_handler=console", "LOGLEVEL=INFO"},
       {"--logs-specs=x", "--log-dir"},
-      {"--logs_specs=x", "--log-dir"},
-      {"--duplicate-stdout-filters=a,b", "grep"},
-      {"--duplicate_stdout_filters=a", "grep"},
-      {"--duplicate-stderr-filters=b", "grep"},
-      {"--duplicate_stderr_filters=b", "grep"}};
+      {"--logs_specs=x", "--log-dir"}};
   for (const auto& [arg, instead] : refused) {
     const CliOutcome out = parse({arg, "train.py"});
     CAPTURE(arg);
@@ -135,6 +130,16 @@ TEST_CASE("torchrun options ddprun does not implement: no-op values pass, others
   }
   // PET_* too.
   CHECK(parse({"train.py"}, {{"PET_LOGS_SPECS", "x"}}).kind == CliOutcome::Kind::kError);
+}
+
+TEST_CASE("duplicate filters: torchrun's comma list, ',,' a comma inside a filter", "[cli]") {
+  const LaunchConfig c = ok({"--duplicate-stdout-filters=apple,orange,,pie,,",
+                             "--duplicate_stderr_filters", "err", "train.py"});
+  CHECK(c.duplicate_stdout_filters == std::vector<std::string>{"apple", "orange,pie,"});
+  CHECK(c.duplicate_stderr_filters == std::vector<std::string>{"err"});
+  CHECK(ok({"--duplicate-stdout-filters=", "train.py"}).duplicate_stdout_filters.empty());
+  CHECK(ok({"--duplicate-stdout-filters=a,,,b", "train.py"}).duplicate_stdout_filters ==
+        std::vector<std::string>{"a,", "b"});
 }
 
 TEST_CASE("flags in both spellings", "[cli]") {
