@@ -4,6 +4,7 @@
 // (0 success, 1 failure, 2 bad usage).
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -36,7 +37,10 @@ int main(int argc, char** argv) {
   }
   setup_agent_logging(host.env);
   if (cli.config.entry != EntryKind::kExecutable) {
-    cli.config.worker_torch_version = find_torch_version(cli.config.python_exec, host.env);
+    auto& v = cli.config.worker_torch_version;
+    v = find_torch_version(cli.config.python_exec, host.env);
+    // Not on disk (a wrapper script, a pyenv shim): ask the interpreter, briefly.
+    if (!v) v = ask_torch_version(cli.config.python_exec, host.env, std::chrono::seconds(5));
   }
   if (!cli.slurm.text.empty()) {  // what an srun step set (slurm_env.h)
     spdlog::log(cli.slurm.taken ? spdlog::level::warn : spdlog::level::info, "{}", cli.slurm.text);

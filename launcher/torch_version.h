@@ -1,11 +1,12 @@
 // torch_version.h: the PyTorch version the workers' interpreter will import, found without
 // starting it (a file-system look at its environment's site-packages for torch's
-// dist-info/egg-info), and what that means for the variables ddprun sets: PyTorch 2.2+
-// reads TORCH_NCCL_ASYNC_ERROR_HANDLING and warns when the old NCCL_ASYNC_ERROR_HANDLING
-// is set; 1.13-2.1 read only the old name. Used by main.cpp and worker_env.cpp.
-// Thread-safety: pure functions over the file system.
+// dist-info/egg-info), else by asking it (no torch import), and what that means for the variables
+// ddprun sets: PyTorch 2.2+ reads TORCH_NCCL_ASYNC_ERROR_HANDLING and warns when the old
+// NCCL_ASYNC_ERROR_HANDLING is set; 1.13-2.1 read only the old name. Used by main.cpp and
+// worker_env.cpp. Thread-safety: pure functions over the file system.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,6 +26,15 @@ using TorchVersion = std::pair<int, int>;  // major, minor
 // .pth or a zip): callers then assume either version may run.
 std::optional<TorchVersion> find_torch_version(const std::string& python,
                                                const std::map<std::string, std::string>& env);
+
+// For an interpreter whose packages find_torch_version cannot see (a wrapper script such
+// as scripts/python-torch26, a pyenv shim): asks it, running `python -c` with
+// importlib.metadata (which reads the metadata and does not import torch) in `env`, stdin
+// and stderr on /dev/null. nullopt when it fails, prints no version, or runs past
+// `timeout` (then it is killed). Call before any thread starts (it forks).
+std::optional<TorchVersion> ask_torch_version(const std::string& python,
+                                              const std::map<std::string, std::string>& env,
+                                              std::chrono::milliseconds timeout);
 
 // "1.13.0a0+gitunknown" -> {1, 13}; nullopt when it does not start with N.N.
 std::optional<TorchVersion> parse_torch_version(const std::string& text);

@@ -196,11 +196,10 @@ def torchrun_environment(job):
         differ = {k: (t[k], d[k]) for k in added if k not in variable and t[k] != d[k]}
         check(not differ, f"rank {r}: torchrun vs ddprun values differ: {differ}")
         # The NCCL async-error variable: the name that version's torchrun sets, no other
-        # (2.2+ warns about the old one). Not for the 2.6 tier: its interpreter is a chroot
-        # wrapper ddprun cannot look into, so it sets both names there.
-        if major < 2:
-            names = [{k for k in e if k.endswith("NCCL_ASYNC_ERROR_HANDLING")} for e in (t, d)]
-            check(names[0] == names[1], f"rank {r}: NCCL async-error names {names}")
+        # (2.2+ warns about the old one). The 2.6 tier's interpreter is a chroot wrapper:
+        # ddprun asks it (torch_version.h).
+        names = [{k for k in e if k.endswith("NCCL_ASYNC_ERROR_HANDLING")} for e in (t, d)]
+        check(names[0] == names[1], f"rank {r}: NCCL async-error names {names}")
         for e in (t, d):
             check(e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"),
                   f"error file {e['TORCHELASTIC_ERROR_FILE']}")
@@ -344,6 +343,31 @@ def worker_environment(job):
         check(d["argv"][-2:] == [f"a{r}b", "--x"], f"argv {d['argv']}")
         check(d["pgid"] == d["pid"] and d["sid"] == d["pid"], "worker is its own session")
     check("OMP_NUM_THREADS" not in err, "no OMP notice when the user set it", err)
+
+
+@test(needs_torch=True)
+def nccl_variable_for_the_workers_torch(job):
+    """Workers get the NCCL async-error variable under the name their torch reads, as that
+    version's torchrun: NCCL_* for 1.13-2.1, TORCH_NCCL_* for 2.2+ (which warns about the
+    old one), also when the interpreter is a wrapper script (a pyenv shim) that ddprun must
+    ask. A user's own value is kept."""
+    major, minor = (int(x) for x in torch_version().split(".")[:2])
+    want = {"TORCH_NCCL_ASYNC_ERROR_HANDLING"} if (major, minor) >= (2, 2) else \
+        {"NCCL_ASYNC_ERROR_HANDLING"}
+    shim = os.path.join(job.dir, "shims", "python3")
+    os.makedirs(os.path.dirname(shim))
+    with open(shim, "w") as f:
+        f.write(f'#!/bin/sh\nexec {os.path.abspath(PYTHON)} "$@"\n')
+    os.chmod(shim, 0o755)
+    for python in (PYTHON, shim):
+        shutil.rmtree(job.out)
+        os.mkdir(job.out)
+        rc, out, err = job.run(["--nproc-per-node=1", *job.probe()], env={"PYTHON_EXEC": python})
+        check(rc == 0, f"{python}: ddprun exited {rc}", out, err)
+        e = job.envs()[0]["env"]
+        got = {k for k in e if k.endswith("NCCL_ASYNC_ERROR_HANDLING")}
+        check(got == want, f"{python}: torch {major}.{minor} got {sorted(got)}, want {want}")
+        check(all(e[k] == "1" for k in got), f"{python}: values {e}")
 
 
 @test()

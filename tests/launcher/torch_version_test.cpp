@@ -4,7 +4,9 @@
 #include "launcher/torch_version.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "tests/support/temp_dir.h"
 
@@ -106,4 +108,44 @@ TEST_CASE("the PyTorch 2.x chroots' python3, when built here", "[torch_version]"
           std::vector<std::string>{"TORCH_NCCL_ASYNC_ERROR_HANDLING"});
   }
   if (seen == 0) WARN("no PyTorch 2.x chroot here: not checked");
+}
+
+TEST_CASE("an interpreter the disk look cannot see through is asked", "[torch_version]") {
+  Tree t;
+  // A wrapper script outside any Python environment, as a pyenv shim or
+  // scripts/python-torch26: nothing on disk next to it.
+  const std::string wrapper = t.exe("shims/python3");
+  {
+    std::ofstream f(wrapper);
+    f << "#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n";
+  }
+  CHECK(!find_torch_version(wrapper, {}));
+  const std::map<std::string, std::string> env = {{"PATH", "/usr/bin:/bin"}};
+  std::error_code ec;
+  bool debian_torch = false;
+  for (fs::directory_iterator it("/usr/lib/python3/dist-packages", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    debian_torch = debian_torch || it->path().filename().string().rfind("torch-1.13", 0) == 0;
+  }
+  if (debian_torch) {
+    CHECK(ask_torch_version(wrapper, env, std::chrono::seconds(20)) == TorchVersion{1, 13});
+  } else {
+    WARN("no Debian python3-torch 1.13 here: the answer is not checked");
+  }
+  // No torch, a failing interpreter, one that hangs: nothing, within the timeout.
+  const std::string none = t.exe("none/python3");
+  {
+    std::ofstream f(none);
+    f << "#!/bin/sh\nexec /usr/bin/python3 -S -I \"$@\"\n";  // no site-packages
+  }
+  CHECK(!ask_torch_version(none, env, std::chrono::seconds(20)));
+  CHECK(!ask_torch_version("/nonexistent/python3", env, std::chrono::seconds(5)));
+  const std::string hang = t.exe("hang/python3");
+  {
+    std::ofstream f(hang);
+    f << "#!/bin/sh\nexec sleep 30\n";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(!ask_torch_version(hang, env, std::chrono::milliseconds(300)));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
 }
