@@ -323,8 +323,10 @@ RunResult Agent::run() {
         finish(result, RunResult::Outcome::kFailed);
         break;
       }
-      spdlog::info("started {} workers (attempt {}, restarts spent {})", config_.nproc_per_node,
-                   attempt_, restart_count_);
+      spdlog::info(
+          "started {} workers with {} (attempt {}, restarts spent {})", config_.nproc_per_node,
+          config_.entry == EntryKind::kExecutable ? config_.training_script : config_.python_exec,
+          attempt_, restart_count_);
       if (monitor(result) == Step::kDone) break;
     }
   } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "ddprun_version.h"
+#include "launcher/accelerators.h"
 #include "launcher/nproc.h"
 #include "launcher/slurm_env.h"
 #include "packaging/cli_dump.h"
@@ -28,7 +29,7 @@ constexpr const char* kRdzv = "Rendezvous related arguments";
 constexpr const char* kLaunch = "User-code launch related arguments";
 constexpr const char* kLogs = "Logging related arguments";
 constexpr const char* kStatic = "Static rendezvous (master) arguments";
-constexpr const char* kCompat = "Accepted for compatibility (no effect in ddprun)";
+constexpr const char* kCompat = "torchrun options ddprun does not implement (refused)";
 // ddprun's own multi-host launch (ssh_launch.h); no PET_* fallback, not passed on to the
 // remote agents. kHidden: the launcher's internal options (not in --help).
 constexpr const char* kSsh = "Multi-host launch over ssh (ddprun only)";
@@ -47,9 +48,10 @@ constexpr OptionDef kOptions[] = {
     {"--nnodes", "nnodes", false, kSize,
      "Number of nodes, or MIN:MAX for an elastic range (default 1:1)"},
     {"--nproc-per-node,--nproc_per_node", "nproc_per_node", false, kSize,
-     "Workers per node: an int, cpu, gpu or auto (default 1)"},
+     "Workers per node: an int, cpu, gpu (NVIDIA/AMD), xpu (Intel) or auto (default 1)"},
     {"--rdzv-backend,--rdzv_backend", "rdzv_backend", false, kRdzv,
-     "Rendezvous backend: static or c10d (default static)"},
+     "Rendezvous backend: static, c10d or etcd-v3 (torchrun's etcd and etcd-v2 are etcd-v3) "
+     "(default static)"},
     {"--rdzv-endpoint,--rdzv_endpoint", "rdzv_endpoint", false, kRdzv,
      "Rendezvous endpoint host[:port]"},
     {"--rdzv-id,--rdzv_id", "rdzv_id", false, kRdzv, "User-defined job id (default none)"},
@@ -64,7 +66,7 @@ constexpr OptionDef kOptions[] = {
     {"--start-method,--start_method", "start_method", false, kLaunch,
      "spawn, fork or forkserver (accepted; workers are always fresh processes)"},
     {"--event-log-handler,--event_log_handler", "event_log_handler", false, kCompat,
-     "Elastic event log handler name (no effect)"},
+     "Elastic event log handler: only null (others are refused)"},
     {"--role", "role", false, kLaunch, "User-defined role of the workers (default default)"},
     {"-m,--module", "module", true, kLaunch, "Run the script as a Python module (python -m)"},
     {"--no-python,--no_python", "no_python", true, kLaunch,
@@ -88,7 +90,8 @@ constexpr OptionDef kOptions[] = {
      "Port of the rank-0 node for static rendezvous (default 29500 with static)"},
     {"--local-addr,--local_addr", "local_addr", false, kRdzv,
      "Address this node advertises to its peers"},
-    {"--logs-specs,--logs_specs", "logs_specs", false, kCompat, "Logs specs plugin (no effect)"},
+    {"--logs-specs,--logs_specs", "logs_specs", false, kCompat,
+     "Logs specs plugin: none (Python plugins are refused)"},
     {"--numa-binding,--numa_binding", "numa_binding", false, kLaunch,
      "Bind each worker to CPUs near its GPU: node, socket, exclusive or core-complex"},
     {"--signals-to-handle,--signals_to_handle", "signals_to_handle", false, kLaunch,
@@ -98,9 +101,11 @@ constexpr OptionDef kOptions[] = {
     {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank", true, kLaunch,
      "LOCAL_RANK=0 and one CUDA device per worker via CUDA_VISIBLE_DEVICES"},
     {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters", false,
-     kCompat, "Duplicate matching stdout lines (no effect)"},
+     kLogs,
+     "Also copy the tee'd stdout lines containing any of these (,, = a comma) to "
+     "attempt_N/filtered_stdout.log"},
     {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters", false,
-     kCompat, "Duplicate matching stderr lines (no effect)"},
+     kLogs, "The same for stderr (filtered_stderr.log)"},
     {"--legacy-launch,--legacy_launch", "legacy_launch", true, kLaunch,
      "Behave like python -m torch.distributed.launch: pass --local_rank=N to the script"},
     {"--use-env,--use_env", "use_env", true, kLaunch,
@@ -135,29 +140,30 @@ constexpr OptionDef kOptions[] = {
 
 // The value placeholder shown by --help.
 const char* metavar(const std::string& dest) {
-  static const std::map<std::string, const char*> kMetavars = {{"nnodes", "N|MIN:MAX"},
-                                                               {"nproc_per_node", "N|cpu|gpu|auto"},
-                                                               {"rdzv_endpoint", "HOST[:PORT]"},
-                                                               {"rdzv_conf", "K=V,..."},
-                                                               {"max_restarts", "N"},
-                                                               {"monitor_interval", "SECONDS"},
-                                                               {"log_dir", "DIR"},
-                                                               {"redirects", "0-3|LR:V,..."},
-                                                               {"tee", "0-3|LR:V,..."},
-                                                               {"local_ranks_filter", "LR,..."},
-                                                               {"node_rank", "N"},
-                                                               {"master_port", "PORT"},
-                                                               {"signals_to_handle", "SIG,..."},
-                                                               {"shutdown_timeout", "SECONDS"},
-                                                               {"stall_timeout", "SECONDS"},
-                                                               {"hostfile", "FILE"},
-                                                               {"hosts", "HOST[:N],..."},
-                                                               {"include", "HOST[:GPU,..]@.."},
-                                                               {"exclude", "HOST[:GPU,..]@.."},
-                                                               {"ssh_command", "COMMAND"},
-                                                               {"ssh_port", "PORT"},
-                                                               {"remote_ddprun", "PATH"},
-                                                               {"env", "NAME[=VALUE],..."}};
+  static const std::map<std::string, const char*> kMetavars = {
+      {"nnodes", "N|MIN:MAX"},
+      {"nproc_per_node", "N|cpu|gpu|xpu|auto"},
+      {"rdzv_endpoint", "HOST[:PORT]"},
+      {"rdzv_conf", "K=V,..."},
+      {"max_restarts", "N"},
+      {"monitor_interval", "SECONDS"},
+      {"log_dir", "DIR"},
+      {"redirects", "0-3|LR:V,..."},
+      {"tee", "0-3|LR:V,..."},
+      {"local_ranks_filter", "LR,..."},
+      {"node_rank", "N"},
+      {"master_port", "PORT"},
+      {"signals_to_handle", "SIG,..."},
+      {"shutdown_timeout", "SECONDS"},
+      {"stall_timeout", "SECONDS"},
+      {"hostfile", "FILE"},
+      {"hosts", "HOST[:N],..."},
+      {"include", "HOST[:GPU,..]@.."},
+      {"exclude", "HOST[:GPU,..]@.."},
+      {"ssh_command", "COMMAND"},
+      {"ssh_port", "PORT"},
+      {"remote_ddprun", "PATH"},
+      {"env", "NAME[=VALUE],..."}};
   const auto it = kMetavars.find(dest);
   return it == kMetavars.end() ? "TEXT" : it->second;
 }
@@ -289,6 +295,8 @@ HostFacts current_host_facts() {
   host.gpu_count = visible_gpu_count(
       count_physical_gpus("/"),
       cvd == host.env.end() ? std::nullopt : std::optional<std::string>(cvd->second));
+  host.amd_gpu_count = visible_amd_count(count_amd_gpus(), host.env);
+  host.intel_gpu_count = visible_intel_count(count_intel_gpus(), host.env);
   host.file_exists = &path_exists;
   return host;
 }
@@ -309,7 +317,8 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       "  training_script       the script (or module with -m, program with --no-python)\n"
       "  training_script_args  passed through; ${local_rank} or $local_rank becomes the\n"
       "                        local rank and $$ becomes $ (as torchrun)\n"
-      "\nenvironment: PYTHON_EXEC (python for workers, default python3), LOGLEVEL\n"
+      "\nenvironment: PYTHON_EXEC (python for workers; default: the python of the venv or\n"
+      "conda env ddprun is installed in, else python3 from PATH), LOGLEVEL\n"
       "(DEBUG, INFO, WARNING, ERROR), TORCHELASTIC_SIGNALS_TO_HANDLE,\n"
       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.\n"
       "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.");

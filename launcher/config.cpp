@@ -17,19 +17,35 @@ namespace {
 
 int resolve_nproc(const std::string& spec, const HostFacts& host) {
   if (spec == "cpu") return std::max(1, host.cpu_count);
+  // As torchrun 2.11: gpu = torch.cuda's devices (CUDA, or HIP on ROCm); xpu = Intel's;
+  // auto = the accelerator's, else the CPUs.
+  const int gpus = host.gpu_count > 0 ? host.gpu_count : host.amd_gpu_count;
   if (spec == "gpu") {
-    if (host.gpu_count <= 0) {
+    if (gpus <= 0) {
       throw UsageError(
-          "--nproc-per-node=gpu: no NVIDIA GPU is visible (checked /proc/driver/nvidia/gpus, "
-          "/dev/nvidia*, CUDA_VISIBLE_DEVICES)");
+          "--nproc-per-node=gpu: no NVIDIA or AMD GPU is visible (checked "
+          "/proc/driver/nvidia/gpus, /dev/nvidia*, /sys/class/kfd, CUDA_VISIBLE_DEVICES, "
+          "HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES)");
     }
-    return host.gpu_count;
+    return gpus;
   }
-  if (spec == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
+  if (spec == "xpu") {
+    if (host.intel_gpu_count <= 0) {
+      throw UsageError(
+          "--nproc-per-node=xpu: no Intel GPU is visible (checked /sys/class/drm/card*, "
+          "ZE_AFFINITY_MASK)");
+    }
+    return host.intel_gpu_count;
+  }
+  if (spec == "auto") {
+    if (gpus > 0) return gpus;
+    return host.intel_gpu_count > 0 ? host.intel_gpu_count : std::max(1, host.cpu_count);
+  }
   const auto v = to_int(spec);
   if (!v) {
     throw UsageError(fmt::format(
-        "--nproc-per-node: invalid value '{}' (expected a positive int, cpu, gpu or auto)", spec));
+        "--nproc-per-node: invalid value '{}' (expected a positive int, cpu, gpu, xpu or auto)",
+        spec));
   }
   if (*v < 1 || *v > 65536) {
     throw UsageError(fmt::format("--nproc-per-node: {} must be a positive int", *v));
@@ -182,7 +198,11 @@ void read_entry(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
   if (c.legacy_launch && no_python && !c.use_env) {
     throw UsageError("--no-python requires --use-env with --legacy-launch");
   }
-  if (const auto* p = find(host.env, "PYTHON_EXEC"); p && !p->empty()) c.python_exec = *p;
+  if (const auto* p = find(host.env, "PYTHON_EXEC"); p && !p->empty()) {
+    c.python_exec = *p;
+  } else if (!host.launcher_python.empty()) {
+    c.python_exec = host.launcher_python;
+  }
 }
 
 // --log-dir, --redirects, --tee, --local-ranks-filter.
@@ -256,27 +276,49 @@ void read_watchdogs(const RawOptions& raw, const HostFacts& host, LaunchConfig& 
   }
 }
 
-// Accepted for compatibility, not implemented: noted for one warning at start.
-// --numa-binding is checked among them (torchrun's choices).
+// torchrun options ddprun does not implement: their no-op values are accepted, any
+// other is refused with one line naming what to use instead (never silently ignored).
+// --numa-binding is checked here too (torchrun's choices), and the duplicate filters read.
 void read_compat(const RawOptions& raw, LaunchConfig& c) {
   const auto& v = raw.values;
-  const auto compat = [&](const char* key, const char* flag_name, std::string& field,
-                          const char* no_op_value) {
+  const auto refuse = [&](const char* key, const char* flag_name, const char* no_op,
+                          const char* instead) {
     const auto* s = find(v, key);
-    if (!s) return;
-    field = *s;
-    if (!trimmed(*s).empty() && trimmed(*s) != no_op_value) {
-      c.ignored_options.push_back(fmt::format("{}={}", flag_name, *s));
+    if (s && !trimmed(*s).empty() && trimmed(*s) != no_op) {
+      throw UsageError(fmt::format("{}={}: not supported by ddprun; {}", flag_name, *s, instead));
     }
   };
-  compat("event_log_handler", "--event-log-handler", c.event_log_handler, "null");
-  compat("logs_specs", "--logs-specs", c.logs_specs, "");
+  refuse("event_log_handler", "--event-log-handler", "null",
+         "it has no torchelastic event handlers (only 'null'): LOGLEVEL=INFO logs the "
+         "rendezvous, start, restart and exit events");
+  refuse("logs_specs", "--logs-specs", "",
+         "it cannot load Python LogsSpecs plugins: its log layout is torchrun's default "
+         "(--log-dir, -r/--redirects, -t/--tee, --local-ranks-filter)");
   if (const auto* s = find(v, "numa_binding")) {
     // torchrun's choices (torch.numa.binding.AffinityMode); "" is not one of them.
     c.numa_binding = choice("--numa-binding", *s, {"node", "socket", "exclusive", "core-complex"});
   }
-  compat("duplicate_stdout_filters", "--duplicate-stdout-filters", c.duplicate_stdout_filters, "");
-  compat("duplicate_stderr_filters", "--duplicate-stderr-filters", c.duplicate_stderr_filters, "");
+  // torchrun's comma_separated_list: "a,b" is two filters, ",," a comma inside one.
+  const auto filters = [&](const char* key) {
+    std::vector<std::string> out;
+    const auto* s = find(v, key);
+    if (!s || s->empty()) return out;
+    std::string item;
+    for (std::size_t i = 0; i <= s->size(); ++i) {
+      if (i + 1 < s->size() && (*s)[i] == ',' && (*s)[i + 1] == ',') {
+        item += ',';
+        ++i;
+      } else if (i == s->size() || (*s)[i] == ',') {
+        if (!item.empty()) out.push_back(item);  // an empty filter would match every line
+        item.clear();
+      } else {
+        item += (*s)[i];
+      }
+    }
+    return out;
+  };
+  c.duplicate_stdout_filters = filters("duplicate_stdout_filters");
+  c.duplicate_stderr_filters = filters("duplicate_stderr_filters");
 }
 
 // Rendezvous defaults, as the newest torchrun: --standalone, or a single node with

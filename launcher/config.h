@@ -60,7 +60,7 @@ struct LaunchConfig {
   // --nnodes N | MIN:MAX
   int min_nodes = 1;
   int max_nodes = 1;
-  // --nproc-per-node, resolved to a count ("cpu", "gpu", "auto" handled by nproc.h)
+  // --nproc-per-node, resolved to a count (cpu, gpu, xpu, auto: nproc.h, accelerators.h)
   std::string nproc_spec = "1";
   int nproc_per_node = 1;
 
@@ -77,7 +77,11 @@ struct LaunchConfig {
 
   EntryKind entry = EntryKind::kPythonScript;
   bool run_path = false;  // runpy.run_path under an error-file recorder (worker_env.cpp)
-  std::string python_exec = "python3";  // PYTHON_EXEC, else python3 from PATH
+  // PYTHON_EXEC, else HostFacts::launcher_python, else python3 from PATH (worker_python.h)
+  std::string python_exec = "python3";
+  // (major, minor) of the torch python_exec imports, found on disk by main
+  // (torch_version.h); nullopt: unknown. Picks the NCCL async-error variable's name.
+  std::optional<std::pair<int, int>> worker_torch_version;
 
   std::string log_dir;  // --log-dir; empty: a fresh torchelastic_XXXXXX under TMPDIR
   StdStreams redirects;
@@ -102,14 +106,10 @@ struct LaunchConfig {
   // --numa-binding: node, socket, exclusive or core-complex (numa.h); "": none.
   std::string numa_binding;
 
-  // Accepted for torchrun compatibility, no effect (see docs/usage.md).
-  std::string event_log_handler = "null";
-  std::string logs_specs;
-  std::string duplicate_stdout_filters;
-  std::string duplicate_stderr_filters;
-  // Those of the above that were given a value ddprun would have to act on, as
-  // "--numa-binding=node": main() says once, at start, that they are ignored.
-  std::vector<std::string> ignored_options;
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: the tee'd lines holding any
+  // of these go to attempt_N/filtered_std{out,err}.log too (",," is a literal comma).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
 
   // torch.distributed.launch compatibility: append --local_rank=N unless --use-env.
   bool legacy_launch = false;
@@ -137,7 +137,11 @@ struct RawOptions {
 struct HostFacts {
   std::map<std::string, std::string> env;  // the agent's environment
   int cpu_count = 1;
-  int gpu_count = 0;  // visible NVIDIA GPUs (nproc.h)
+  int gpu_count = 0;        // visible NVIDIA GPUs (nproc.h)
+  int amd_gpu_count = 0;    // visible AMD GPUs, ROCm (accelerators.h)
+  int intel_gpu_count = 0;  // visible Intel GPUs, xpu (accelerators.h)
+  // The python of the venv/conda env ddprun was installed into, "" if none (worker_python.h).
+  std::string launcher_python;
   // Whether a path exists (the training script check; nullptr: no check).
   bool (*file_exists)(const std::string& path) = nullptr;
 };

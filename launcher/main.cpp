@@ -4,6 +4,7 @@
 // (0 success, 1 failure, 2 bad usage).
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <optional>
@@ -16,26 +17,29 @@
 #include "launcher/ssh/ssh_launch.h"
 #include "launcher/ssh/stdin_watch.h"
 #include "launcher/supervision.h"
+#include "launcher/torch_version.h"
+#include "launcher/worker_python.h"
 #include "rendezvous/registry.h"
 
 using namespace ddprun::launcher;
 
 int main(int argc, char** argv) {
   HostFacts host = current_host_facts();
+  host.launcher_python = python_beside_this_launcher(argv[0]);
   CliOutcome cli = parse_command_line(std::vector<std::string>(argv + 1, argv + argc), host);
   if (cli.kind == CliOutcome::Kind::kPrint) return std::fputs(cli.text.c_str(), stdout) < 0;
   if (cli.kind == CliOutcome::Kind::kError) return usage_error_exit(cli.text);
   setup_agent_logging(host.env);
+  if (cli.config.entry != EntryKind::kExecutable) {
+    auto& v = cli.config.worker_torch_version;
+    v = find_torch_version(cli.config.python_exec, host.env);
+    // Not on disk (a wrapper script, a pyenv shim): ask the interpreter, briefly.
+    if (!v) v = ask_torch_version(cli.config.python_exec, host.env, std::chrono::seconds(5));
+  }
   if (!cli.slurm.text.empty()) {  // what an srun step set (slurm_env.h)
     spdlog::log(cli.slurm.taken ? spdlog::level::warn : spdlog::level::info, "{}", cli.slurm.text);
   }
   for (const auto& w : cli.slurm.warnings) spdlog::warn("{}", w);
-  if (!cli.config.ignored_options.empty()) {
-    std::string list;
-    for (const auto& o : cli.config.ignored_options) list += (list.empty() ? "" : ", ") + o;
-    spdlog::warn("ignoring {}: accepted for torchrun compatibility, not implemented by ddprun",
-                 list);
-  }
   // --hostfile / --hosts: this ddprun only starts and supervises the hosts' agents.
   if (cli.config.ssh.active()) return run_ssh_launch(cli.config, host.env);
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> handler;

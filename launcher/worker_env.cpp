@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "base/text.h"
+#include "launcher/torch_version.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -68,9 +69,11 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const
   env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = info.use_agent_store ? "True" : "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
-  // Both spellings: 1.13 reads NCCL_*, 2.x TORCH_NCCL_*. A user's value is kept.
-  env.emplace("NCCL_ASYNC_ERROR_HANDLING", "1");
-  env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  // The name that version reads (2.2+ warns about the old one); both when unknown. A
+  // user's value is kept.
+  for (const auto& name : nccl_async_error_handling_names(config.worker_torch_version)) {
+    env.emplace(name, "1");
+  }
   // Gloo would bind to loopback here (the host name does not resolve to this machine).
   if (!info.gloo_socket_ifname.empty()) env.emplace("GLOO_SOCKET_IFNAME", info.gloo_socket_ifname);
   if (defaults_omp_num_threads(config, agent_env)) env["OMP_NUM_THREADS"] = "1";
@@ -171,6 +174,15 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
                            .string();
       }
       s.show_on_console = shown;
+      // torchrun: the tee'd lines matching a filter, from every rank, in one file.
+      const auto& filters = bit == StdStreams::kOut ? config.duplicate_stdout_filters
+                                                    : config.duplicate_stderr_filters;
+      if ((tee & bit) && !filters.empty() && !dirs.files_disabled()) {
+        s.duplicate_filters = filters;
+        s.duplicate_file = (std::filesystem::path(dirs.attempt_dir(n)) /
+                            (std::string("filtered_") + name + ".log"))
+                               .string();
+      }
       return s;
     };
     w.out = stream(StdStreams::kOut, "stdout");

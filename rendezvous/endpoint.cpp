@@ -157,7 +157,9 @@ bool is_this_host(const std::string& host, const std::string& local_addr) {
     }
     return false;
   }
-  if (host == "localhost") return true;
+  // As torchrun: every loopback address is this machine (lo holds all of 127.0.0.0/8,
+  // but getifaddrs lists only 127.0.0.1).
+  if (is_loopback_host(host)) return true;
   std::string hn = local_hostname();
   if (!hn.empty() && (host == hn || host.rfind(hn + ".", 0) == 0)) return true;
   auto mine = local_interface_addresses();

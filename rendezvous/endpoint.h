@@ -50,8 +50,8 @@ std::string local_hostname();
 
 // Whether `host` names this node. When `local_addr` is non-empty only it counts (so that
 // several agents on one machine with distinct --local-addr disagree correctly);
-// otherwise the host name, "localhost", and numeric or resolved addresses that belong
-// to a local interface count.
+// otherwise the host name, every loopback address (is_loopback_host, as torchrun), and
+// numeric or resolved addresses that belong to a local interface count.
 bool is_this_host(const std::string& host, const std::string& local_addr);
 
 // The local address the kernel would use to reach `ep` (a connected UDP socket's name;

@@ -126,6 +126,16 @@ const std::map<std::string, Setter>& setters() {
       {"cacert", path(&RdzvConf::cacert)},
       {"cert", path(&RdzvConf::cert)},
       {"key", path(&RdzvConf::key)},
+      // torchrun's etcd-v2 spellings of the same three files, and its protocol key.
+      {"ca_cert", path(&RdzvConf::cacert)},
+      {"ssl_cert", path(&RdzvConf::cert)},
+      {"ssl_cert_key", path(&RdzvConf::key)},
+      {"protocol",
+       [](RdzvConf& c, const std::string& k, const std::string& v) {
+         if (v != "http" && v != "https")
+           bad(k, v, "is not a protocol etcd speaks (http or https)");
+         c.etcd_protocol = v;
+       }},
       {"failover_timeout", duration(&RdzvConf::failover_timeout, /*positive=*/true)},
   };
   return table;

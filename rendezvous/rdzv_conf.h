@@ -36,8 +36,9 @@ struct RdzvConf {
   // "prefix"; starts with '/', no blanks), TLS files, how long one etcd call keeps
   // trying the members before the agent gives up.
   std::optional<std::string> etcd_prefix;
-  std::optional<std::string> cacert, cert, key;
-  std::optional<Ms> failover_timeout;  // 30 s; > 0
+  std::optional<std::string> cacert, cert, key;  // also torchrun's ca_cert, ssl_cert, ssl_cert_key
+  std::optional<std::string> etcd_protocol;      // torchrun's protocol: http or https
+  std::optional<Ms> failover_timeout;            // 30 s; > 0
   // Every key given, in the order given (unknown ones too), for warn_unused_conf_keys.
   std::vector<std::string> keys;
 };

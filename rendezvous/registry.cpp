@@ -2,10 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "base/sys_error.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/local_rendezvous.h"
@@ -23,6 +26,8 @@ using Clock = StoreRendezvous::Clock;
 using Ms = StoreRendezvous::Ms;
 
 const std::string kRdzvKeyPrefix = "ddprun/rdzv/";  // + run id: the handler's keys
+// TcpRendezvousStore::late_host: refusals in a row before another agent hosts.
+constexpr Ms kLateHostAfter{5000};
 
 // Sleeps `d`, in short slices, or less once `interrupted` is true.
 void pause(Ms d, const std::atomic<bool>& interrupted) {
@@ -39,6 +44,14 @@ struct TcpRendezvousStore {
   std::string run_id;
   bool try_host = false;
   bool must_host = false;  // static node rank 0: failing to bind is an error
+  // c10d, loopback endpoint, is_host not given and another --local-addr: host it after
+  // kLateHostAfter of refused connects (it can only be hosted on this machine, and the
+  // agent whose --local-addr it is did not come).
+  bool late_host = false;
+  // c10d: connects refused (the machine answers, nothing listens) for this long end the
+  // wait, as torchrun's rendezvous TCPStore gives up after read_timeout; 0 = wait until
+  // the join timeout (static, as torchrun's store `timeout`).
+  Ms refused_limit{0};
   Ms read_timeout{60'000};
   bool host_attempted = false;
   std::unique_ptr<store::TcpStoreServer> server;
@@ -62,6 +75,15 @@ struct TcpRendezvousStore {
       if (must_host) {
         throw RendezvousError(where() +
                               ": node rank 0 cannot host the rendezvous store: " + e.what());
+      }
+      // Any reason but a taken port (an address this machine cannot bind, a privileged
+      // port) stops every agent of this machine alike, and no other machine has this
+      // address: nobody can host it, so say so now rather than at the join timeout.
+      if (std::string(e.what()).find(errno_text(EADDRINUSE)) == std::string::npos) {
+        throw RendezvousError(where() +
+                              ": the endpoint is this machine but it cannot host the "
+                              "rendezvous store there (" +
+                              e.what() + "), nor can any other");
       }
       // Another agent on this machine (or a leftover) holds the port: join as a client.
       spdlog::info("{}: could not host the rendezvous store ({}); joining as a client", where(),
@@ -93,11 +115,15 @@ struct TcpRendezvousStore {
     maybe_host();
     // The host reaches its own listener by the literal it bound (or loopback when it
     // bound every interface); others use the endpoint exactly as given.
-    std::string host = endpoint.host;
-    if (server && bind_host_for(endpoint.host).empty()) host = "127.0.0.1";
+    auto own_host = [&] {
+      return server && bind_host_for(endpoint.host).empty() ? std::string("127.0.0.1")
+                                                            : endpoint.host;
+    };
+    std::string host = own_host();
     auto start = Clock::now();
     auto next_log = start + Ms(3000);
     std::string last_error;
+    std::optional<Clock::time_point> refused_since;  // start of the refusals in a row
     auto log_waiting = [&] {
       if (Clock::now() < next_log) return;
       spdlog::warn(
@@ -139,9 +165,30 @@ struct TcpRendezvousStore {
         return tcp;
       } catch (const store::StoreConnectionError& e) {
         last_error = e.what();
+        if (last_error.find(errno_text(ECONNREFUSED)) == std::string::npos) {
+          refused_since.reset();
+        } else if (!refused_since) {
+          refused_since = Clock::now();
+        }
       } catch (const store::StoreError& e) {
         throw RendezvousConnectionError(where() + ": " + endpoint.to_string() +
                                         " does not look like a ddprun/TCPStore store: " + e.what());
+      }
+      const Ms refused =
+          refused_since ? std::chrono::duration_cast<Ms>(Clock::now() - *refused_since) : Ms(0);
+      if (late_host && !host_attempted && refused >= kLateHostAfter) {
+        spdlog::warn("{}: nobody hosts this loopback endpoint; this node hosts it", where());
+        try_host = true;
+        maybe_host();  // a port taken meanwhile: another agent here won the race
+        host = own_host();
+        continue;
+      }
+      if (refused_limit > Ms(0) && refused >= refused_limit) {
+        throw RendezvousConnectionError(
+            where() + ": no agent hosts the rendezvous store: connections refused for " +
+            std::to_string(refused.count() / 1000) +
+            " s (read_timeout); the agent on the endpoint's machine hosts it: start it there, or "
+            "give it --rdzv-conf is_host=1 if it does not see the address as its own");
       }
       log_waiting();
       // TcpStore already backs off within connect_timeout; a short pause on instant
@@ -331,7 +378,9 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   rs->run_id = p.run_id;
   rs->try_host = host;
   rs->must_host = false;
+  rs->late_host = !host && !conf.is_host && is_loopback_host(ep.host);
   rs->read_timeout = conf.read_timeout.value_or(60s);
+  rs->refused_limit = std::min<Ms>(rs->read_timeout, c.join_timeout);
   return finish(std::move(c), rs);
 }
 
@@ -366,10 +415,17 @@ std::unique_ptr<RendezvousHandler> make_etcd(const RendezvousParams& p,
       conf,
       {"join_timeout", "last_call_timeout", "keep_alive_interval", "keep_alive_max_attempt",
        "read_timeout", "failover_timeout", "etcd_prefix", "prefix", "cacert", "cert", "key",
-       "workers_port", "use_agent_store", "job_check", "timeout"},
+       "ca_cert", "ssl_cert", "ssl_cert_key", "protocol", "workers_port", "use_agent_store",
+       "job_check", "timeout"},
       "etcd-v3");
   EtcdRendezvous::Config c;
   c.etcd.endpoints = endpoints;
+  // torchrun's protocol=https: TLS for the members given as host:port (a URL says its own).
+  if (conf.etcd_protocol == "https") {
+    for (auto& e : c.etcd.endpoints) {
+      if (e.find("://") == std::string::npos) e = "https://" + e;
+    }
+  }
   c.etcd.cacert = conf.cacert.value_or("");
   c.etcd.cert = conf.cert.value_or("");
   c.etcd.key = conf.key.value_or("");

@@ -263,6 +263,15 @@ StreamRoute::StreamRoute(const StreamSpec& spec, std::string prefix, ConsoleWrit
   bool to_console = spec.mode != StreamMode::kRedirect && spec.show_on_console;
   console_ = to_console ? console : nullptr;
   if (console_ != nullptr) stream_ = console_->open_stream();
+  if (!spec.duplicate_filters.empty() && !spec.duplicate_file.empty()) {
+    const std::filesystem::path dup(spec.duplicate_file);
+    std::error_code dec;
+    if (dup.has_parent_path()) std::filesystem::create_directories(dup.parent_path(), dec);
+    dup_file_.reset(
+        ::open(spec.duplicate_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!dup_file_) throw_errno("cannot create log file '" + spec.duplicate_file + "'");
+    filters_ = spec.duplicate_filters;
+  }
   if (spec.mode == StreamMode::kConsole) return;
   if (spec.file.empty()) throw std::invalid_argument("redirected worker stream has no log file");
   std::filesystem::path path(spec.file);
@@ -281,14 +290,42 @@ void StreamRoute::on_data(std::string_view chunk) {
       spdlog::warn("cannot write log file '{}': {}", file_name_, errno_text(errno));
     }
   }
+  if (dup_file_) {
+    for (const Line& line : dup_splitter_.feed(chunk)) duplicate(line);
+  }
   if (console_ == nullptr) return;
   for (const Line& line : splitter_.feed(chunk)) console_->write_line(stream_, prefix_, line);
 }
 
 void StreamRoute::on_eof() {
+  if (dup_file_) {
+    const std::vector<Line>& rest = dup_splitter_.finish();
+    for (std::size_t i = 0; i < rest.size(); ++i) duplicate(rest[i], i + 1 == rest.size());
+  }
   if (console_ == nullptr) return;
   for (const Line& line : splitter_.finish()) console_->write_line(stream_, prefix_, line);
   console_->close_stream(stream_);
+}
+
+void StreamRoute::duplicate(const Line& line, bool last) {
+  if (!line.continued) dup_line_.clear();
+  dup_line_.append(
+      line.text.substr(0, kMaxDuplicateLine - std::min(kMaxDuplicateLine, dup_line_.size())));
+  if (!line.complete() && !last) return;  // the stream's unterminated end counts as a line
+  const bool match = std::any_of(filters_.begin(), filters_.end(), [&](const std::string& f) {
+    return dup_line_.find(f) != std::string::npos;
+  });
+  if (match) {
+    // A whole line per write (O_APPEND: lines of different workers never mix), and a
+    // newline after an unterminated last line, so the next worker's line starts its own.
+    std::string out = prefix_ + dup_line_ + std::string(line.end.empty() ? "\n" : line.end);
+    iovec iov{out.data(), out.size()};
+    if (!write_all(dup_file_.get(), &iov, 1)) {
+      spdlog::warn("cannot write log file: {}", errno_text(errno));
+      dup_file_.reset();
+    }
+  }
+  dup_line_.clear();
 }
 
 void StreamRoute::unpark() {

@@ -35,6 +35,12 @@ struct StreamSpec {
   StreamMode mode = StreamMode::kConsole;
   std::string file;             // kRedirect/kTee: created (truncated) before spawning
   bool show_on_console = true;  // false for local ranks filtered out by --local-ranks-filter
+  // torchrun's --duplicate-std*-filters: the lines that contain any of these strings are
+  // also appended, with the console prefix, to `duplicate_file` (shared by every rank of
+  // the attempt; opened O_APPEND, one write per line, a newline added after an
+  // unterminated last line). Empty: none.
+  std::vector<std::string> duplicate_filters{};
+  std::string duplicate_file{};
 };
 
 // The agent's stdout or stderr as seen by worker lines.
@@ -175,6 +181,14 @@ class StreamRoute {
   UniqueFd file_;
   std::string file_name_;
   bool file_broken_ = false;
+  // --duplicate-std*-filters (StreamSpec): a splitter of its own, the line so far (kept
+  // up to kMaxDuplicateLine bytes), the shared file.
+  static constexpr std::size_t kMaxDuplicateLine = 1 << 20;
+  void duplicate(const Line& line, bool last = false);
+  std::vector<std::string> filters_;
+  LineSplitter dup_splitter_;
+  std::string dup_line_;
+  UniqueFd dup_file_;
 };
 
 }  // namespace ddprun::launcher

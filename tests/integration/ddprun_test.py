@@ -103,6 +103,8 @@ def ddp_job(job, nproc):
                             "--samples", "1024", "--out-dir", ckpt], timeout=240)
     check(rc == 0, f"ddprun exited {rc}", out, err)
     check(f"training on {nproc} workers" in out, "rank 0's banner missing", out)
+    # CUDA (one GPU per local rank, NCCL) when the workers' torch has it, else CPU/gloo.
+    check(" on cpu with gloo" in out or " on cuda:0 with nccl" in out, "device/backend", out)
     check("epoch 1: loss" in out, "per-epoch loss missing", out)
     check("replicas identical: True" in out, "replicas differ", out, err)
     check(os.path.exists(os.path.join(ckpt, "checkpoint.pt")), "no checkpoint")
@@ -193,6 +195,11 @@ def torchrun_environment(job):
         check(not missing, f"rank {r}: ddprun does not set {missing} (torchrun does)")
         differ = {k: (t[k], d[k]) for k in added if k not in variable and t[k] != d[k]}
         check(not differ, f"rank {r}: torchrun vs ddprun values differ: {differ}")
+        # The NCCL async-error variable: the name that version's torchrun sets, no other
+        # (2.2+ warns about the old one). The 2.6 tier's interpreter is a chroot wrapper:
+        # ddprun asks it (torch_version.h).
+        names = [{k for k in e if k.endswith("NCCL_ASYNC_ERROR_HANDLING")} for e in (t, d)]
+        check(names[0] == names[1], f"rank {r}: NCCL async-error names {names}")
         for e in (t, d):
             check(e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"),
                   f"error file {e['TORCHELASTIC_ERROR_FILE']}")
@@ -322,7 +329,7 @@ def worker_environment(job):
             "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1",
             "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "2",
             "TORCHELASTIC_RUN_ID": "envjob", "TORCHELASTIC_USE_AGENT_STORE": "True",
-            "NCCL_ASYNC_ERROR_HANDLING": "7", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+            "NCCL_ASYNC_ERROR_HANDLING": "7",
             "OMP_NUM_THREADS": "2", "TMPDIR": job.dir,
         }
         for k, v in expected.items():
@@ -336,6 +343,31 @@ def worker_environment(job):
         check(d["argv"][-2:] == [f"a{r}b", "--x"], f"argv {d['argv']}")
         check(d["pgid"] == d["pid"] and d["sid"] == d["pid"], "worker is its own session")
     check("OMP_NUM_THREADS" not in err, "no OMP notice when the user set it", err)
+
+
+@test(every_tier=True)
+def nccl_variable_for_the_workers_torch(job):
+    """Workers get the NCCL async-error variable under the name their torch reads, as that
+    version's torchrun: NCCL_* for 1.13-2.1, TORCH_NCCL_* for 2.2+ (which warns about the
+    old one), also when the interpreter is a wrapper script (a pyenv shim) that ddprun must
+    ask. A user's own value is kept."""
+    major, minor = (int(x) for x in torch_version().split(".")[:2])
+    want = {"TORCH_NCCL_ASYNC_ERROR_HANDLING"} if (major, minor) >= (2, 2) else \
+        {"NCCL_ASYNC_ERROR_HANDLING"}
+    shim = os.path.join(job.dir, "shims", "python3")
+    os.makedirs(os.path.dirname(shim))
+    with open(shim, "w") as f:
+        f.write(f'#!/bin/sh\nexec {os.path.abspath(PYTHON)} "$@"\n')
+    os.chmod(shim, 0o755)
+    for python in (PYTHON, shim):
+        shutil.rmtree(job.out)
+        os.mkdir(job.out)
+        rc, out, err = job.run(["--nproc-per-node=1", *job.probe()], env={"PYTHON_EXEC": python})
+        check(rc == 0, f"{python}: ddprun exited {rc}", out, err)
+        e = job.envs()[0]["env"]
+        got = {k for k in e if k.endswith("NCCL_ASYNC_ERROR_HANDLING")}
+        check(got == want, f"{python}: torch {major}.{minor} got {sorted(got)}, want {want}")
+        check(all(e[k] == "1" for k in got), f"{python}: values {e}")
 
 
 @test()
@@ -483,6 +515,7 @@ def bad_command_lines(job):
         check(out == "", f"{args}: nothing on stdout", out)
     rc, out, err = job.run(["--help"], timeout=30)
     check(rc == 0 and "--nproc-per-node" in out and "--rdzv-endpoint" in out, "--help", out)
+    check(all(b in out for b in ("static", "c10d", "etcd-v3", "etcd-v2")), "--help: backends", out)
     check(not os.path.exists(os.path.join(job.out, "spawned")), "a worker was spawned")
     # Script arguments that look like ddprun options are the script's.
     rc, out, err = job.run([marker_script, "--nnodes=0", "--bogus"], timeout=60)
@@ -490,18 +523,44 @@ def bad_command_lines(job):
 
 
 @test()
-def ignored_options_said_once(job):
+def unimplemented_options_refused(job):
+    """torchrun's options ddprun does not implement start nothing when given a value that
+    would need them: one error line naming the alternative, exit 2; their no-op values
+    run the job."""
     script = os.path.join(job.dir, "ok.py")
     with open(script, "w") as f:
         f.write("print('ran')\n")
-    rc, out, err = job.run(["--nproc-per-node=2", "--logs-specs=x",
-                            "--duplicate-stderr-filters=x", script], timeout=60)
-    check(rc == 0, f"ddprun exited {rc}", err)
-    lines = [l for l in err.splitlines() if "ignoring" in l]
-    check(len(lines) == 1 and "--logs-specs=x" in lines[0]
-          and "--duplicate-stderr-filters=x" in lines[0], "one warning naming both", err)
-    rc, out, err = job.run([script], timeout=60)
-    check(rc == 0 and "ignoring" not in err, "no warning without those options", err)
+    for arg, instead in (("--logs-specs=x", "--log-dir"),
+                         ("--event-log-handler=console", "LOGLEVEL=INFO")):
+        rc, out, err = job.run(["--nproc-per-node=2", arg, script], timeout=60)
+        lines = err.splitlines()
+        check(rc == 2 and "ran" not in out, f"{arg}: exit {rc}", out, err)
+        check(len(lines) == 2 and arg in lines[0] and instead in lines[0],
+              f"{arg}: one line naming {instead}", err)
+    rc, out, err = job.run(["--event-log-handler=null", "--logs-specs=", script], timeout=60)
+    check(rc == 0 and "ran" in out and "ignoring" not in err, "no-op values run", out, err)
+
+
+@test()
+def duplicate_filters_copy_teed_lines(job):
+    """torchrun 2.11's --duplicate-stdout/stderr-filters: the tee'd lines of every rank that
+    contain any filter go, prefixed as on the console, to attempt_0/filtered_std*.log;
+    other lines and ranks that are not tee'd do not; ',,' is a comma inside a filter."""
+    logs = os.path.join(job.dir, "logs")
+    rc, out, err = job.run(["--nproc-per-node=2", "--log-dir", logs, "--tee=0:3,1:1",
+                            "--duplicate-stdout-filters=apple,,pie,orange",
+                            "--duplicate-stderr-filters=err:banana",
+                            *job.probe("print=apple,pie", "print=banana", "print=orange")],
+                           timeout=60)
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    (run,) = os.listdir(logs)
+    attempt = os.path.join(logs, run, "attempt_0")
+    got = read_text(os.path.join(attempt, "filtered_stdout.log")).splitlines()
+    want = [f"[default{r}]:{t}" for r in (0, 1) for t in ("apple,pie", "orange")]
+    check(sorted(got) == sorted(want), f"filtered_stdout.log: {got}", out)
+    # Only rank 0 tees stderr.
+    got = read_text(os.path.join(attempt, "filtered_stderr.log")).splitlines()
+    check(got == ["[default0]:err:banana"], f"filtered_stderr.log: {got}", err)
 
 
 @test()
@@ -822,6 +881,115 @@ def numa_binding_pins_workers(job):
             want = plan[f"rank {r}"].split(" cpus ")[1].split(" ")[0]
             check(f"rank {r} cpus {want}" in out, f"{mode}: rank {r} runs on {want}", out, err)
     check("ignoring" not in err, "--numa-binding is no longer ignored", err)
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 21: torchrun 2.11 habits
+
+
+@test()
+def worker_python_beside_launcher(job):
+    """ddprun in a venv's bin (a symlink, and started by name from PATH) runs its workers
+    with that venv's python, not python3 from PATH; PYTHON_EXEC still wins, and ddprun
+    outside any environment keeps python3 from PATH. The start line names the python."""
+    venv = os.path.join(job.dir, "venv")
+    r = subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip",
+                        "--system-site-packages", venv], capture_output=True, text=True)
+    check(r.returncode == 0, "python3 -m venv failed", r.stdout, r.stderr)
+    os.symlink(os.path.abspath(job.ddprun), os.path.join(venv, "bin", "ddprun"))
+    script = os.path.join(job.dir, "which.py")
+    with open(script, "w") as f:
+        f.write("import sys\nprint('exe', sys.executable, 'prefix', sys.prefix)\n")
+    venv_python = os.path.join(venv, "bin", "python3")
+    base = {k: v for k, v in job.env.items() if k != "PYTHON_EXEC"}
+    base.update(PATH="/usr/bin:/bin", LOGLEVEL="INFO")
+    cases = [
+        ([os.path.join(venv, "bin", "ddprun")], base, venv_python),
+        (["ddprun"], dict(base, PATH=f"{venv}/bin:/usr/bin:/bin"), venv_python),
+        ([os.path.join(venv, "bin", "ddprun")], dict(base, PYTHON_EXEC="/usr/bin/python3"),
+         "/usr/bin/python3"),
+        ([job.ddprun], base, "python3"),
+    ]
+    for argv, env, want in cases:
+        rc, out, err = job.run_process([*argv, script], env, 60)
+        check(rc == 0, f"{argv}: ddprun exited {rc}", out, err)
+        exe = out.split("exe ", 1)[1].split(" prefix ")[0] if "exe " in out else ""
+        want_exe = "/usr/bin/python3" if want == "python3" else want
+        check(exe == want_exe, f"{argv}: worker ran {exe!r}, expected {want_exe!r}", out, err)
+        if want == venv_python:
+            check(f"prefix {venv}" in out, f"{argv}: sys.prefix is not the venv", out)
+        check(f"started 1 workers with {want} " in err, f"{argv}: start line names {want}", err)
+
+
+def two_agents(job, name, endpoint, addrs, conf, timeout=60):
+    """Two c10d agents (--local-addr from `addrs`, None: none) of run id `name` meeting at
+    `endpoint`, each with one probe worker: [(rc, log text, seconds)]."""
+    procs = []
+    out = os.path.join(job.dir, name)  # one command for both: each rank writes its own file
+    os.mkdir(out)
+    for i, addr in enumerate(addrs):
+        args = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={endpoint}", f"--rdzv-id={name}", f"--rdzv-conf={conf}"]
+        if addr:
+            args.append(f"--local-addr={addr}")
+        log = os.path.join(job.dir, f"{name}.{i}.log")
+        procs.append((job.start([*args, os.path.join(WORKERS, "probe.py"), out, job.token],
+                                log=log), log, time.monotonic()))
+    results = []
+    for p, log, t0 in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise blackbox.Failed(f"{name}: agent still running after {timeout} s\n"
+                                  + "\n".join(read_text(l) for _, l, _ in procs))
+        results.append((p.returncode, read_text(log), time.monotonic() - t0))
+    return results
+
+
+@test()
+def loopback_endpoint_hosted(job):
+    """c10d at 127.0.0.5, a loopback address that no interface lists: an agent hosts it
+    (torchrun treats every loopback address as this host). Without --local-addr both try
+    and one wins; with --local-addr 127.0.0.6/127.0.0.7 (neither is the endpoint's) one
+    hosts it after 5 s of refused connects. Both finish well before the join timeout."""
+    for name, addrs in (("lo-plain", (None, None)), ("lo-others", ("127.0.0.6", "127.0.0.7"))):
+        port = job.reserve_port("127.0.0.5")
+        results = two_agents(job, name, f"127.0.0.5:{port}", addrs, "join_timeout=60")
+        for rc, text, secs in results:
+            check(rc == 0 and secs < 30, f"{name}: exit {rc} after {secs:.1f} s", text)
+        if name == "lo-others":
+            check(any("this node hosts it" in t for _, t, _ in results),
+                  f"{name}: an agent said it hosts the endpoint",
+                  "\n".join(t for _, t, _ in results))
+
+
+@test()
+def unhostable_endpoint_reported_early(job):
+    """An endpoint no agent can host is reported in one line long before the join timeout
+    (60 s here): is_host=0 everywhere (connections refused for read_timeout=3 s), and a
+    loopback endpoint this machine cannot bind (::1 in a network namespace whose lo is
+    down: at once)."""
+    port = job.reserve_port("127.0.0.5")
+    results = two_agents(job, "nohost", f"127.0.0.5:{port}", (None, None),
+                         "join_timeout=60,read_timeout=3,is_host=0")
+    for rc, text, secs in results:
+        errors = [l for l in text.splitlines() if "no agent hosts the rendezvous store" in l]
+        check(rc == 1 and secs < 30, f"is_host=0: exit {rc} after {secs:.1f} s", text)
+        check(len(errors) == 1 and f"127.0.0.5:{port}" in errors[0]
+              and "refused" in errors[0], "is_host=0: one line naming the endpoint", text)
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        print("unshare -n is not permitted here: the ::1 case is not run")
+        return
+    t0 = time.monotonic()
+    rc, out, err = job.run_process(
+        ["unshare", "-n", job.ddprun, "--nnodes=2", "--rdzv-backend=c10d",
+         "--rdzv-endpoint=[::1]:29999", "--rdzv-conf=join_timeout=60",
+         *job.probe()], job.env, 60)
+    secs = time.monotonic() - t0
+    errors = [l for l in err.splitlines() if "cannot host the rendezvous store" in l]
+    check(rc == 1 and secs < 20, f"::1 unbindable: exit {rc} after {secs:.1f} s", err)
+    check(len(errors) == 1 and "[::1]:29999" in errors[0] and "nor can any other" in errors[0],
+          "::1 unbindable: one line naming the endpoint", err)
 
 
 if __name__ == "__main__":

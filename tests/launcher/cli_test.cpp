@@ -78,11 +78,7 @@ TEST_CASE("every option in both spellings", "[cli]") {
       {"--local-addr", "--local_addr", "127.0.0.3"},
       {"--signals-to-handle", "--signals_to_handle", "SIGUSR1"},
       {"--shutdown-timeout", "--shutdown_timeout", "7"},
-      {"--logs-specs", "--logs_specs", "x"},
       {"--numa-binding", "--numa_binding", "node"},
-      {"--event-log-handler", "--event_log_handler", "console"},
-      {"--duplicate-stdout-filters", "--duplicate_stdout_filters", "err"},
-      {"--duplicate-stderr-filters", "--duplicate_stderr_filters", "err"},
   };
   for (const auto& row : rows) {
     for (const auto& style : {0, 1}) {
@@ -111,20 +107,39 @@ TEST_CASE("every option in both spellings", "[cli]") {
           CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1});
         if (row.dash == "--shutdown-timeout") CHECK(c.shutdown_timeout_s == 7);
         if (row.dash == "--numa-binding") CHECK(c.numa_binding == "node");
-        if (row.dash == "--numa-binding") CHECK(c.ignored_options.empty());  // implemented
       }
     }
   }
 }
 
-TEST_CASE("accepted-but-unimplemented options are listed for the warning at start", "[cli]") {
-  CHECK(ok({"train.py"}).ignored_options.empty());
-  CHECK(ok({"--event-log-handler=null", "train.py"}).ignored_options.empty());
-  CHECK(ok({"--event-log-handler=console", "--logs-specs=x", "--duplicate-stdout-filters=a",
-            "--duplicate-stderr-filters=b", "train.py"})
-            .ignored_options ==
-        std::vector<std::string>{"--event-log-handler=console", "--logs-specs=x",
-                                 "--duplicate-stdout-filters=a", "--duplicate-stderr-filters=b"});
+TEST_CASE("torchrun options ddprun does not implement: no-op values pass, others refused",
+          "[cli]") {
+  ok({"--event-log-handler=null", "--logs-specs=", "train.py"});
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--event-log-handler=console", "LOGLEVEL=INFO"},
+      {"--event_log_handler=console", "LOGLEVEL=INFO"},
+      {"--logs-specs=x", "--log-dir"},
+      {"--logs_specs=x", "--log-dir"}};
+  for (const auto& [arg, instead] : refused) {
+    const CliOutcome out = parse({arg, "train.py"});
+    CAPTURE(arg);
+    CHECK(out.kind == CliOutcome::Kind::kError);
+    CHECK(out.text.find("not supported by ddprun") != std::string::npos);
+    CHECK(out.text.find(instead) != std::string::npos);
+    CHECK(out.text.find('\n') == std::string::npos);
+  }
+  // PET_* too.
+  CHECK(parse({"train.py"}, {{"PET_LOGS_SPECS", "x"}}).kind == CliOutcome::Kind::kError);
+}
+
+TEST_CASE("duplicate filters: torchrun's comma list, ',,' a comma inside a filter", "[cli]") {
+  const LaunchConfig c = ok({"--duplicate-stdout-filters=apple,orange,,pie,,",
+                             "--duplicate_stderr_filters", "err", "train.py"});
+  CHECK(c.duplicate_stdout_filters == std::vector<std::string>{"apple", "orange,pie,"});
+  CHECK(c.duplicate_stderr_filters == std::vector<std::string>{"err"});
+  CHECK(ok({"--duplicate-stdout-filters=", "train.py"}).duplicate_stdout_filters.empty());
+  CHECK(ok({"--duplicate-stdout-filters=a,,,b", "train.py"}).duplicate_stdout_filters ==
+        std::vector<std::string>{"a,", "b"});
 }
 
 TEST_CASE("flags in both spellings", "[cli]") {
@@ -177,6 +192,12 @@ TEST_CASE("torchrun's own environment knobs", "[cli]") {
                                            {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGUSR2,SIGTERM"},
                                            {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "3"}});
   CHECK(c.python_exec == "/usr/bin/python3");
+  // PYTHON_EXEC wins over the python of the environment ddprun is installed in.
+  HostFacts venv = facts({{"PYTHON_EXEC", "/usr/bin/python3"}});
+  venv.launcher_python = "/opt/venv/bin/python3";
+  CHECK(parse_command_line({"train.py"}, venv).config.python_exec == "/usr/bin/python3");
+  venv.env.clear();
+  CHECK(parse_command_line({"train.py"}, venv).config.python_exec == "/opt/venv/bin/python3");
   CHECK(c.signals_to_handle == std::vector<int>{SIGUSR2, SIGTERM});
   CHECK(c.shutdown_timeout_s == 3);
   const LaunchConfig d =

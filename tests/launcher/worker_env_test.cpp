@@ -219,3 +219,20 @@ TEST_CASE("one attempt's worker specs: ranks, CPUs and stream routes", "[worker_
   const auto error_file = "TORCHELASTIC_ERROR_FILE=" + dirs.error_file(2, 2);
   CHECK(std::find(specs[2].env.begin(), specs[2].env.end(), error_file) != specs[2].env.end());
 }
+
+TEST_CASE("the NCCL async-error variable is the one the workers' torch reads", "[worker_env]") {
+  LaunchConfig c = config(1);
+  c.worker_torch_version = std::pair{2, 11};  // reads TORCH_*, warns about the old name
+  EnvMap env = worker_env(c, attempt(), {}, 0, "e");
+  CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
+  c.worker_torch_version = std::pair{1, 13};  // reads only the old name
+  env = worker_env(c, attempt(), {}, 0, "e");
+  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
+  // A user's old-name value reaches a 2.x worker unchanged (it is theirs to warn about).
+  c.worker_torch_version = std::pair{2, 2};
+  env = worker_env(c, attempt(), {{"NCCL_ASYNC_ERROR_HANDLING", "0"}}, 0, "e");
+  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
+  CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+}

@@ -44,6 +44,9 @@ TEST_CASE("host checks: literals / loopback / --local-addr decides", "[endpoint]
   CHECK_FALSE(is_loopback_host("10.0.0.1"));
   CHECK(is_this_host("127.0.0.1", ""));
   CHECK(is_this_host("localhost", ""));
+  // Every loopback address is this machine, though lo lists only 127.0.0.1 (issue 21).
+  CHECK(is_this_host("127.0.0.5", ""));
+  CHECK(is_this_host("::1", ""));
   CHECK(is_this_host("127.0.0.1", "127.0.0.1"));
   CHECK_FALSE(is_this_host("127.0.0.1", "127.0.0.2"));
   CHECK(routed_local_address({"127.0.0.1", 29400}) == "127.0.0.1");

@@ -121,6 +121,20 @@ TEST_CASE("registry: etcd-v3's endpoints, prefix and TLS files are checked at on
   p.endpoint = "127.0.0.1:2379";
   p.conf = parse_rdzv_conf("cacert=/nonexistent/ca.pem");
   CHECK_THROWS_WITH(make_rendezvous_handler(p), Catch::Contains("cacert='/nonexistent/ca.pem'"));
+  // torchrun's etcd-v2 TLS keys are the same files (issue 21).
+  const RdzvConf tls = parse_rdzv_conf(
+      "protocol=https,ca_cert=/etc/ca.pem,ssl_cert=/etc/c.pem,ssl_cert_key=/etc/k.pem");
+  CHECK(tls.cacert == "/etc/ca.pem");
+  CHECK(tls.cert == "/etc/c.pem");
+  CHECK(tls.key == "/etc/k.pem");
+  CHECK(tls.etcd_protocol == "https");
+  CHECK_THROWS_WITH(parse_rdzv_conf("protocol=ftp"), Catch::Contains("protocol='ftp'"));
+  p.conf = parse_rdzv_conf("ca_cert=/nonexistent/ca.pem");
+  CHECK_THROWS_WITH(make_rendezvous_handler(p), Catch::Contains("'/nonexistent/ca.pem'"));
+  p.conf = parse_rdzv_conf("ssl_cert=/dev/null");  // a certificate without its key
+  CHECK_THROWS_WITH(make_rendezvous_handler(p), Catch::Contains("cert and key go together"));
+  p.conf = parse_rdzv_conf("protocol=https");  // TLS with the system's CAs: accepted
+  CHECK(make_rendezvous_handler(p)->backend_name() == "etcd-v3");
   CHECK_THROWS_WITH(parse_rdzv_conf("etcd_prefix=nope"), Catch::Contains("etcd_prefix='nope'"));
   CHECK_THROWS_WITH(parse_rdzv_conf("prefix=/a b"), Catch::Contains("prefix='/a b'"));
   CHECK(parse_rdzv_conf("prefix=/x/y/").etcd_prefix == "/x/y");

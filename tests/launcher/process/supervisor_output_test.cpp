@@ -192,6 +192,45 @@ TEST_CASE("supervisor: redirect and tee write files - the prefix only on the con
   CHECK(slurp(hidden.out.file) == "secret\n");
 }
 
+TEST_CASE("supervisor: duplicate filters copy matching lines, prefixed, to one shared file",
+          "[supervisor]") {
+  Harness h;
+  TempDir dir;
+  const std::string filtered = dir.str() + "/attempt_0/filtered_stdout.log";
+  std::vector<WorkerSpec> workers;
+  for (int r = 0; r < 2; ++r) {
+    // A 200 KB line (split by the fan-out) that matches only past its first 64 KiB, a
+    // \r\n line, and an unterminated matching last line.
+    WorkerSpec w = sh(r,
+                      "echo keep me; echo drop me; printf '%0200000d' 0; echo ' tail-keep';"
+                      " printf 'keep crlf\\r\\n'; printf 'last keep'",
+                      "[default" + std::to_string(r) + "]:");
+    w.out.mode = StreamMode::kTee;
+    w.out.file = dir.str() + "/attempt_0/" + std::to_string(r) + "/stdout.log";
+    w.out.duplicate_filters = {"keep"};
+    w.out.duplicate_file = filtered;
+    workers.push_back(std::move(w));
+  }
+  h.sup->start(workers);
+  for (int i = 0; i < 2; ++i) REQUIRE(h.next().kind == Kind::kWorkerExited);
+  REQUIRE(h.next().kind == Kind::kAllSucceeded);
+  h.sup.reset();
+  h.out->finish();
+  std::map<std::string, int> lines;
+  for (const auto& line : split_lines(slurp(filtered))) {
+    ++lines[line.size() > 100 ? line.substr(0, 11) + "..." + line.substr(line.size() - 10) : line];
+  }
+  for (const char* p : {"[default0]:", "[default1]:"}) {
+    CAPTURE(p);
+    CHECK(lines[std::string(p) + "keep me"] == 1);
+    CHECK(lines[std::string(p) + "keep crlf\r"] == 1);
+    CHECK(lines[std::string(p) + "last keep"] == 1);
+    CHECK(lines[std::string(p) + "... tail-keep"] == 1);
+    CHECK(lines.count(std::string(p) + "drop me") == 0);
+  }
+  CHECK(lines.size() == 8);
+}
+
 TEST_CASE("supervisor: only tee'd streams are prefixed (-t 1 leaves stderr bare)", "[supervisor]") {
   Harness h;
   TempDir dir;

@@ -1,0 +1,177 @@
+// torch_version.cpp: finding the workers' torch version on disk (see torch_version.h).
+#include "launcher/torch_version.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "base/text.h"
+
+namespace ddprun::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<TorchVersion> torch_in(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("torch-", 0) != 0) continue;
+    for (const char* suffix : {".dist-info", ".egg-info"}) {
+      const std::string s(suffix);
+      if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+        names.push_back(name.substr(6, name.size() - 6 - s.size()));
+      }
+    }
+  }
+  std::sort(names.begin(), names.end());  // deterministic when several are left over
+  for (const auto& n : names) {
+    if (auto v = parse_torch_version(n)) return v;
+  }
+  return std::nullopt;
+}
+
+// <root>/lib/python3*/{site,dist}-packages, <root>/lib/python3/dist-packages,
+// <root>/local/lib/python3*/dist-packages.
+std::vector<fs::path> site_dirs(const fs::path& root) {
+  std::vector<fs::path> out;
+  for (const fs::path& lib : {root / "lib", root / "local" / "lib"}) {
+    std::error_code ec;
+    std::vector<fs::path> pys;
+    for (fs::directory_iterator it(lib, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().filename().string().rfind("python3", 0) == 0) pys.push_back(it->path());
+    }
+    std::sort(pys.begin(), pys.end());
+    for (const auto& py : pys) {
+      out.push_back(py / "site-packages");
+      out.push_back(py / "dist-packages");
+    }
+  }
+  return out;
+}
+
+fs::path find_in_path(const std::string& name, const std::string& path_env) {
+  if (name.find('/') != std::string::npos) return name;
+  for (const auto& dir : split(path_env, ':')) {
+    fs::path p = fs::path(dir.empty() ? "." : dir) / name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::optional<TorchVersion> parse_torch_version(const std::string& text) {
+  const auto dot = text.find('.');
+  if (dot == std::string::npos) return std::nullopt;
+  auto end = text.find_first_not_of("0123456789", dot + 1);
+  if (end == std::string::npos) end = text.size();
+  const auto major = parse_int<int>(std::string_view(text).substr(0, dot));
+  const auto minor = parse_int<int>(std::string_view(text).substr(dot + 1, end - dot - 1));
+  if (!major || !minor) return std::nullopt;
+  return TorchVersion{*major, *minor};
+}
+
+std::optional<TorchVersion> find_torch_version(const std::string& python,
+                                               const std::map<std::string, std::string>& env) {
+  const auto get = [&](const char* k) {
+    const auto it = env.find(k);
+    return it == env.end() ? std::string() : it->second;
+  };
+  std::vector<fs::path> dirs;
+  for (const auto& p : split(get("PYTHONPATH"), ':')) {
+    if (!p.empty()) dirs.emplace_back(p);
+  }
+  std::error_code ec;
+  const fs::path exe = find_in_path(python, get("PATH"));
+  if (!exe.empty()) {
+    const fs::path root = fs::absolute(exe, ec).lexically_normal().parent_path().parent_path();
+    for (auto& d : site_dirs(root)) dirs.push_back(std::move(d));
+    if (const std::string home = get("HOME"); !home.empty()) {
+      for (auto& d : site_dirs(fs::path(home) / ".local")) dirs.push_back(std::move(d));
+    }
+    const fs::path real = fs::canonical(exe, ec);
+    if (!ec) {
+      for (auto& d : site_dirs(real.parent_path().parent_path())) dirs.push_back(std::move(d));
+    }
+  }
+  for (const auto& d : dirs) {
+    if (auto v = torch_in(d)) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<TorchVersion> ask_torch_version(const std::string& python,
+                                              const std::map<std::string, std::string>& env,
+                                              std::chrono::milliseconds timeout) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = python;
+  std::string dash_c = "-c";
+  std::string code = "import importlib.metadata as m; print(m.version('torch'))";
+  char* argv[] = {exe.data(), dash_c.data(), code.data(), nullptr};
+  // posix_spawnp looks the name up in this process's PATH; the workers' PATH is env's,
+  // and for a bare name the two are the same environment in practice (ddprun's own).
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, exe.c_str(), &fa, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (rc == 0 && text.size() < 256) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{out[0], POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    char buf[256];
+    const ssize_t got = ::read(out[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    text.append(buf, static_cast<std::size_t>(got));
+  }
+  ::close(out[0]);
+  if (rc != 0) return std::nullopt;
+  int status = 0;
+  pid_t done = 0;
+  while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    ::usleep(2000);  // stdout closed; the exit follows at once
+  }
+  if (done != pid) {  // still running past the timeout (or not ours to reap)
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return std::nullopt;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  return parse_torch_version(std::string(trim(text)));
+}
+
+std::vector<std::string> nccl_async_error_handling_names(const std::optional<TorchVersion>& v) {
+  if (!v) return {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+  if (*v >= TorchVersion{2, 2}) return {"TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+  return {"NCCL_ASYNC_ERROR_HANDLING"};
+}
+
+}  // namespace ddprun::launcher

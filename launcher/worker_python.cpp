@@ -1,0 +1,71 @@
+// worker_python.cpp: finding the Python environment ddprun was installed into (see
+// worker_python.h).
+#include "launcher/worker_python.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "base/text.h"
+
+namespace ddprun::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool executable_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+}
+
+// `dir`'s python3 or python when `dir` is the bin/ of a venv or conda environment.
+std::string environment_python(const fs::path& dir) {
+  if (dir.empty()) return "";
+  std::error_code ec;
+  const fs::path root = dir.parent_path();
+  if (!fs::exists(root / "pyvenv.cfg", ec) && !fs::is_directory(root / "conda-meta", ec)) {
+    return "";
+  }
+  for (const char* name : {"python3", "python"}) {
+    if (executable_file(dir / name)) return (dir / name).string();
+  }
+  return "";
+}
+
+// The directory the shell found `argv0` in, unresolved.
+fs::path started_from(const std::string& argv0, const std::string& path_env) {
+  if (argv0.empty()) return {};
+  std::error_code ec;
+  if (argv0.find('/') != std::string::npos) {
+    return fs::absolute(fs::path(argv0), ec).lexically_normal().parent_path();
+  }
+  for (const auto& entry : split(path_env, ':')) {
+    // An empty PATH entry is the working directory, as for execvp.
+    const fs::path dir = entry.empty() ? fs::current_path(ec) : fs::path(entry);
+    if (executable_file(dir / argv0)) {
+      return fs::absolute(dir, ec).lexically_normal();
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string python_beside_launcher(const std::string& argv0, const std::string& path_env,
+                                   const std::string& self_exe) {
+  std::string found = environment_python(started_from(argv0, path_env));
+  if (found.empty() && !self_exe.empty())
+    found = environment_python(fs::path(self_exe).parent_path());
+  return found;
+}
+
+std::string python_beside_this_launcher(const char* argv0) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const char* path = std::getenv("PATH");
+  return python_beside_launcher(argv0 ? argv0 : "", path ? path : "", ec ? "" : self.string());
+}
+
+}  // namespace ddprun::launcher
