@@ -1,7 +1,6 @@
 #include "rendezvous/etcd_rendezvous.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -9,6 +8,7 @@
 
 #include "rendezvous/progress.h"
 #include "rendezvous/rank_assignment.h"
+#include "rendezvous/round_member.h"
 #include "store/store.h"
 
 namespace ddprun::rdzv {
@@ -59,7 +59,7 @@ std::optional<EtcdRoundState> decode_round_state(const std::string& text) {
 
 EtcdRendezvous::EtcdRendezvous(Config config)
     : config_(std::move(config)),
-      base_(config_.prefix + "/" + config_.run_id + "/"),
+      base_(config_.prefix + "/" + config_.round.run_id + "/"),
       client_(options_with(&interrupted_)),
       watch_(options_with(&interrupted_), base_),
       bg_watch_(options_with(&stop_), base_) {}
@@ -73,7 +73,7 @@ EtcdOptions EtcdRendezvous::options_with(const std::atomic<bool>* cancel) const 
 EtcdRendezvous::~EtcdRendezvous() { shutdown(); }
 
 std::string EtcdRendezvous::where() const {
-  return "rendezvous '" + config_.run_id + "' (etcd-v3, " + client_.where() + ")";
+  return rendezvous_where(config_.round.run_id, "etcd-v3, " + client_.where());
 }
 
 void EtcdRendezvous::throw_if_stopped() {
@@ -118,17 +118,14 @@ void EtcdRendezvous::check_closed() {
 }
 
 void EtcdRendezvous::check_same_job() {
-  if (!config_.job_check) return;
-  const std::string mine = job_fingerprint(config_.job_command);
+  if (!config_.round.job_check) return;
+  const std::string mine = job_fingerprint(config_.round.job_command);
   if (client_.txn({{key("job"), EtcdCompare::Target::kCreate, 0, {}}}, {{key("job"), mine, 0}})) {
     return;
   }
   auto kv = client_.get(key("job"));
   if (kv && kv->value != mine) {
-    throw RendezvousStateError(where() + ": run id '" + config_.run_id +
-                               "' belongs to another job (" + kv->value + "); this node runs `" +
-                               command_line(config_.job_command) +
-                               "` (use another --rdzv-id, or --rdzv-conf job_check=0)");
+    throw RendezvousStateError(another_job_error(where(), config_.round, kv->value));
   }
 }
 
@@ -138,16 +135,10 @@ void EtcdRendezvous::ensure_lease() {
     if (lease_.load() != 0 && !lease_lost_) return;
   }
   using namespace std::chrono;
-  const auto ttl_ms = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  const auto ttl_ms = config_.round.heartbeat_threshold();
   const std::int64_t ttl = std::max<std::int64_t>(2, (ttl_ms.count() + 999) / 1000);
   const std::int64_t id = client_.lease_grant(ttl);
-  NodeDesc d;
-  d.addr = config_.advertise_addr;
-  d.host = config_.hostname;
-  d.pid = static_cast<long>(::getpid());
-  d.node_rank = config_.node_rank;
-  d.nproc = config_.local_world_size;
-  if (config_.job_check) d.job = job_fingerprint(config_.job_command);
+  const NodeDesc d = this_node_desc(config_.round, /*rdzv_host=*/false);
   {
     std::lock_guard lock(mu_);
     me_ = hex(id);
@@ -181,11 +172,11 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     reason_.clear();
     waiting_ = 0;
   }
-  const auto deadline = Clock::now() + config_.join_timeout;
+  const auto deadline = Clock::now() + config_.round.join_timeout;
   check_closed();
   check_same_job();
   ensure_lease();
-  auto next_log = Clock::now() + config_.progress_interval;
+  auto next_log = Clock::now() + config_.round.progress_interval;
   std::int64_t newest_join = -1;   // the newest join key's create revision last seen
   auto changed_at = Clock::now();  // when it was seen first
   int waiting_in = -1;             // the round this node registered as a late joiner of
@@ -198,8 +189,9 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     ensure_lease();  // again when it expired
     if (Clock::now() >= deadline) {
       throw RendezvousTimeoutError(where() + ": no round formed within join_timeout (" +
-                                   std::to_string(config_.join_timeout.count() / 1000) +
-                                   " s; min " + std::to_string(config_.min_nodes) + " nodes)");
+                                   std::to_string(config_.round.join_timeout.count() / 1000) +
+                                   " s; min " + std::to_string(config_.round.min_nodes) +
+                                   " nodes)");
     }
     std::int64_t revision = 0;  // the store revision of this look: wait for changes after it
     auto kv = client_.get(key("state"), &revision);
@@ -266,43 +258,43 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
         changed_at = Clock::now();
       }
       // The first MAX joiners are the round; a later one waits for the next round.
-      if (at - joins.begin() < config_.max_nodes && n >= config_.min_nodes) {
-        if (n >= config_.max_nodes || Clock::now() - changed_at >= config_.last_call_timeout) {
+      if (at - joins.begin() < config_.round.max_nodes && n >= config_.round.min_nodes) {
+        if (n >= config_.round.max_nodes ||
+            Clock::now() - changed_at >= config_.round.last_call_timeout) {
           EtcdRoundState next{s->round, true, {}};
-          for (int i = 0; i < std::min(n, config_.max_nodes); ++i) {
+          for (int i = 0; i < std::min(n, config_.round.max_nodes); ++i) {
             next.members.push_back(leaf(joins[static_cast<std::size_t>(i)].key));
           }
           cas(next);
           continue;
         }
-        last_call = changed_at + config_.last_call_timeout;  // unless another node joins first
+        last_call =
+            changed_at + config_.round.last_call_timeout;  // unless another node joins first
       }
     }
     if (Clock::now() >= next_log) {
       log_progress(shown, deadline);
-      next_log = Clock::now() + config_.progress_interval;
+      next_log = Clock::now() + config_.round.progress_interval;
     }
     wait_for_change(revision, std::min({deadline, next_log, last_call}));
   }
 }
 
 void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point deadline) {
-  ProgressInput in;
-  in.round = s.round;
-  in.joined = static_cast<std::int64_t>(s.members.size());
   std::vector<EtcdKv> nodes = client_.get_prefix(key("node/"));
+  std::size_t described = 0;
+  std::vector<NodeDesc> descs;
   for (std::size_t i = 0; i < s.members.size(); ++i) {
     for (const auto& kv : nodes) {
       if (leaf(kv.key) != s.members[i]) continue;
-      ++in.described;
-      if (auto d = decode_node_desc(kv.value, static_cast<int>(i))) in.descs.push_back(*d);
+      ++described;
+      if (auto d = decode_node_desc(kv.value, static_cast<int>(i))) descs.push_back(*d);
     }
   }
-  in.retired = !s.final;
-  in.min_nodes = config_.min_nodes;
-  in.max_nodes = config_.max_nodes;
-  in.secs_left = std::max<long long>(
-      0, std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
+  const ProgressInput in =
+      progress_input(config_.round, s.round, static_cast<std::int64_t>(s.members.size()), described,
+                     std::move(descs), /*retired=*/!s.final,
+                     /*static_ranks=*/false, deadline);
   std::string line = describe_progress(in).line;
   if (s.final) line += " (round " + std::to_string(s.round) + " runs without this node; waiting)";
   spdlog::warn("{}: {}", where(), line);
@@ -311,7 +303,6 @@ void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point dea
 std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
                                                      Clock::time_point deadline) {
   const std::vector<EtcdKv> nodes = client_.get_prefix(key("node/"));
-  const std::string job = job_fingerprint(config_.job_command);
   std::vector<NodeDesc> descs;
   int slot = -1;
   for (std::size_t i = 0; i < s.members.size(); ++i) {
@@ -322,29 +313,20 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     if (!d) {
       throw RendezvousStateError(where() + ": corrupt node descriptor at " + it->key);
     }
-    if (config_.job_check && d->job && *d->job != job) {
-      throw RendezvousStateError(where() + ": node " + d->label() + " runs another job (" +
-                                 *d->job + "), this node `" + command_line(config_.job_command) +
-                                 "`");
-    }
     if (s.members[i] == me_) slot = static_cast<int>(i);
     descs.push_back(std::move(*d));
   }
+  check_member_jobs(descs, s.round, config_.round, where());
   const std::vector<int> ranks = group_ranks_or_throw(
-      descs, /*static_ranks=*/false, config_.max_nodes, where(), node_rank_warned_);
+      descs, /*static_ranks=*/false, config_.round.max_nodes, where(), node_rank_warned_);
   RendezvousInfo info = round_layout(descs, ranks, slot);
   info.round = s.round;
-  info.use_agent_store = config_.agent_store;
+  info.use_agent_store = config_.round.agent_store;
   const std::string master_key = rkey(s.round, "master");
   if (info.group_rank == 0) {
-    std::uint16_t port = 0;
-    if (!config_.agent_store) {
-      port = WorkersStore::port_for_worker_rank0(config_.workers_port, config_.bind_addr);
-    } else {
-      port = workers_store_.open_attempt(config_.bind_addr,
-                                         static_cast<std::uint16_t>(config_.workers_port));
-    }
-    client_.put(master_key, encode_workers_store(config_.advertise_addr, port));
+    const std::uint16_t port = workers_store_port(config_.round, workers_store_,
+                                                  /*shared_store_port=*/0, {}, where());
+    client_.put(master_key, encode_workers_store(config_.round.advertise_addr, port));
   } else {
     workers_store_.stop();
   }
@@ -420,7 +402,7 @@ void EtcdRendezvous::background() {
   while (!stop_.load()) {
     try {
       if (Clock::now() >= next_keepalive) {
-        next_keepalive = Clock::now() + config_.keep_alive_interval;
+        next_keepalive = Clock::now() + config_.round.keep_alive_interval;
         const std::int64_t lease = lease_.load();
         if (bg_client_->lease_keepalive(lease) == 0) {
           std::lock_guard lock(mu_);

@@ -30,6 +30,7 @@
 #include "rendezvous/etcd_watch.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
+#include "rendezvous/round_config.h"
 #include "rendezvous/workers_store.h"
 
 namespace ddprun::rdzv {
@@ -49,29 +50,13 @@ class EtcdRendezvous final : public RendezvousHandler {
   using Ms = std::chrono::milliseconds;
 
   struct Config {
+    RoundConfig round;  // the settings every multi-node backend shares
     EtcdOptions etcd;
     std::string prefix = "/ddprun/rdzv";  // keys: <prefix>/<run id>/...
-    std::string run_id = "none";
-    int min_nodes = 1;
-    int max_nodes = 1;
-    int node_rank = -1;  // -1 = not given
-    int local_world_size = 1;
-    std::vector<std::string> job_command;
-    bool job_check = true;
-    std::string advertise_addr;
-    std::string bind_addr;
-    int workers_port = 0;
-    bool agent_store = true;
-    std::string hostname;
-    Ms join_timeout{600'000};
-    Ms last_call_timeout{30'000};
-    Ms keep_alive_interval{5'000};
-    int keep_alive_max_attempt = 3;  // lease TTL = interval x attempts (>= 2 s)
     // The safety net under the watches: a wait re-reads the keys at least this often even
     // when no watch event came (a silent connection, a member cut off). Not a poll period:
     // changes wake the waits at once.
     Ms recheck_interval{5'000};
-    Ms progress_interval{5'000};
   };
 
   explicit EtcdRendezvous(Config config);
@@ -84,7 +69,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   bool is_closed() override;
   void set_closed() override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;
-  std::string run_id() const override { return config_.run_id; }
+  std::string run_id() const override { return config_.round.run_id; }
   std::string backend_name() const override { return "etcd-v3"; }
   void shutdown() override;
   void interrupt() override;

@@ -61,7 +61,6 @@ RendezvousInfo LocalRendezvous::local_info() const {
   info.world_size = params_.local_world_size;
   info.master_addr = advertised_addr_;
   info.use_agent_store = true;
-  info.node_names = {advertised_addr_};
   return info;
 }
 

@@ -11,6 +11,7 @@
 #include "rendezvous/local_rendezvous.h"
 #include "rendezvous/published_address.h"
 #include "rendezvous/rdzv_conf.h"
+#include "rendezvous/round_member.h"
 #include "rendezvous/store_rendezvous.h"
 #include "store/prefix_store.h"
 #include "store/tcp_store_client.h"
@@ -44,7 +45,7 @@ struct TcpRendezvousStore {
   std::unique_ptr<store::TcpStoreServer> server;
 
   std::string where() const {
-    return "rendezvous '" + run_id + "' (" + backend + " at " + endpoint.to_string() + ")";
+    return rendezvous_where(run_id, backend + " at " + endpoint.to_string());
   }
 
   void maybe_host() {
@@ -156,11 +157,11 @@ struct TcpRendezvousStore {
 };
 
 // The round settings every multi-node backend (StoreRendezvous, EtcdRendezvous) takes
-// from the parameters and --rdzv-conf alike; their Configs name these fields the same.
-template <typename RoundConfig>
-void fill_round_config(RoundConfig& c, const RendezvousParams& p) {
+// from the parameters and --rdzv-conf alike.
+RoundConfig round_config(const RendezvousParams& p) {
   using namespace std::chrono_literals;
   const RdzvConf& conf = p.conf;
+  RoundConfig c;
   c.run_id = p.run_id;
   c.min_nodes = p.min_nodes;
   c.max_nodes = p.max_nodes;
@@ -179,12 +180,13 @@ void fill_round_config(RoundConfig& c, const RendezvousParams& p) {
   c.workers_port = conf.workers_port.value_or(0);
   // ddprun's own key: 0 = worker rank 0 hosts the workers' store (PyTorch without libuv).
   c.agent_store = conf.use_agent_store.value_or(true);
+  return c;
 }
 
 StoreRendezvous::Config common_config(const RendezvousParams& p) {
   StoreRendezvous::Config c;
-  fill_round_config(c, p);
-  c.poll_slice = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(20), Ms(250));
+  c.round = round_config(p);
+  c.poll_slice = std::clamp<Ms>(c.round.keep_alive_interval / 4, Ms(20), Ms(250));
   return c;
 }
 
@@ -249,20 +251,20 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
   StoreRendezvous::Config c = common_config(p);
   c.backend = "static";
   c.endpoint = ep.to_string();
-  c.min_nodes = nnodes;
-  c.max_nodes = nnodes;
+  c.round.min_nodes = nnodes;
+  c.round.max_nodes = nnodes;
   c.static_ranks = true;
-  c.node_rank = node_rank;
+  c.round.node_rank = node_rank;
   c.node_rank_defaulted = defaulted;
-  c.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(900s));
+  c.round.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(900s));
   // Node rank 0 hosts both stores, so the workers reach it where the agents did.
-  c.advertise_addr = p.local_addr.value_or(ep.host);
+  c.round.advertise_addr = p.local_addr.value_or(ep.host);
   if (node_rank != 0 && !p.local_addr) {
-    c.find_address = [ep, hostname = c.hostname] {
+    c.find_address = [ep, hostname = c.round.hostname] {
       return find_published_address(ep, false, hostname);
     };
   }
-  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
+  c.round.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   // As torchrun: the workers use the store at --master-port (one port to open). An
   // explicit --rdzv-conf workers_port gives them a store of their own on that port
   // instead (0 = OS-chosen), emptied for every attempt.
@@ -302,14 +304,14 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   StoreRendezvous::Config c = common_config(p);
   c.backend = "c10d";
   c.endpoint = ep.to_string();
-  c.node_rank = p.node_rank.value_or(-1);  // the node descriptor's "not given"
-  c.join_timeout = conf.join_timeout.value_or(600s);
+  c.round.node_rank = p.node_rank.value_or(-1);  // the node descriptor's "not given"
+  c.round.join_timeout = conf.join_timeout.value_or(600s);
   const bool host = conf.is_host.value_or(is_this_host(ep.host, p.local_addr.value_or("")));
   if (p.local_addr) {
-    c.advertise_addr = *p.local_addr;
+    c.round.advertise_addr = *p.local_addr;
   } else {
     // Found once the endpoint resolves: the source address of the route towards it.
-    c.find_address = [ep, host, hostname = c.hostname] {
+    c.find_address = [ep, host, hostname = c.round.hostname] {
       return find_published_address(ep, host, hostname);
     };
   }
@@ -324,7 +326,7 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
         "--local-addr to an address the other nodes can reach",
         *p.local_addr);
   }
-  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
+  c.round.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   auto rs = std::make_shared<TcpRendezvousStore>();
   rs->endpoint = ep;
   rs->backend = "c10d";
@@ -376,17 +378,17 @@ std::unique_ptr<RendezvousHandler> make_etcd(const RendezvousParams& p,
   c.etcd.request_timeout = conf.read_timeout.value_or(5s);
   c.etcd.failover_timeout = conf.failover_timeout.value_or(30s);
   c.prefix = conf.etcd_prefix.value_or("/ddprun/rdzv");
-  fill_round_config(c, p);
-  c.node_rank = p.node_rank.value_or(-1);
-  c.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(600s));
+  c.round = round_config(p);
+  c.round.node_rank = p.node_rank.value_or(-1);
+  c.round.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(600s));
   const EtcdEndpoint first = parse_etcd_endpoint(endpoints.front());
   if (p.local_addr) {
-    c.advertise_addr = *p.local_addr;
+    c.round.advertise_addr = *p.local_addr;
   } else {
     std::string routed = routed_local_address(Endpoint{first.host, first.port});
-    c.advertise_addr = !routed.empty() ? routed : c.hostname;
+    c.round.advertise_addr = !routed.empty() ? routed : c.round.hostname;
   }
-  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
+  c.round.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   // Checks the TLS files now (a usage error), connects on the first call.
   return std::make_unique<EtcdRendezvous>(std::move(c));
 }

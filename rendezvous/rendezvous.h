@@ -1,9 +1,9 @@
 // rendezvous.h: how an agent finds its peers. A RendezvousHandler turns "this node wants
 // to run N local workers" into the group layout of one attempt (group rank, world
 // sizes, global rank base) and the address of the workers' store. Implementations:
-// LocalRendezvous (one node), StaticRendezvous (fixed nodes, --node-rank) and
-// C10dRendezvous (dynamic membership through a ddprun store); created only by
-// make_rendezvous_handler() in registry.h.
+// LocalRendezvous (one node), StoreRendezvous (static and c10d, rendezvous/c10d/) and
+// EtcdRendezvous (etcd-v3, rendezvous/etcd/); created only by make_rendezvous_handler()
+// in registry.h.
 // Thread-safety: an instance is used by the agent thread only, except
 // num_nodes_waiting() and is_closed(), which may be called from any thread.
 #pragma once
@@ -33,8 +33,7 @@ struct RendezvousInfo {
   int world_size = 1;        // total workers across nodes (WORLD_SIZE)
   std::string master_addr;   // the workers' store (MASTER_ADDR / MASTER_PORT)
   std::uint16_t master_port = 0;
-  bool use_agent_store = true;          // TORCHELASTIC_USE_AGENT_STORE: an agent hosts that store
-  std::vector<std::string> node_names;  // per group rank, for logs and failure reports
+  bool use_agent_store = true;  // TORCHELASTIC_USE_AGENT_STORE: an agent hosts that store
   // GLOO_SOCKET_IFNAME for the workers when gloo would bind to loopback (this machine's
   // host name does not resolve to one of its addresses) in a round spanning machines;
   // "" = leave it to PyTorch (and a user's value is always kept).

@@ -12,10 +12,6 @@ std::string NodeDesc::label() const {
   return out;
 }
 
-std::string NodeDesc::name() const {
-  return host.empty() || host == addr ? addr : addr + "/" + host;
-}
-
 std::string encode_node_desc(const NodeDesc& desc) {
   nlohmann::json j;
   j["addr"] = desc.addr;

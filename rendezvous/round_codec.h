@@ -36,8 +36,6 @@ struct NodeDesc {
 
   // "addr (host) pid N": how messages name the node ("(host)" only when it differs).
   std::string label() const;
-  // "addr/host" ("addr" when the host is unknown or the same): RendezvousInfo::node_names.
-  std::string name() const;
 };
 
 // The descriptor's JSON (`slot` is not part of it; `job` is written when set).

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "rendezvous/rdzv_keys.h"
+#include "rendezvous/round_member.h"
 #include "store/store.h"
 
 namespace ddprun::rdzv {
@@ -15,7 +16,7 @@ using Clock = StoreRendezvous::Clock;
 using Ms = StoreRendezvous::Ms;
 
 StoreRendezvous::Config with_clock(StoreRendezvous::Config config) {
-  if (!config.now) config.now = [] { return Clock::now(); };
+  if (!config.round.now) config.round.now = [] { return Clock::now(); };
   return config;
 }
 
@@ -29,19 +30,14 @@ StoreRendezvous::StoreRendezvous(Config config, Connect connect, std::function<v
       on_shutdown_(std::move(on_shutdown)),
       hosts_store_(std::move(hosts_store)),
       clear_worker_keys_(std::move(clear_worker_keys)),
-      watch_(RoundWatch::Settings{where(), config_.max_nodes, config_.keep_alive_interval,
-                                  config_.keep_alive_max_attempt, config_.now}) {}
+      watch_(RoundWatch::Settings{where(), config_.round.max_nodes,
+                                  config_.round.keep_alive_interval,
+                                  config_.round.keep_alive_max_attempt, config_.round.now}) {}
 
 StoreRendezvous::~StoreRendezvous() { shutdown(); }
 
 std::string StoreRendezvous::where() const {
-  return "rendezvous '" + config_.run_id + "' (" + config_.backend + " at " + config_.endpoint +
-         ")";
-}
-
-long long StoreRendezvous::secs_left(Clock::time_point deadline) const {
-  auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - now()).count();
-  return std::max<long long>(left, 0);
+  return rendezvous_where(config_.round.run_id, config_.backend + " at " + config_.endpoint);
 }
 
 void StoreRendezvous::throw_if_stopped() {
@@ -75,13 +71,13 @@ void StoreRendezvous::ensure_connected(Clock::time_point deadline) {
   auto hb = connect_(deadline, interrupted_);
   store_ = main;
   hb_store_ = hb;
-  if (config_.find_address) config_.advertise_addr = config_.find_address();
+  if (config_.find_address) config_.round.advertise_addr = config_.find_address();
 }
 
 RendezvousInfo StoreRendezvous::next_rendezvous() {
   watch_.stop();
   throw_if_stopped();
-  auto deadline = now() + config_.join_timeout;
+  auto deadline = now() + config_.round.join_timeout;
   try {
     ensure_connected(deadline);
     return join(deadline);
@@ -151,7 +147,7 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   try {
     store_->set(keys::heartbeat(round_, slot_), keys::kDone);
     const auto hb_keys = keys::heartbeats(round_, nodes_);
-    auto next_log = now() + config_.progress_interval;
+    auto next_log = now() + config_.round.progress_interval;
     for (;;) {
       const auto asked = now();
       std::vector<Member> members = watch_.observe(round_, store_->multi_get(hb_keys), asked);
@@ -180,13 +176,13 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
         if (now() >= next_log) {
           spdlog::warn("{}: keeping the rendezvous store up for the nodes still running: [{}]",
                        where(), pending);
-          next_log = now() + std::max<Ms>(config_.progress_interval, Ms(30'000));
+          next_log = now() + std::max<Ms>(config_.round.progress_interval, Ms(30'000));
         }
       }
       if (now() >= next_log) {
         spdlog::warn("{}: waiting at the exit barrier for [{}]; {} s left", where(), pending,
-                     secs_left(deadline));
-        next_log = now() + config_.progress_interval;
+                     secs_left(now(), deadline));
+        next_log = now() + config_.round.progress_interval;
       }
       if (!sleep_slice(std::min<Ms>(config_.poll_slice, Ms(100)))) return false;
     }
@@ -207,7 +203,7 @@ void StoreRendezvous::acknowledge_exit() {
   try {
     std::int64_t seen = store_->add(keys::exit_seen(round_), 1);
     if (hosts_store()) {
-      auto ack_deadline = now() + std::max<Ms>(config_.keep_alive_interval, Ms(5000));
+      auto ack_deadline = now() + std::max<Ms>(config_.round.keep_alive_interval, Ms(5000));
       while (seen < nodes_ && now() < ack_deadline && sleep_slice(Ms(20))) {
         seen = store_->add(keys::exit_seen(round_), 0);
       }

@@ -25,6 +25,7 @@
 #include "rendezvous/endpoint.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
+#include "rendezvous/round_config.h"
 #include "rendezvous/round_watch.h"
 #include "rendezvous/workers_store.h"
 
@@ -40,31 +41,15 @@ class StoreRendezvous final : public RendezvousHandler {
   using Ms = std::chrono::milliseconds;
 
   struct Config {
+    RoundConfig round;             // the settings every multi-node backend shares
     std::string backend = "c10d";  // for messages and backend_name()
-    std::string run_id = "none";
-    std::string endpoint;  // "host:port" of the rendezvous store, for messages
-    int min_nodes = 1;
-    int max_nodes = 1;
+    std::string endpoint;          // "host:port" of the rendezvous store, for messages
     // static: every node must give a node rank; group rank = node rank.
     bool static_ranks = false;
-    int node_rank = -1;                // -1 = not given
     bool node_rank_defaulted = false;  // static: --node-rank absent, 0 assumed
-    int local_world_size = 1;
-    // The job's fingerprint (RendezvousParams::job_command): the first agent of the run
-    // id publishes it; a later one with a different one is refused before it joins.
-    // job_check = false (--rdzv-conf job_check=0): nodes that deliberately run
-    // different arguments; this node neither checks nor publishes one.
-    std::vector<std::string> job_command;
-    bool job_check = true;
-    std::string advertise_addr;  // this node's address: descriptor and MASTER_ADDR
-    // Set = advertise_addr is found once the rendezvous store is reached (the endpoint
-    // resolves by then; it may not at start), replacing the value above.
+    // Set = round.advertise_addr is found once the rendezvous store is reached (the
+    // endpoint resolves by then; it may not at start), replacing the value given.
     std::function<std::string()> find_address;
-    std::string bind_addr;  // where this node's workers' store binds ("" = all)
-    int workers_port = 0;   // port of that store (0 = OS-chosen)
-    // false (--rdzv-conf use_agent_store=0): group rank 0 hosts no workers' store but
-    // publishes a free port (workers_port if set) for worker rank 0 to host one on.
-    bool agent_store = true;
     // static: > 0 = no store of the workers' own: they use the rendezvous store (hosted
     // by group rank 0 on this port), as torchrun's static backend does, so a firewall
     // that opens only --master-port suffices. Attempts are kept apart by the workers'
@@ -73,17 +58,7 @@ class StoreRendezvous final : public RendezvousHandler {
     // reach it where the agents do: shared_store_addr (the endpoint's host).
     std::string shared_store_addr;
     int shared_store_port = 0;
-    std::string hostname;
-    Ms join_timeout{600'000};
-    Ms last_call_timeout{30'000};
-    Ms keep_alive_interval{5'000};
-    int keep_alive_max_attempt = 3;
-    Ms progress_interval{5'000};  // how often a waiting agent logs where it stands
-    Ms poll_slice{250};           // longest uninterruptible store wait
-    // The clock of every deadline and liveness verdict (join_timeout, last call,
-    // heartbeat thresholds, progress lines); empty = steady_clock::now. Tests inject a
-    // manual one. Store waits and sleeps still take real time (at most poll_slice each).
-    std::function<Clock::time_point()> now;
+    Ms poll_slice{250};  // longest uninterruptible store wait
   };
 
   // Opens one new connection to the rendezvous store, as this handler's key space (the
@@ -119,7 +94,7 @@ class StoreRendezvous final : public RendezvousHandler {
   bool is_closed() override;
   void set_closed() override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;
-  std::string run_id() const override { return config_.run_id; }
+  std::string run_id() const override { return config_.round.run_id; }
   std::string backend_name() const override { return config_.backend; }
   void shutdown() override;
   void interrupt() override;
@@ -133,8 +108,7 @@ class StoreRendezvous final : public RendezvousHandler {
   bool stop_requested() const { return interrupted_.load(); }
   void throw_if_stopped();  // RendezvousInterruptedError once stop_requested()
   bool sleep_slice(Ms d);   // false when stopped
-  Clock::time_point now() const { return config_.now(); }
-  long long secs_left(Clock::time_point deadline) const;  // >= 0
+  Clock::time_point now() const { return config_.round.now(); }
 
   void ensure_connected(Clock::time_point deadline);
   // Publishes this job's fingerprint, or compares it with the one already published;
@@ -186,7 +160,6 @@ class StoreRendezvous final : public RendezvousHandler {
   bool hosts_store() const { return hosts_store_ && hosts_store_(); }
 
   std::string where() const;  // "rendezvous '<id>' (<backend> at <endpoint>)"
-  NodeDesc this_node() const;
 
   Config config_;
   Connect connect_;

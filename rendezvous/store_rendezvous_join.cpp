@@ -4,7 +4,6 @@
 // docs/multinode.md ("Rounds, elasticity and failures") tells the algorithm. The
 // life cycle and the API while in a round are in store_rendezvous.cpp.
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 
@@ -12,56 +11,25 @@
 #include "rendezvous/published_address.h"
 #include "rendezvous/rank_assignment.h"
 #include "rendezvous/rdzv_keys.h"
+#include "rendezvous/round_member.h"
 #include "rendezvous/store_rendezvous.h"
 #include "store/store.h"
 
 namespace ddprun::rdzv {
-namespace {
-
-using Ms = StoreRendezvous::Ms;
-
-// How long a member may be silent before it counts as gone.
-Ms heartbeat_threshold(const StoreRendezvous::Config& c) {
-  return c.keep_alive_interval * c.keep_alive_max_attempt;
-}
-
-}  // namespace
-
-NodeDesc StoreRendezvous::this_node() const {
-  NodeDesc d;
-  d.addr = config_.advertise_addr;
-  d.host = config_.hostname;
-  d.pid = static_cast<long>(getpid());
-  d.node_rank = config_.node_rank;
-  d.node_rank_defaulted = config_.node_rank_defaulted;
-  d.nproc = config_.local_world_size;
-  d.rdzv_host = hosts_store();
-  if (config_.job_check) d.job = job_fingerprint(config_.job_command);
-  return d;
-}
-
 void StoreRendezvous::check_same_job() {
   if (job_checked_) return;
   // One round trip: sets the key only where it is missing (the first agent of the run
   // id); an existing fingerprint is left as it is, so a refused node writes nothing.
-  const std::string mine = job_fingerprint(config_.job_command);
+  const std::string mine = job_fingerprint(config_.round.job_command);
   const std::string published = store_->compare_set(keys::kJob, "", mine);
   if (published != mine) {
-    std::optional<std::vector<std::string>> theirs = decode_job_fingerprint(published);
-    if (!theirs) {
-      throw RendezvousStateError(where() + ": corrupt job fingerprint '" + published +
-                                 "' (is a non-ddprun agent using this run id?)");
-    }
-    throw RendezvousStateError(
-        where() + " belongs to another job: its nodes run `" + command_line(*theirs) +
-        "`, this node would run `" + command_line(config_.job_command) +
-        "`; give each job its own --rdzv-id (the nodes of one job run the same command)");
+    throw RendezvousStateError(another_job_error(where(), config_.round, published));
   }
   job_checked_ = true;
 }
 
 RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
-  if (config_.job_check) check_same_job();  // before this node writes anything
+  if (config_.round.job_check) check_same_job();  // before this node writes anything
   int r = first_round();
   watch_.clear();
   for (;; ++r) {
@@ -110,7 +78,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
     spdlog::warn(
         "{}: round {} formed with {} nodes without this one (max {}); waiting for the next "
         "round",
-        where(), r, n, config_.max_nodes);
+        where(), r, n, config_.round.max_nodes);
     return std::nullopt;
   }
   // Peers start watching our heartbeat as soon as they return; beat now and while
@@ -126,7 +94,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
   const std::vector<int> ranks = group_ranks(descs);  // may throw RendezvousStateError
   RendezvousInfo info = round_layout(descs, ranks, slot);
   info.round = r;
-  info.use_agent_store = config_.agent_store;
+  info.use_agent_store = config_.round.agent_store;
   // A loopback MASTER_ADDR would send remote workers to their own machine. Every node
   // decides from the same descriptors, before anything is published, so all refuse alike.
   const auto first = std::find(ranks.begin(), ranks.end(), 0) - ranks.begin();
@@ -163,8 +131,10 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
 
 int StoreRendezvous::take_slot(int r) {
   const int slot = static_cast<int>(store_->add(keys::joined(r), 1)) - 1;
-  store_->multi_set({keys::node(r, slot), keys::heartbeat(r, slot)},
-                    {encode_node_desc(this_node()), "1"});
+  store_->multi_set(
+      {keys::node(r, slot), keys::heartbeat(r, slot)},
+      {encode_node_desc(this_node_desc(config_.round, hosts_store(), config_.node_rank_defaulted)),
+       "1"});
   spdlog::debug("{}: joined round {} in slot {}", where(), r, slot);
   return slot;
 }
@@ -173,15 +143,16 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
   const std::string final_key = keys::final_size(r);
   std::optional<Clock::time_point> last_call_start;
   bool retired = r == 0;
-  auto next_log = now() + config_.progress_interval;
+  auto next_log = now() + config_.round.progress_interval;
   std::int64_t count = slot + 1;
   for (;;) {
-    if (count >= config_.min_nodes) {
+    if (count >= config_.round.min_nodes) {
       if (!retired) retired = round_retired(r - 1);
       if (retired) {
         if (!last_call_start) last_call_start = now();
-        if (count >= config_.max_nodes || now() - *last_call_start >= config_.last_call_timeout) {
-          std::int64_t n = std::min<std::int64_t>(count, config_.max_nodes);
+        if (count >= config_.round.max_nodes ||
+            now() - *last_call_start >= config_.round.last_call_timeout) {
+          std::int64_t n = std::min<std::int64_t>(count, config_.round.max_nodes);
           store_->compare_set(final_key, "", std::to_string(n));
         }
       }
@@ -194,16 +165,17 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
       count = store_->add(keys::joined(r), 0);
       // Our slot stays counted; the heartbeat key says we left, so no round waits for us.
       leave_slot(r, slot);
-      throw RendezvousTimeoutError(
-          where() + ": timed out after join_timeout " +
-          std::to_string(config_.join_timeout.count() / 1000) + " s in round " + std::to_string(r) +
-          " with " + std::to_string(count) + " of min " + std::to_string(config_.min_nodes) +
-          " / max " + std::to_string(config_.max_nodes) + " nodes" +
-          (retired ? "" : " (the previous round's nodes never left it)"));
+      throw RendezvousTimeoutError(where() + ": timed out after join_timeout " +
+                                   std::to_string(config_.round.join_timeout.count() / 1000) +
+                                   " s in round " + std::to_string(r) + " with " +
+                                   std::to_string(count) + " of min " +
+                                   std::to_string(config_.round.min_nodes) + " / max " +
+                                   std::to_string(config_.round.max_nodes) + " nodes" +
+                                   (retired ? "" : " (the previous round's nodes never left it)"));
     }
     if (t >= next_log) {
       log_progress(r, deadline, retired);
-      next_log = t + config_.progress_interval;
+      next_log = t + config_.round.progress_interval;
     }
     count = store_->add(keys::joined(r), 0);
   }
@@ -221,23 +193,19 @@ bool StoreRendezvous::round_retired(int r) {
 }
 
 void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retired) {
-  ProgressInput in;
-  in.round = r;
-  in.joined = store_->add(keys::joined(r), 0);
+  const std::int64_t joined = store_->add(keys::joined(r), 0);
   std::vector<std::string> present;
-  for (int s = 0; s < in.joined; ++s) {
+  for (int s = 0; s < joined; ++s) {
     if (store_->check({keys::node(r, s)})) present.push_back(keys::node(r, s));
     if (present.size() >= 64) break;  // enough for a log line
   }
-  in.described = present.size();
+  std::vector<NodeDesc> descs;
   for (const auto& v : store_->multi_get(present)) {
-    if (std::optional<NodeDesc> d = decode_node_desc(v, 0)) in.descs.push_back(std::move(*d));
+    if (std::optional<NodeDesc> d = decode_node_desc(v, 0)) descs.push_back(std::move(*d));
   }
-  in.retired = retired;
-  in.min_nodes = config_.min_nodes;
-  in.max_nodes = config_.max_nodes;
-  in.static_ranks = config_.static_ranks;
-  in.secs_left = secs_left(deadline);
+  const ProgressInput in =
+      progress_input(config_.round, r, joined, present.size(), std::move(descs), retired,
+                     config_.static_ranks, deadline);
   const Progress progress = describe_progress(in);
   if (!progress.error.empty()) throw RendezvousStateError(where() + ": " + progress.error);
   // WARNING level on purpose: the agent's default level; a silent wait is what users
@@ -248,12 +216,12 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
 bool StoreRendezvous::wait_for_descriptors(int r, int n, Clock::time_point deadline) {
   // Every participant stores its descriptor right after its ADD, so this is short; a
   // joiner that died in between gets a heartbeat threshold.
-  return poll_keys(keys::nodes(r, n), std::min(deadline, now() + heartbeat_threshold(config_)));
+  return poll_keys(keys::nodes(r, n),
+                   std::min(deadline, now() + config_.round.heartbeat_threshold()));
 }
 
 std::vector<NodeDesc> StoreRendezvous::read_descs(int r, int n) {
   const std::vector<std::string> values = store_->multi_get(keys::nodes(r, n));
-  const std::string mine = job_fingerprint(config_.job_command);
   std::vector<NodeDesc> out;
   for (int s = 0; s < n; ++s) {
     std::optional<NodeDesc> d = decode_node_desc(values[static_cast<std::size_t>(s)], s);
@@ -262,19 +230,15 @@ std::vector<NodeDesc> StoreRendezvous::read_descs(int r, int n) {
                                  std::to_string(r) + " slot " + std::to_string(s) +
                                  " (is a non-ddprun agent using this run id?)");
     }
-    if (config_.job_check && d->job && *d->job != mine) {
-      // check_same_job() keeps other jobs out; this is what a merge would have been.
-      throw RendezvousStateError(where() + ": node " + d->label() + " of round " +
-                                 std::to_string(r) + " runs another job (" + *d->job +
-                                 "), this node `" + command_line(config_.job_command) + "`");
-    }
     out.push_back(std::move(*d));
   }
+  // check_same_job() keeps other jobs out; this is what a merge would have been.
+  check_member_jobs(out, r, config_.round, where());
   return out;
 }
 
 std::vector<int> StoreRendezvous::group_ranks(const std::vector<NodeDesc>& descs) {
-  return group_ranks_or_throw(descs, config_.static_ranks, config_.max_nodes, where(),
+  return group_ranks_or_throw(descs, config_.static_ranks, config_.round.max_nodes, where(),
                               node_rank_warned_);
 }
 
@@ -284,7 +248,7 @@ void StoreRendezvous::refuse_round(int r, int slot, int n, const std::string& wh
     // The others refuse too, from the same descriptors: the store stays up until each
     // said so (or a heartbeat threshold passed), so they print this line, not "lost the
     // rendezvous store".
-    const auto until = now() + heartbeat_threshold(config_);
+    const auto until = now() + config_.round.heartbeat_threshold();
     const auto all_left = [&] {
       const std::vector<std::string> beats = store_->multi_get(keys::heartbeats(r, n));
       return std::all_of(beats.begin(), beats.end(),
@@ -297,32 +261,16 @@ void StoreRendezvous::refuse_round(int r, int slot, int n, const std::string& wh
 }
 
 std::string StoreRendezvous::workers_store_host(const NodeDesc& group_rank0) const {
-  const bool shared = config_.agent_store && config_.shared_store_port > 0;
+  const bool shared = config_.round.agent_store && config_.shared_store_port > 0;
   return shared ? config_.shared_store_addr : group_rank0.addr;
 }
 
 void StoreRendezvous::publish_workers_store(int r) {
-  const std::string addr = workers_store_host(this_node());
-  std::uint16_t port = 0;
-  if (!config_.agent_store) {
-    // No agent store (USE_LIBUV=0): worker rank 0 hosts one on this port.
-    port = WorkersStore::port_for_worker_rank0(config_.workers_port, config_.bind_addr);
-  } else if (config_.shared_store_port > 0) {
-    // The workers share the rendezvous store: never reset it (the rendezvous keys live
-    // there). The round number in 1.13 workers' key prefix separates the attempts;
-    // newer workers do not prefix, so earlier workers' keys are erased.
-    if (clear_worker_keys_) clear_worker_keys_();
-    port = static_cast<std::uint16_t>(config_.shared_store_port);
-  } else {
-    // Emptied before anyone can learn its address for this round, so no worker of this
-    // attempt sees a key of an earlier one.
-    try {
-      port = workers_store_.open_attempt(config_.bind_addr,
-                                         static_cast<std::uint16_t>(config_.workers_port));
-    } catch (const RendezvousError& e) {
-      throw RendezvousError(where() + ": " + e.what());
-    }
-  }
+  NodeDesc me;
+  me.addr = config_.round.advertise_addr;
+  const std::string addr = workers_store_host(me);
+  const std::uint16_t port = workers_store_port(
+      config_.round, workers_store_, config_.shared_store_port, clear_worker_keys_, where());
   store_->set(keys::master(r), encode_workers_store(addr, port));
   store_->set(keys::kRound, std::to_string(r));
 }
@@ -330,7 +278,7 @@ void StoreRendezvous::publish_workers_store(int r) {
 std::optional<Endpoint> StoreRendezvous::await_workers_store(int r, int slot,
                                                              Clock::time_point deadline) {
   const bool published =
-      poll_keys({keys::master(r)}, std::min(deadline, now() + heartbeat_threshold(config_)),
+      poll_keys({keys::master(r)}, std::min(deadline, now() + config_.round.heartbeat_threshold()),
                 [&] { store_->add(keys::heartbeat(r, slot), 1); });
   if (!published) return std::nullopt;
   std::optional<Endpoint> master = decode_workers_store(store_->get(keys::master(r)));
@@ -354,7 +302,7 @@ void StoreRendezvous::enter_round(int r, int slot, std::vector<NodeDesc> descs,
       "{}: round {} complete: {} nodes, this node is group rank {} of {} (ranks {}..{} of {}); "
       "workers' store at {}",
       where(), r, nodes_, info.group_rank, nodes_, info.rank_base,
-      info.rank_base + config_.local_world_size - 1, info.world_size,
+      info.rank_base + config_.round.local_world_size - 1, info.world_size,
       Endpoint{info.master_addr, info.master_port}.to_string());
   watch_.start(hb_store_, r, slot, std::move(descs));
 }

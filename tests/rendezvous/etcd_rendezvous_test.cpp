@@ -39,20 +39,20 @@ namespace {
 EtcdRendezvous::Config config(const EtcdCluster& cluster, int i) {
   EtcdRendezvous::Config c;
   c.etcd.endpoints = cluster.urls();
-  c.run_id = "threads";
-  c.min_nodes = 2;
-  c.max_nodes = 3;
-  c.advertise_addr = "127.0.0.1";
-  c.bind_addr = "127.0.0.1";
-  c.hostname = "node" + std::to_string(i);
-  c.job_command = {"train.py"};
-  c.join_timeout = 60s;
-  c.last_call_timeout = 1s;
-  c.keep_alive_interval = 1s;
-  c.keep_alive_max_attempt = 3;
+  c.round.run_id = "threads";
+  c.round.min_nodes = 2;
+  c.round.max_nodes = 3;
+  c.round.advertise_addr = "127.0.0.1";
+  c.round.bind_addr = "127.0.0.1";
+  c.round.hostname = "node" + std::to_string(i);
+  c.round.job_command = {"train.py"};
+  c.round.join_timeout = 60s;
+  c.round.last_call_timeout = 1s;
+  c.round.keep_alive_interval = 1s;
+  c.round.keep_alive_max_attempt = 3;
   // Longer than any wait here: only the watches can wake the waits in time.
   c.recheck_interval = 120s;
-  c.progress_interval = 120s;
+  c.round.progress_interval = 120s;
   return c;
 }
 
@@ -110,8 +110,8 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
   std::vector<std::unique_ptr<EtcdRendezvous>> many;
   for (int i = 0; i < kMany; ++i) {
     auto conf = config(cluster, 10 + i);
-    conf.run_id = "many";
-    conf.min_nodes = conf.max_nodes = kMany;
+    conf.round.run_id = "many";
+    conf.round.min_nodes = conf.round.max_nodes = kMany;
     many.push_back(std::make_unique<EtcdRendezvous>(conf));
   }
   std::vector<std::future<RendezvousInfo>> joins;
@@ -130,8 +130,8 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
   std::vector<std::unique_ptr<EtcdRendezvous>> crowd;
   for (int i = 0; i < 4; ++i) {
     auto conf = config(cluster, 20 + i);
-    conf.run_id = "crowd";
-    conf.min_nodes = conf.max_nodes = 3;
+    conf.round.run_id = "crowd";
+    conf.round.min_nodes = conf.round.max_nodes = 3;
     crowd.push_back(std::make_unique<EtcdRendezvous>(conf));
   }
   std::vector<std::future<RendezvousInfo>> crowd_joins;
@@ -158,7 +158,7 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
 
   // A node waiting alone for a second one: interrupt() from another thread wakes it.
   auto conf = config(cluster, 30);
-  conf.run_id = "alone";
+  conf.round.run_id = "alone";
   EtcdRendezvous alone(conf);
   auto blocked = std::async(std::launch::async, [&] { return alone.next_rendezvous(); });
   CHECK(blocked.wait_for(500ms) == std::future_status::timeout);
@@ -171,7 +171,7 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
   alone.shutdown();
   auto joiner = [&](int i) {
     auto c = config(cluster, i);
-    c.run_id = "alone";
+    c.round.run_id = "alone";
     return c;
   };
   EtcdRendezvous e(joiner(31)), f(joiner(32));

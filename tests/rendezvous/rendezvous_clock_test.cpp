@@ -37,18 +37,18 @@ std::unique_ptr<StoreRendezvous> node(const std::shared_ptr<store::MemoryStore>&
                                       const ManualClock& clock, int i, int min_nodes, int max_nodes,
                                       std::chrono::milliseconds join_timeout = 600s) {
   StoreRendezvous::Config c;
-  c.run_id = "clock";
+  c.round.run_id = "clock";
   c.endpoint = "memory";
-  c.min_nodes = min_nodes;
-  c.max_nodes = max_nodes;
-  c.advertise_addr = "127.0.0." + std::to_string(i + 1);
-  c.bind_addr = "127.0.0.1";
-  c.hostname = "n" + std::to_string(i);
-  c.join_timeout = join_timeout;
-  c.last_call_timeout = 600s;
-  c.keep_alive_interval = 100ms;
+  c.round.min_nodes = min_nodes;
+  c.round.max_nodes = max_nodes;
+  c.round.advertise_addr = "127.0.0." + std::to_string(i + 1);
+  c.round.bind_addr = "127.0.0.1";
+  c.round.hostname = "n" + std::to_string(i);
+  c.round.join_timeout = join_timeout;
+  c.round.last_call_timeout = 600s;
+  c.round.keep_alive_interval = 100ms;
   c.poll_slice = 20ms;
-  c.now = [&clock] { return clock.now(); };
+  c.round.now = [&clock] { return clock.now(); };
   return std::make_unique<StoreRendezvous>(
       c, [mem](auto, const auto&) { return std::make_shared<store::PrefixStore>(kPrefix, mem); });
 }

@@ -593,14 +593,14 @@ TEST_CASE("StoreRendezvous over a MemoryStore: 16 nodes form one round", "[memor
   Handlers hs;
   for (int i = 0; i < 16; ++i) {
     StoreRendezvous::Config c;
-    c.run_id = "mem";
+    c.round.run_id = "mem";
     c.endpoint = "memory";
-    c.min_nodes = 16;
-    c.max_nodes = 16;
-    c.advertise_addr = "127.0.0.1";
-    c.bind_addr = "127.0.0.1";
-    c.hostname = "n" + std::to_string(i);
-    c.keep_alive_interval = 100ms;
+    c.round.min_nodes = 16;
+    c.round.max_nodes = 16;
+    c.round.advertise_addr = "127.0.0.1";
+    c.round.bind_addr = "127.0.0.1";
+    c.round.hostname = "n" + std::to_string(i);
+    c.round.keep_alive_interval = 100ms;
     c.poll_slice = 20ms;
     hs.push_back(std::make_unique<StoreRendezvous>(c, [mem](auto, const auto&) {
       return std::make_shared<store::PrefixStore>("ddprun/rdzv/mem", mem);
@@ -620,14 +620,14 @@ std::unique_ptr<StoreRendezvous> memory_node(const std::shared_ptr<store::Memory
                                              std::function<std::string()> find_address = {}) {
   StoreRendezvous::Config c;
   c.find_address = std::move(find_address);
-  c.run_id = "mem";
+  c.round.run_id = "mem";
   c.endpoint = "memory";
-  c.min_nodes = n;
-  c.max_nodes = n;
-  c.advertise_addr = addr;
-  c.bind_addr = "127.0.0.1";
-  c.hostname = "n" + std::to_string(i);
-  c.keep_alive_interval = 100ms;
+  c.round.min_nodes = n;
+  c.round.max_nodes = n;
+  c.round.advertise_addr = addr;
+  c.round.bind_addr = "127.0.0.1";
+  c.round.hostname = "n" + std::to_string(i);
+  c.round.keep_alive_interval = 100ms;
   c.poll_slice = 20ms;
   return std::make_unique<StoreRendezvous>(
       c,
