@@ -4,157 +4,20 @@
 
 #include <mutex>
 #include <sstream>
-#include <thread>
 
+#include "rendezvous/c10d/store_rendezvous.h"
+#include "rendezvous/c10d/tcp_rendezvous_store.h"
 #include "rendezvous/endpoint.h"
-#include "rendezvous/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/local_rendezvous.h"
 #include "rendezvous/published_address.h"
 #include "rendezvous/rdzv_conf.h"
-#include "rendezvous/round_member.h"
-#include "rendezvous/store_rendezvous.h"
-#include "store/prefix_store.h"
-#include "store/tcp_store_client.h"
-#include "store/tcp_store_server.h"
 
 namespace ddprun::rdzv {
 namespace {
 
 using Clock = StoreRendezvous::Clock;
 using Ms = StoreRendezvous::Ms;
-
-const std::string kRdzvKeyPrefix = "ddprun/rdzv/";  // + run id: the handler's keys
-
-// Sleeps `d`, in short slices, or less once `interrupted` is true.
-void pause(Ms d, const std::atomic<bool>& interrupted) {
-  for (auto until = Clock::now() + d; !interrupted.load() && Clock::now() < until;) {
-    std::this_thread::sleep_for(std::min<Clock::duration>(Ms(20), until - Clock::now()));
-  }
-}
-
-// The rendezvous store of one handler: optionally hosted here, reached over TCP.
-// Shared by the handler's connect callback and its shutdown callback.
-struct TcpRendezvousStore {
-  Endpoint endpoint;
-  std::string backend;
-  std::string run_id;
-  bool try_host = false;
-  bool must_host = false;  // static node rank 0: failing to bind is an error
-  Ms read_timeout{60'000};
-  bool host_attempted = false;
-  std::unique_ptr<store::TcpStoreServer> server;
-
-  std::string where() const {
-    return rendezvous_where(run_id, backend + " at " + endpoint.to_string());
-  }
-
-  void maybe_host() {
-    if (!try_host || host_attempted) return;
-    host_attempted = true;
-    store::ServerOptions options;
-    options.host = bind_host_for(endpoint.host);
-    options.port = static_cast<std::uint16_t>(endpoint.port);
-    auto s = std::make_unique<store::TcpStoreServer>(options);
-    try {
-      s->start();
-      server = std::move(s);
-      spdlog::info("{}: this node hosts the rendezvous store", where());
-    } catch (const std::exception& e) {
-      if (must_host) {
-        throw RendezvousError(where() +
-                              ": node rank 0 cannot host the rendezvous store: " + e.what());
-      }
-      // Another agent on this machine (or a leftover) holds the port: join as a client.
-      spdlog::info("{}: could not host the rendezvous store ({}); joining as a client", where(),
-                   e.what());
-    }
-  }
-
-  std::shared_ptr<store::Store> connect(Clock::time_point deadline,
-                                        const std::atomic<bool>& interrupted) {
-    return std::make_shared<store::PrefixStore>(kRdzvKeyPrefix + run_id,
-                                                connect_raw(deadline, interrupted));
-  }
-
-  // Static, on the host, before a new attempt's workers learn the store: erases the
-  // keys of earlier attempts' workers (everything outside ddprun/rdzv/), so workers that
-  // do not prefix their keys per attempt (PyTorch 2.4+) never see stale ones.
-  void clear_worker_keys() {
-    std::atomic<bool> never{false};
-    auto raw = connect_raw(Clock::now() + read_timeout, never);
-    int erased = 0;
-    for (const auto& key : raw->list_keys()) {
-      if (key.rfind(kRdzvKeyPrefix, 0) != 0) erased += raw->delete_key(key) ? 1 : 0;
-    }
-    spdlog::debug("{}: erased {} key(s) of earlier attempts' workers", where(), erased);
-  }
-
-  std::shared_ptr<store::Store> connect_raw(Clock::time_point deadline,
-                                            const std::atomic<bool>& interrupted) {
-    maybe_host();
-    // The host reaches its own listener by the literal it bound (or loopback when it
-    // bound every interface); others use the endpoint exactly as given.
-    std::string host = endpoint.host;
-    if (server && bind_host_for(endpoint.host).empty()) host = "127.0.0.1";
-    auto start = Clock::now();
-    auto next_log = start + Ms(3000);
-    std::string last_error;
-    auto log_waiting = [&] {
-      if (Clock::now() < next_log) return;
-      spdlog::warn(
-          "{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
-          std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
-      next_log = Clock::now() + Ms(5000);
-    };
-    for (;;) {
-      if (interrupted.load()) {
-        throw RendezvousInterruptedError(where() + ": interrupted while connecting to the store");
-      }
-      auto now = Clock::now();
-      if (now >= deadline) {
-        throw RendezvousConnectionError(where() + ": cannot reach the rendezvous store: " +
-                                        (last_error.empty() ? "timed out" : last_error));
-      }
-      // A name the cluster's DNS does not know yet (nodes starting together): keep
-      // resolving it until join_timeout, and say so.
-      if (std::string why = resolution_error(host); !why.empty()) {
-        last_error = "the name '" + host + "' does not resolve (" + why +
-                     "); retrying name resolution (this node's published address is chosen once it "
-                     "resolves)";
-        log_waiting();
-        pause(Ms(250), interrupted);
-        continue;
-      }
-      store::TcpStoreOptions options;
-      options.host = host;
-      options.port = static_cast<std::uint16_t>(endpoint.port);
-      options.timeout = read_timeout;
-      options.connect_timeout =
-          std::min<Ms>(Ms(1000), std::chrono::duration_cast<Ms>(deadline - now) + Ms(1));
-      options.world_size.reset();
-      options.wait_for_workers = false;
-      options.cancel = &interrupted;  // interrupt(): give up between connection tries
-      try {
-        auto tcp = std::make_shared<store::TcpStore>(options);
-        if (!last_error.empty()) spdlog::warn("{}: connected to the rendezvous store", where());
-        return tcp;
-      } catch (const store::StoreConnectionError& e) {
-        last_error = e.what();
-      } catch (const store::StoreError& e) {
-        throw RendezvousConnectionError(where() + ": " + endpoint.to_string() +
-                                        " does not look like a ddprun/TCPStore store: " + e.what());
-      }
-      log_waiting();
-      // TcpStore already backs off within connect_timeout; a short pause on instant
-      // failures (e.g. name resolution) keeps this loop from spinning.
-      pause(Ms(100), interrupted);
-    }
-  }
-
-  void shutdown() {
-    if (server) server->stop();
-  }
-};
 
 // The round settings every multi-node backend (StoreRendezvous, EtcdRendezvous) takes
 // from the parameters and --rdzv-conf alike.

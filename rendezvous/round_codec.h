@@ -1,5 +1,5 @@
 // round_codec.h: the JSON values StoreRendezvous keeps in the rendezvous store (key
-// layout: rdzv_keys.h): a node's descriptor, the job's fingerprint, the workers' store
+// layout: c10d/keys.h): a node's descriptor, the job's fingerprint, the workers' store
 // address of a round; and the one-line rendering of a command for messages. One encoder
 // and one decoder each, so every reader accepts what every writer writes. Used by
 // StoreRendezvous, rank_assignment and progress. Thread-safety: pure functions.

@@ -2,9 +2,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "rdzv_test_util.h"
 #include "rendezvous/registry.h"
 #include "store/tcp_store_client.h"
+#include "tests/rendezvous/rdzv_test_util.h"
 
 using namespace ddprun;
 using namespace ddprun::rdzv;

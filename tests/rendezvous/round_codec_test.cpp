@@ -1,10 +1,10 @@
 // Table tests of the rendezvous' pure parts that read and write the store's values: the
-// key layout (rdzv_keys.h) and the JSON codecs (round_codec.h).
+// key layout (c10d/keys.h) and the JSON codecs (round_codec.h).
 #include "rendezvous/round_codec.h"
 
 #include <catch2/catch.hpp>
 
-#include "rendezvous/rdzv_keys.h"
+#include "rendezvous/c10d/keys.h"
 #include "rendezvous/rendezvous.h"
 
 using namespace ddprun::rdzv;

@@ -3,14 +3,14 @@
 // leases, failover past an endpoint that does not answer, and the error when none does;
 // a watch's start revision, its resumption on another member after the one it streams
 // from is killed, a compacted start, and cancel().
-#include "rendezvous/etcd_client.h"
+#include "rendezvous/etcd/etcd_client.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
 
-#include "rendezvous/etcd_watch.h"
-#include "tests/rendezvous/etcd_cluster.h"
+#include "rendezvous/etcd/etcd_watch.h"
+#include "tests/rendezvous/etcd/etcd_cluster.h"
 #include "tests/support/eventually.h"
 #include "tests/support/reserved_port.h"
 

@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/etcd_client.h"
-#include "rendezvous/etcd_watch.h"
+#include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/etcd/etcd_watch.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
 #include "rendezvous/round_config.h"

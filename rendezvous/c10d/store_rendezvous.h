@@ -2,7 +2,7 @@
 // and the "c10d" backends: rounds formed through any Store (ADD-slot join, one CAS to
 // finalize, heartbeats by ADD counters), so it scales to hundreds of agents without a
 // single contended JSON state. The algorithm is described in docs/multinode.md; its
-// pure parts have files of their own: the key layout (rdzv_keys.h), the values stored
+// pure parts have files of their own: the key layout (keys.h), the values stored
 // (round_codec.h), rank assignment (rank_assignment.h), liveness (liveness.h), the
 // progress line (progress.h); the heartbeat thread is RoundWatch (round_watch.h) and the
 // workers' store WorkersStore (workers_store.h). Created by make_rendezvous_handler()
@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/c10d/round_watch.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
 #include "rendezvous/round_config.h"
-#include "rendezvous/round_watch.h"
 #include "rendezvous/workers_store.h"
 
 namespace ddprun::store {

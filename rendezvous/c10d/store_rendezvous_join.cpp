@@ -7,12 +7,12 @@
 
 #include <algorithm>
 
+#include "rendezvous/c10d/keys.h"
+#include "rendezvous/c10d/store_rendezvous.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/published_address.h"
 #include "rendezvous/rank_assignment.h"
-#include "rendezvous/rdzv_keys.h"
 #include "rendezvous/round_member.h"
-#include "rendezvous/store_rendezvous.h"
 #include "store/store.h"
 
 namespace ddprun::rdzv {

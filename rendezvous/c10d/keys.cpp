@@ -1,4 +1,4 @@
-#include "rendezvous/rdzv_keys.h"
+#include "rendezvous/c10d/keys.h"
 
 #include <exception>
 

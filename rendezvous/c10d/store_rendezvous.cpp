@@ -1,11 +1,11 @@
 // store_rendezvous.cpp: StoreRendezvous's life cycle and its API while in a round:
 // connecting, the new-round verdict (from RoundWatch), closing, the exit barrier,
 // shutdown. Forming a round (next_rendezvous's join) is store_rendezvous_join.cpp.
-#include "rendezvous/store_rendezvous.h"
+#include "rendezvous/c10d/store_rendezvous.h"
 
 #include <spdlog/spdlog.h>
 
-#include "rendezvous/rdzv_keys.h"
+#include "rendezvous/c10d/keys.h"
 #include "rendezvous/round_member.h"
 #include "store/store.h"
 

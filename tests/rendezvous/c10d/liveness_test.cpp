@@ -1,6 +1,6 @@
 // Table tests of liveness.h: one observer's looks at a round's heartbeats, each a list of
 // values read at a time, and the verdict per member.
-#include "rendezvous/liveness.h"
+#include "rendezvous/c10d/liveness.h"
 
 #include <catch2/catch.hpp>
 

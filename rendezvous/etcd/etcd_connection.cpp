@@ -1,6 +1,6 @@
 // etcd_connection.cpp: EtcdConnection and the gateway's field decoding (see
 // etcd_connection.h).
-#include "rendezvous/etcd_connection.h"
+#include "rendezvous/etcd/etcd_connection.h"
 
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>

@@ -3,7 +3,7 @@
 // keep_alive_interval) and looks, every tick, at the other members' heartbeats and at
 // the next round's joiners; and the verdict it keeps: the round must be left (a member
 // left or died, or a node waits and the round has room), with the first reason. Key
-// layout: rdzv_keys.h; liveness rules: liveness.h. Used by StoreRendezvous only.
+// layout: keys.h; liveness rules: liveness.h. Used by StoreRendezvous only.
 // Thread-safety: start/stop/look_now/clear from the owner's thread; observe(),
 // needs_new_round(), waiting() and reason() from any thread (the watch thread runs
 // between start() and stop()).
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/liveness.h"
+#include "rendezvous/c10d/liveness.h"
 #include "rendezvous/round_codec.h"
 
 namespace ddprun::store {

@@ -1,5 +1,5 @@
 // liveness.h: Liveness, one observer's verdict on the heartbeats of a round's members
-// (rdzv_keys.h: r<r>/hb/<slot>, a counter or "left" / "done"). A member whose counter
+// (keys.h: r<r>/hb/<slot>, a counter or "left" / "done"). A member whose counter
 // has not moved for `threshold` of observed time is dead. Time in which the observer
 // could not look (its thread was starved or stopped, or the store did not answer) is
 // not held against anyone, so a frozen store blames no one. Used by StoreRendezvous

@@ -1,8 +1,8 @@
-#include "rendezvous/round_watch.h"
+#include "rendezvous/c10d/round_watch.h"
 
 #include <spdlog/spdlog.h>
 
-#include "rendezvous/rdzv_keys.h"
+#include "rendezvous/c10d/keys.h"
 #include "store/store.h"
 
 namespace ddprun::rdzv {

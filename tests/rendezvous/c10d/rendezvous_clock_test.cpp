@@ -5,10 +5,10 @@
 #include <catch2/catch.hpp>
 #include <future>
 
-#include "rdzv_test_util.h"
-#include "rendezvous/store_rendezvous.h"
+#include "rendezvous/c10d/store_rendezvous.h"
 #include "store/memory_store.h"
 #include "store/prefix_store.h"
+#include "tests/rendezvous/rdzv_test_util.h"
 
 using namespace ddprun;
 using namespace ddprun::rdzv;

@@ -1,4 +1,4 @@
-// rdzv_keys.h: StoreRendezvous's key layout in the rendezvous store, relative to the
+// keys.h: StoreRendezvous's key layout in the rendezvous store, relative to the
 // handler's prefix (the registry's ddprun/rdzv/<run id>/), and the reading of the
 // counters kept there. docs/multinode.md ("Rounds, elasticity and failures") shows the
 // same layout with the prefix. Used by StoreRendezvous and its tests.

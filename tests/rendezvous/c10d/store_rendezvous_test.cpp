@@ -1,7 +1,7 @@
 // Multi-node rendezvous on real loopback sockets: each node is a thread with its own
 // handler from make_rendezvous_handler(); node 0 (--local-addr 127.0.0.1) hosts the
 // rendezvous store at the endpoint, the others connect to it.
-#include "rendezvous/store_rendezvous.h"
+#include "rendezvous/c10d/store_rendezvous.h"
 
 #include <signal.h>
 #include <spawn.h>
@@ -15,11 +15,11 @@
 #include <set>
 #include <sstream>
 
-#include "rdzv_test_util.h"
 #include "rendezvous/registry.h"
 #include "store/memory_store.h"
 #include "store/prefix_store.h"
 #include "store/tcp_store_client.h"
+#include "tests/rendezvous/rdzv_test_util.h"
 
 using namespace ddprun;
 using namespace ddprun::rdzv;

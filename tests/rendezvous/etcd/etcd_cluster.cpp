@@ -1,5 +1,5 @@
 // etcd_cluster.cpp: EtcdCluster (see etcd_cluster.h).
-#include "tests/rendezvous/etcd_cluster.h"
+#include "tests/rendezvous/etcd/etcd_cluster.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "rendezvous/etcd_client.h"
+#include "rendezvous/etcd/etcd_client.h"
 
 extern char** environ;
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/etcd_client.h"
+#include "rendezvous/etcd/etcd_types.h"
 
 namespace ddprun::rdzv {
 

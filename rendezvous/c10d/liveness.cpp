@@ -1,8 +1,8 @@
-#include "rendezvous/liveness.h"
+#include "rendezvous/c10d/liveness.h"
 
 #include <algorithm>
 
-#include "rendezvous/rdzv_keys.h"
+#include "rendezvous/c10d/keys.h"
 
 namespace ddprun::rdzv {
 

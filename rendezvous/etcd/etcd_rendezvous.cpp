@@ -1,4 +1,4 @@
-#include "rendezvous/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
 
 #include <spdlog/spdlog.h>
 

@@ -5,14 +5,14 @@
 // safety-net re-check is set far beyond the test's deadlines, so only etcd watches can wake them in
 // time. The multi-member cluster, the killed leader and real workers are
 // tests/multinode/etcd_test.py's.
-#include "rendezvous/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
 #include <set>
 
-#include "tests/rendezvous/etcd_cluster.h"
+#include "tests/rendezvous/etcd/etcd_cluster.h"
 #include "tests/support/eventually.h"
 
 using namespace ddprun::rdzv;

@@ -1,5 +1,5 @@
 // etcd_watch.cpp: EtcdWatch (see etcd_watch.h).
-#include "rendezvous/etcd_watch.h"
+#include "rendezvous/etcd/etcd_watch.h"
 
 #include <spdlog/spdlog.h>
 
@@ -12,7 +12,7 @@
 #include <optional>
 #include <thread>
 
-#include "rendezvous/etcd_connection.h"
+#include "rendezvous/etcd/etcd_connection.h"
 
 namespace ddprun::rdzv {
 namespace {
