@@ -79,6 +79,7 @@ std::string what_of(const std::exception_ptr& error) {
 rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
   rdzv::RendezvousParams p;
   p.backend = config.rdzv_backend;
+  p.backend_alias = config.rdzv_backend_alias;
   p.endpoint = config.rdzv_endpoint;
   p.run_id = config.rdzv_id;
   p.min_nodes = config.min_nodes;

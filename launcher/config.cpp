@@ -278,7 +278,10 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   c.nproc_per_node = ssh_launch ? 1 : resolve_nproc(c.nproc_spec, host);
 
   try {
-    if (const auto* s = find(v, "rdzv_backend")) c.rdzv_backend = rdzv::parse_backend(trim(*s));
+    if (const auto* s = find(v, "rdzv_backend")) {
+      c.rdzv_backend = rdzv::parse_backend(trim(*s));
+      c.rdzv_backend_alias = rdzv::backend_alias(trim(*s));
+    }
     if (const auto* s = find(v, "rdzv_conf")) c.rdzv_conf = rdzv::parse_rdzv_conf(*s);
   } catch (const rdzv::RendezvousError& e) {
     throw UsageError(e.what());

@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <mutex>
 #include <sstream>
 
 #include "rendezvous/c10d/store_rendezvous.h"
@@ -200,11 +199,6 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   return finish(std::move(c), rs);
 }
 
-// torchrun's name of the etcd backend that parse_backend() last mapped to etcd-v3 ("" =
-// none, or already said).
-std::mutex alias_mu;
-std::string alias_used;
-
 // --rdzv-endpoint of etcd-v3: comma-separated client URLs or host[:port] (default 2379),
 // each checked (RendezvousError naming the bad one).
 std::vector<std::string> etcd_endpoints(const std::string& text) {
@@ -262,29 +256,24 @@ Backend parse_backend(const std::string& name) {
   if (name == "static") return Backend::kStatic;
   if (name == "c10d") return Backend::kC10d;
   if (name == "etcd-v3") return Backend::kEtcdV3;
-  if (name == "etcd" || name == "etcd-v2") {
-    // Said once, by make_rendezvous_handler (after the launcher set up its logging).
-    std::lock_guard lock(alias_mu);
-    alias_used = name;
-    return Backend::kEtcdV3;
-  }
+  // Said once, by make_rendezvous_handler (after the launcher set up its logging).
+  if (!backend_alias(name).empty()) return Backend::kEtcdV3;
   throw RendezvousError("unknown --rdzv-backend '" + name + "' (supported: static, c10d, etcd-v3)");
+}
+
+std::string backend_alias(const std::string& name) {
+  return name == "etcd" || name == "etcd-v2" ? name : "";
 }
 
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParams& params) {
   // Checked whatever the node count, so a typo fails at once (exit 2), never after
   // join_timeout of connection attempts (or on the day the job grows to two nodes).
   if (params.backend == Backend::kEtcdV3) {
-    std::string alias;
-    {
-      std::lock_guard lock(alias_mu);
-      alias.swap(alias_used);
-    }
-    if (!alias.empty()) {
+    if (!params.backend_alias.empty()) {
       spdlog::warn(
           "--rdzv-backend {}: ddprun speaks etcd's v3 API (etcd 3.4+, no --enable-v2 needed); "
           "using etcd-v3",
-          alias);
+          params.backend_alias);
     }
     const std::vector<std::string> endpoints = etcd_endpoints(params.endpoint);
     if (params.max_nodes == 1) return std::make_unique<LocalRendezvous>(params);

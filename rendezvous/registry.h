@@ -25,8 +25,11 @@ inline constexpr int kDefaultC10dPort = 29400;
 inline constexpr int kDefaultMasterPort = 29500;
 
 // The backend named `name` (--rdzv-backend). Throws RendezvousError naming the flag for
-// an unknown name; etcd / etcd-v2 are etcd-v3 (logged once).
+// an unknown name; etcd / etcd-v2 are etcd-v3.
 Backend parse_backend(const std::string& name);
+// `name` when it is torchrun's alias of etcd-v3 ("etcd", "etcd-v2"), else "": the value
+// of RendezvousParams::backend_alias.
+std::string backend_alias(const std::string& name);
 
 // Checks how `params` combine and builds the handler; nothing is bound or connected
 // before the first next_rendezvous(). Throws RendezvousError (one line naming the bad

@@ -51,6 +51,10 @@ inline std::string backend_name(Backend b) {
 // parse_backend, parse_rdzv_conf); make_rendezvous_handler() checks how they combine.
 struct RendezvousParams {
   Backend backend = Backend::kStatic;
+  // --rdzv-backend as given when it was torchrun's name for etcd ("etcd", "etcd-v2":
+  // backend_alias() in registry.h), "" otherwise; make_rendezvous_handler() says once
+  // that it runs etcd-v3.
+  std::string backend_alias;
   std::string endpoint;         // --rdzv-endpoint, "host[:port]", may be empty
                                 // (etcd-v3: a comma-separated list of client URLs)
   std::string run_id = "none";  // --rdzv-id

@@ -104,6 +104,10 @@ TEST_CASE("backends: static, c10d, etcd-v3 - one-line errors name them", "[regis
   // torchrun's names of its v2 backend: etcd-v3 here (etcd 3.4 serves v2 only when told).
   CHECK(parse_backend("etcd") == Backend::kEtcdV3);
   CHECK(parse_backend("etcd-v2") == Backend::kEtcdV3);
+  CHECK(backend_alias("etcd") == "etcd");
+  CHECK(backend_alias("etcd-v2") == "etcd-v2");
+  CHECK(backend_alias("etcd-v3").empty());
+  CHECK(backend_alias("c10d").empty());
   CHECK_THROWS_WITH(parse_backend("zookeeper"),
                     Catch::Contains("supported: static, c10d, etcd-v3"));
 }

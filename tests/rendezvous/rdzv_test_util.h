@@ -23,6 +23,7 @@ inline rdzv::RendezvousParams node_params(const std::string& backend, int i, std
                                           int min_nodes, int max_nodes, int nproc = 1) {
   rdzv::RendezvousParams p;
   p.backend = rdzv::parse_backend(backend);
+  p.backend_alias = rdzv::backend_alias(backend);
   p.run_id = "test_job";
   p.endpoint = "127.0.0.1:" + std::to_string(port);
   p.min_nodes = min_nodes;
