@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "rendezvous/etcd/etcd_round.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/rank_assignment.h"
 #include "rendezvous/round_member.h"
@@ -17,52 +18,23 @@ namespace {
 using Clock = EtcdRendezvous::Clock;
 using Ms = EtcdRendezvous::Ms;
 
-std::string hex(std::int64_t id) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(id));
-  return buf;
-}
-
-// The last path component of an etcd key ("…/node/1a2b" -> "1a2b").
-std::string leaf(const std::string& key) { return key.substr(key.rfind('/') + 1); }
-
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+EtcdRendezvous::Config with_clock(EtcdRendezvous::Config config) {
+  if (!config.round.now) config.round.now = [] { return Clock::now(); };
+  return config;
+}
+
 }  // namespace
 
-std::string encode_round_state(const EtcdRoundState& s) {
-  return nlohmann::json{
-      {"round", s.round}, {"status", s.final ? "final" : "joining"}, {"members", s.members}}
-      .dump();
-}
-
-std::optional<EtcdRoundState> decode_round_state(const std::string& text) {
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("round") || !j["round"].is_number_integer() ||
-      !j.contains("status") || !j["status"].is_string() || !j.contains("members") ||
-      !j["members"].is_array()) {
-    return std::nullopt;
-  }
-  EtcdRoundState s;
-  s.round = j["round"].get<int>();
-  const std::string status = j["status"].get<std::string>();
-  if (s.round < 0 || (status != "final" && status != "joining")) return std::nullopt;
-  s.final = status == "final";
-  for (const auto& m : j["members"]) {
-    if (!m.is_string()) return std::nullopt;
-    s.members.push_back(m.get<std::string>());
-  }
-  return s;
-}
-
 EtcdRendezvous::EtcdRendezvous(Config config)
-    : config_(std::move(config)),
-      base_(config_.prefix + "/" + config_.round.run_id + "/"),
+    : config_(with_clock(std::move(config))),
+      keys_{config_.prefix + "/" + config_.round.run_id + "/"},
       client_(options_with(&interrupted_)),
-      watch_(options_with(&interrupted_), base_),
-      bg_watch_(options_with(&stop_), base_) {}
+      watch_(options_with(&interrupted_), keys_.base),
+      bg_watch_(options_with(&stop_), keys_.base) {}
 
 EtcdOptions EtcdRendezvous::options_with(const std::atomic<bool>* cancel) const {
   EtcdOptions o = config_.etcd;
@@ -83,10 +55,12 @@ void EtcdRendezvous::throw_if_stopped() {
 }
 
 void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point until) {
-  // The safety net: re-read at least every recheck_interval even without an event.
-  until = std::min(until, Clock::now() + config_.recheck_interval);
+  // The safety net: re-read at least every recheck_interval even without an event. The
+  // watch waits real time: `until` (on the injected clock) becomes a real deadline.
+  until = std::min(until, now() + config_.recheck_interval);
+  const auto real_until = Clock::now() + (until - now());
   try {
-    if (watch_.wait(revision, until).changed()) settle(interrupted_, until);
+    if (watch_.wait(revision, real_until).changed()) settle(interrupted_, real_until);
   } catch (const RendezvousInterruptedError&) {
     throw_if_stopped();
     throw;
@@ -111,7 +85,7 @@ void EtcdRendezvous::interrupt() {
 }
 
 void EtcdRendezvous::check_closed() {
-  if (closed_.load() || client_.get(key("closed"))) {
+  if (closed_.load() || client_.get(keys_.key("closed"))) {
     closed_.store(true);
     throw RendezvousClosedError(where() + " is closed: the job has ended");
   }
@@ -120,10 +94,11 @@ void EtcdRendezvous::check_closed() {
 void EtcdRendezvous::check_same_job() {
   if (!config_.round.job_check) return;
   const std::string mine = job_fingerprint(config_.round.job_command);
-  if (client_.txn({{key("job"), EtcdCompare::Target::kCreate, 0, {}}}, {{key("job"), mine, 0}})) {
+  if (client_.txn({{keys_.key("job"), EtcdCompare::Target::kCreate, 0, {}}},
+                  {{keys_.key("job"), mine, 0}})) {
     return;
   }
-  auto kv = client_.get(key("job"));
+  auto kv = client_.get(keys_.key("job"));
   if (kv && kv->value != mine) {
     throw RendezvousStateError(another_job_error(where(), config_.round, kv->value));
   }
@@ -141,11 +116,11 @@ void EtcdRendezvous::ensure_lease() {
   const NodeDesc d = this_node_desc(config_.round, /*rdzv_host=*/false);
   {
     std::lock_guard lock(mu_);
-    me_ = hex(id);
+    me_ = lease_hex(id);
     lease_.store(id);
     lease_lost_ = false;
   }
-  client_.put(key("node/" + me_), encode_node_desc(d), id);
+  client_.put(keys_.key("node/" + me_), encode_node_desc(d), id);
   spdlog::debug("{}: lease {} ({} s)", where(), me_, ttl);
   if (!thread_.joinable()) {
     bg_client_ = std::make_unique<EtcdClient>(options_with(&stop_));
@@ -155,31 +130,34 @@ void EtcdRendezvous::ensure_lease() {
 
 std::vector<std::string> EtcdRendezvous::live_members() {
   std::vector<std::string> out;
-  for (const auto& kv : client_.get_prefix(key("node/"), /*keys_only=*/true)) {
-    out.push_back(leaf(kv.key));
+  for (const auto& kv : client_.get_prefix(keys_.key("node/"), /*keys_only=*/true)) {
+    out.push_back(key_leaf(kv.key));
   }
   return out;
 }
 
 RendezvousInfo EtcdRendezvous::next_rendezvous() {
   throw_if_stopped();
-  int left_round = -1;
+  JoinView v;
+  v.min_nodes = config_.round.min_nodes;
+  v.max_nodes = config_.round.max_nodes;
+  v.last_call_timeout = config_.round.last_call_timeout;
   {
     std::lock_guard lock(mu_);
     if (!fatal_.empty()) throw RendezvousConnectionError(fatal_);
-    if (in_round_) left_round = round_;
+    if (in_round_) v.left_round = round_;
     in_round_ = false;
     reason_.clear();
     waiting_ = 0;
   }
-  const auto deadline = Clock::now() + config_.round.join_timeout;
+  const auto deadline = now() + config_.round.join_timeout;
   check_closed();
   check_same_job();
   ensure_lease();
-  auto next_log = Clock::now() + config_.round.progress_interval;
-  std::int64_t newest_join = -1;   // the newest join key's create revision last seen
-  auto changed_at = Clock::now();  // when it was seen first
-  int waiting_in = -1;             // the round this node registered as a late joiner of
+  auto next_log = now() + config_.round.progress_interval;
+  std::int64_t newest_join = -1;  // the newest join key's create revision last seen
+  v.changed_at = now();           // when it was seen first
+  int waiting_in = -1;            // the round this node registered as a late joiner of
   for (;;) {
     throw_if_stopped();
     {
@@ -187,106 +165,93 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
       if (!fatal_.empty()) throw RendezvousConnectionError(fatal_);
     }
     ensure_lease();  // again when it expired
-    if (Clock::now() >= deadline) {
+    if (now() >= deadline) {
       throw RendezvousTimeoutError(where() + ": no round formed within join_timeout (" +
                                    std::to_string(config_.round.join_timeout.count() / 1000) +
                                    " s; min " + std::to_string(config_.round.min_nodes) +
                                    " nodes)");
     }
     std::int64_t revision = 0;  // the store revision of this look: wait for changes after it
-    auto kv = client_.get(key("state"), &revision);
-    if (!kv) {
-      client_.txn({{key("state"), EtcdCompare::Target::kCreate, 0, {}}},
-                  {{key("state"), encode_round_state({0, false, {}}), 0}});
-      continue;
-    }
-    std::optional<EtcdRoundState> s = decode_round_state(kv->value);
-    if (!s) {
-      // Another program's key (a wrong etcd_prefix?) or a damaged one: one line.
-      throw RendezvousStateError(where() + ": " + key("state") + " is not a ddprun round state ('" +
-                                 store::escape_bytes(kv->value.substr(0, 80)) +
-                                 "'): another program's keys under etcd_prefix '" + config_.prefix +
-                                 "'? choose another --rdzv-conf etcd_prefix");
-    }
-    EtcdRoundState shown = *s;  // for the progress line: a joining round's joiners
-    auto last_call = Clock::time_point::max();
-    auto cas = [&](const EtcdRoundState& next) {
-      return client_.txn({{key("state"), EtcdCompare::Target::kMod, kv->mod_revision, {}}},
-                         {{key("state"), encode_round_state(next), 0}});
-    };
-    if (s->final) {
-      const std::vector<std::string> live = live_members();
-      const bool all_live = std::all_of(s->members.begin(), s->members.end(),
-                                        [&](const auto& m) { return contains(live, m); });
-      const bool mine = contains(s->members, me_);
-      nodes_seen_.store(static_cast<int>(live.size()));
-      if (mine && s->round != left_round && all_live) {
-        if (auto info = formed(*s, deadline)) return *info;
-        continue;
+    auto kv = client_.get(keys_.key("state"), &revision);
+    v.state.reset();
+    v.live.clear();
+    v.joins.clear();
+    v.me = me_;
+    if (kv) {
+      v.state = decode_round_state(kv->value);
+      if (!v.state) {
+        // Another program's key (a wrong etcd_prefix?) or a damaged one: one line.
+        throw RendezvousStateError(where() + ": " + keys_.key("state") +
+                                   " is not a ddprun round state ('" +
+                                   store::escape_bytes(kv->value.substr(0, 80)) +
+                                   "'): another program's keys under etcd_prefix '" +
+                                   config_.prefix + "'? choose another --rdzv-conf etcd_prefix");
       }
-      if (s->round == left_round || !all_live) {
-        // The round is over for someone (a member left, died or wants a new round):
-        // open the next one (this node joins it at the next look).
-        cas({s->round + 1, false, {}});
-        continue;
-      }
-      // A running round without this node: wait under it, so its members start a new
-      // round (num_nodes_waiting() > 0 on their side).
-      if (waiting_in != s->round) {
-        client_.put(rkey(s->round, "waiting/" + me_), "1", lease_.load());
-        waiting_in = s->round;
-      }
-      check_closed();
-    } else {
-      // A joining round: its joiners are the r<R>/join/<lease> keys, in the order they
-      // were created; each lives with its agent's lease, so one gone is gone from here.
-      std::vector<EtcdKv> joins = client_.get_prefix(rkey(s->round, "join/"), /*keys_only=*/true);
-      std::sort(joins.begin(), joins.end(), [](const EtcdKv& a, const EtcdKv& b) {
-        return a.create_revision < b.create_revision;
-      });
-      const auto at = std::find_if(joins.begin(), joins.end(),
-                                   [&](const EtcdKv& j) { return leaf(j.key) == me_; });
-      if (at == joins.end()) {
-        client_.put(rkey(s->round, "join/" + me_), "", lease_.load());
-        continue;
-      }
-      const int n = static_cast<int>(joins.size());
-      nodes_seen_.store(n);
-      for (const auto& j : joins) shown.members.push_back(leaf(j.key));
-      if (joins.back().create_revision != newest_join) {
-        newest_join = joins.back().create_revision;
-        changed_at = Clock::now();
-      }
-      // The first MAX joiners are the round; a later one waits for the next round.
-      if (at - joins.begin() < config_.round.max_nodes && n >= config_.round.min_nodes) {
-        if (n >= config_.round.max_nodes ||
-            Clock::now() - changed_at >= config_.round.last_call_timeout) {
-          EtcdRoundState next{s->round, true, {}};
-          for (int i = 0; i < std::min(n, config_.round.max_nodes); ++i) {
-            next.members.push_back(leaf(joins[static_cast<std::size_t>(i)].key));
-          }
-          cas(next);
-          continue;
+      if (v.state->final) {
+        v.live = live_members();
+        nodes_seen_.store(static_cast<int>(v.live.size()));
+      } else {
+        std::vector<EtcdKv> joins =
+            client_.get_prefix(keys_.rkey(v.state->round, "join/"), /*keys_only=*/true);
+        std::sort(joins.begin(), joins.end(), [](const EtcdKv& a, const EtcdKv& b) {
+          return a.create_revision < b.create_revision;
+        });
+        for (const auto& j : joins) v.joins.push_back(key_leaf(j.key));
+        nodes_seen_.store(static_cast<int>(joins.size()));
+        if (!joins.empty() && joins.back().create_revision != newest_join) {
+          newest_join = joins.back().create_revision;
+          v.changed_at = now();
         }
-        last_call =
-            changed_at + config_.round.last_call_timeout;  // unless another node joins first
       }
     }
-    if (Clock::now() >= next_log) {
-      log_progress(shown, deadline);
-      next_log = Clock::now() + config_.round.progress_interval;
+    v.now = now();
+    const JoinStep step = next_join_step(v);
+    const auto cas = [&](const EtcdRoundState& next) {
+      client_.txn({{keys_.key("state"), EtcdCompare::Target::kMod, kv->mod_revision, {}}},
+                  {{keys_.key("state"), encode_round_state(next), 0}});
+    };
+    switch (step.kind) {
+      case JoinStep::kCreateState:
+        client_.txn({{keys_.key("state"), EtcdCompare::Target::kCreate, 0, {}}},
+                    {{keys_.key("state"), encode_round_state(step.next), 0}});
+        continue;
+      case JoinStep::kAddJoin:
+        client_.put(keys_.rkey(v.state->round, "join/" + me_), "", lease_.load());
+        continue;
+      case JoinStep::kClose:
+      case JoinStep::kOpenNext:
+        cas(step.next);
+        continue;
+      case JoinStep::kFormed:
+        if (auto info = formed(*v.state, deadline)) return *info;
+        continue;
+      case JoinStep::kWaitUnder:
+        if (waiting_in != v.state->round) {
+          client_.put(keys_.rkey(v.state->round, "waiting/" + me_), "1", lease_.load());
+          waiting_in = v.state->round;
+        }
+        check_closed();
+        break;
+      case JoinStep::kWait:
+        break;
     }
-    wait_for_change(revision, std::min({deadline, next_log, last_call}));
+    if (now() >= next_log) {
+      EtcdRoundState shown = *v.state;  // for the progress line: a joining round's joiners
+      if (!shown.final) shown.members = v.joins;
+      log_progress(shown, deadline);
+      next_log = now() + config_.round.progress_interval;
+    }
+    wait_for_change(revision, std::min({deadline, next_log, step.until}));
   }
 }
 
 void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point deadline) {
-  std::vector<EtcdKv> nodes = client_.get_prefix(key("node/"));
+  std::vector<EtcdKv> nodes = client_.get_prefix(keys_.key("node/"));
   std::size_t described = 0;
   std::vector<NodeDesc> descs;
   for (std::size_t i = 0; i < s.members.size(); ++i) {
     for (const auto& kv : nodes) {
-      if (leaf(kv.key) != s.members[i]) continue;
+      if (key_leaf(kv.key) != s.members[i]) continue;
       ++described;
       if (auto d = decode_node_desc(kv.value, static_cast<int>(i))) descs.push_back(*d);
     }
@@ -302,12 +267,12 @@ void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point dea
 
 std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
                                                      Clock::time_point deadline) {
-  const std::vector<EtcdKv> nodes = client_.get_prefix(key("node/"));
+  const std::vector<EtcdKv> nodes = client_.get_prefix(keys_.key("node/"));
   std::vector<NodeDesc> descs;
   int slot = -1;
   for (std::size_t i = 0; i < s.members.size(); ++i) {
     auto it = std::find_if(nodes.begin(), nodes.end(),
-                           [&](const EtcdKv& kv) { return leaf(kv.key) == s.members[i]; });
+                           [&](const EtcdKv& kv) { return key_leaf(kv.key) == s.members[i]; });
     if (it == nodes.end()) return std::nullopt;  // gone meanwhile: the loop sees it
     std::optional<NodeDesc> d = decode_node_desc(it->value, static_cast<int>(i));
     if (!d) {
@@ -322,7 +287,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
   RendezvousInfo info = round_layout(descs, ranks, slot);
   info.round = s.round;
   info.use_agent_store = config_.round.agent_store;
-  const std::string master_key = rkey(s.round, "master");
+  const std::string master_key = keys_.rkey(s.round, "master");
   if (info.group_rank == 0) {
     const std::uint16_t port = workers_store_port(config_.round, workers_store_,
                                                   /*shared_store_port=*/0, {}, where());
@@ -340,7 +305,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
       break;
     }
     // Group rank 0 may be gone: the round state then moves on.
-    auto state = client_.get(key("state"));
+    auto state = client_.get(keys_.key("state"));
     auto now_s = state ? decode_round_state(state->value) : std::nullopt;
     if (!now_s || now_s->round != s.round || !now_s->final) return std::nullopt;
     const auto live = live_members();
@@ -348,7 +313,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
       if (!contains(live, m)) return std::nullopt;
     }
     throw_if_stopped();
-    if (Clock::now() >= deadline) {
+    if (now() >= deadline) {
       throw RendezvousTimeoutError(where() + ": group rank 0 did not publish the workers' store");
     }
     wait_for_change(revision, deadline);
@@ -370,7 +335,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
 EtcdRendezvous::Look EtcdRendezvous::look(EtcdClient& c, int round,
                                           const std::vector<std::string>& members) {
   Look out;
-  auto kv = c.get(key("state"), &out.revision);
+  auto kv = c.get(keys_.key("state"), &out.revision);
   auto s = kv ? decode_round_state(kv->value) : std::nullopt;
   if (!s || s->round != round) {
     out.reason = "round " + std::to_string(round) + " was superseded by round " +
@@ -378,11 +343,11 @@ EtcdRendezvous::Look EtcdRendezvous::look(EtcdClient& c, int round,
     return out;
   }
   std::set<std::string> live, done;
-  for (const auto& n : c.get_prefix(key("node/"), true)) live.insert(leaf(n.key));
-  const std::string waiting_prefix = rkey(round, "waiting/");
-  for (const auto& n : c.get_prefix(rkey(round, ""), true)) {
+  for (const auto& n : c.get_prefix(keys_.key("node/"), true)) live.insert(key_leaf(n.key));
+  const std::string waiting_prefix = keys_.rkey(round, "waiting/");
+  for (const auto& n : c.get_prefix(keys_.rkey(round, ""), true)) {
     if (n.key.rfind(waiting_prefix, 0) == 0) ++out.waiting;
-    if (n.key.rfind(rkey(round, "done/"), 0) == 0) done.insert(leaf(n.key));
+    if (n.key.rfind(keys_.rkey(round, "done/"), 0) == 0) done.insert(key_leaf(n.key));
   }
   for (const auto& m : members) {
     if (!live.count(m) && !done.count(m)) {
@@ -492,7 +457,7 @@ bool EtcdRendezvous::needs_new_round_now() {
 bool EtcdRendezvous::is_closed() { return closed_.load(); }
 
 void EtcdRendezvous::set_closed() {
-  client_.put(key("closed"), "1");
+  client_.put(keys_.key("closed"), "1");
   closed_.store(true);
 }
 
@@ -505,20 +470,21 @@ bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
     round = round_;
     members = members_;
   }
-  const auto deadline = Clock::now() + timeout;
-  client_.put(rkey(round, "done/" + me_), "1");
+  const auto deadline = now() + timeout;
+  client_.put(keys_.rkey(round, "done/" + me_), "1");
   for (;;) {
     std::set<std::string> live, done;
     std::int64_t revision = 0;
-    for (const auto& n : client_.get_prefix(key("node/"), true, &revision)) {
-      live.insert(leaf(n.key));
+    for (const auto& n : client_.get_prefix(keys_.key("node/"), true, &revision)) {
+      live.insert(key_leaf(n.key));
     }
-    for (const auto& n : client_.get_prefix(rkey(round, "done/"), true)) done.insert(leaf(n.key));
+    for (const auto& n : client_.get_prefix(keys_.rkey(round, "done/"), true))
+      done.insert(key_leaf(n.key));
     if (std::all_of(members.begin(), members.end(),
                     [&](const auto& m) { return done.count(m) || !live.count(m); })) {
       return true;
     }
-    if (Clock::now() >= deadline || interrupted_.load()) return false;
+    if (now() >= deadline || interrupted_.load()) return false;
     try {
       wait_for_change(revision, deadline);
     } catch (const RendezvousInterruptedError&) {

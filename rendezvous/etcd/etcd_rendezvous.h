@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/etcd/etcd_round.h"
 #include "rendezvous/etcd/etcd_watch.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
@@ -34,15 +35,6 @@
 #include "rendezvous/workers_store.h"
 
 namespace ddprun::rdzv {
-
-// The round state kept in <prefix>/<run id>/state.
-struct EtcdRoundState {
-  int round = 0;
-  bool final = false;
-  std::vector<std::string> members;  // final: lease ids (hex), in join order; joining: none
-};
-std::string encode_round_state(const EtcdRoundState& s);
-std::optional<EtcdRoundState> decode_round_state(const std::string& json);
 
 class EtcdRendezvous final : public RendezvousHandler {
  public:
@@ -84,10 +76,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   };
 
   std::string where() const;
-  std::string key(const std::string& rel) const { return base_ + rel; }
-  std::string rkey(int r, const std::string& rel) const {
-    return base_ + "r" + std::to_string(r) + "/" + rel;
-  }
+  Clock::time_point now() const { return config_.round.now(); }
   EtcdOptions options_with(const std::atomic<bool>* cancel) const;
   void throw_if_stopped();
   // Blocks until a key of the run changes after `revision`, `until`, or recheck_interval
@@ -107,9 +96,9 @@ class EtcdRendezvous final : public RendezvousHandler {
   void background();
 
   Config config_;
-  std::string base_;   // <prefix>/<run id>/
+  EtcdKeys keys_;      // under <prefix>/<run id>/
   EtcdClient client_;  // the agent thread's
-  EtcdWatch watch_;    // the agent thread's: every key under base_
+  EtcdWatch watch_;    // the agent thread's: every key under keys_.base
   std::unique_ptr<EtcdClient> bg_client_;
   EtcdWatch bg_watch_;  // the background thread's
   WorkersStore workers_store_;

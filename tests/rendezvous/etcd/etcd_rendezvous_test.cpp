@@ -20,20 +20,6 @@ using ddprun::test::EtcdCluster;
 using ddprun::test::eventually;
 using namespace std::chrono_literals;
 
-TEST_CASE("etcd round state codec", "[etcd]") {
-  EtcdRoundState s{3, true, {"a1", "b2"}};
-  auto back = decode_round_state(encode_round_state(s));
-  REQUIRE(back);
-  CHECK(back->round == 3);
-  CHECK(back->final);
-  CHECK(back->members == s.members);
-  CHECK_FALSE(decode_round_state("{}"));
-  CHECK_FALSE(decode_round_state("[1]"));
-  CHECK_FALSE(decode_round_state(R"({"round":1,"status":"odd","members":[]})"));
-  CHECK_FALSE(decode_round_state(R"({"round":-1,"status":"final","members":[]})"));
-  CHECK_FALSE(decode_round_state(R"({"round":1,"status":"final","members":[3]})"));
-}
-
 namespace {
 
 EtcdRendezvous::Config config(const EtcdCluster& cluster, int i) {
