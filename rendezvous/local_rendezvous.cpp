@@ -1,3 +1,5 @@
+// local_rendezvous.cpp: LocalRendezvous (local_rendezvous.h), the one-node handler: a
+// workers' store emptied every round, no rendezvous traffic.
 #include "rendezvous/local_rendezvous.h"
 
 #include <spdlog/spdlog.h>

@@ -1,3 +1,5 @@
+// rank_assignment.cpp: group ranks from a round's descriptors (static node ranks or the
+// automatic order) and the round's layout for one member (rank_assignment.h).
 #include "rendezvous/rank_assignment.h"
 
 #include <spdlog/spdlog.h>

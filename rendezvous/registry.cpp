@@ -1,3 +1,5 @@
+// registry.cpp: make_rendezvous_handler() and parse_backend() (registry.h): the only
+// file that names the backends, filling each handler's Config from RendezvousParams.
 #include "rendezvous/registry.h"
 
 #include <spdlog/spdlog.h>

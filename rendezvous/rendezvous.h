@@ -1,11 +1,8 @@
-// rendezvous.h: how an agent finds its peers. A RendezvousHandler turns "this node wants
-// to run N local workers" into the group layout of one attempt (group rank, world
-// sizes, global rank base) and the address of the workers' store. Implementations:
-// LocalRendezvous (one node), StoreRendezvous (static and c10d, rendezvous/c10d/) and
-// EtcdRendezvous (etcd-v3, rendezvous/etcd/); created only by make_rendezvous_handler()
-// in registry.h.
-// Thread-safety: an instance is used by the agent thread only, except
-// num_nodes_waiting() and is_closed(), which may be called from any thread.
+// rendezvous.h: how an agent finds its peers: RendezvousHandler turns "this node runs N
+// workers" into one attempt's group layout and workers' store. Implementations:
+// LocalRendezvous, StoreRendezvous (static, c10d: c10d/), EtcdRendezvous (etcd-v3: etcd/),
+// made only by make_rendezvous_handler() (registry.h). Thread-safety: the agent thread,
+// except num_nodes_waiting() and is_closed(), which any thread may call.
 #pragma once
 
 #include <chrono>

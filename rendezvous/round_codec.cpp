@@ -1,3 +1,5 @@
+// round_codec.cpp: the JSON of a node's descriptor, the job's fingerprint and the
+// workers' store address, and command_line() for messages (round_codec.h).
 #include "rendezvous/round_codec.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// keys.cpp: StoreRendezvous's key names and the reading of its counters (keys.h).
 #include "rendezvous/c10d/keys.h"
 
 #include <exception>

@@ -1,9 +1,13 @@
 // keys.h: StoreRendezvous's key layout in the rendezvous store, relative to the
-// handler's prefix (the registry's ddprun/rdzv/<run id>/), and the reading of the
-// counters kept there. docs/multinode.md ("Rounds, elasticity and failures") shows the
-// same layout with the prefix. Used by StoreRendezvous and its tests.
-// Thread-safety: pure functions.
-//
+// handler's prefix (the registry's ddprun/rdzv/<run id>/), below, and the reading of the
+// counters kept there; docs/multinode.md ("Rounds, elasticity and failures") shows it
+// with the prefix. Used by StoreRendezvous and its tests. Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+// The layout:
 //   closed                 set once the job has ended
 //   job                    the job's fingerprint (JSON array: the workers' command), set
 //                          once by the first agent of the run id
@@ -14,10 +18,6 @@
 //   r<r>/final             node count N of the formed round (CAS from "")
 //   r<r>/master            JSON {addr, port} of the workers' store for round r
 //   r<r>/exit_seen         ADD counter: exit-barrier acknowledgements
-#pragma once
-
-#include <string>
-#include <vector>
 
 namespace ddprun::rdzv::keys {
 

@@ -1,3 +1,5 @@
+// liveness.cpp: Liveness (liveness.h), the heartbeat verdict per member, not counting
+// the observer's blind time.
 #include "rendezvous/c10d/liveness.h"
 
 #include <algorithm>

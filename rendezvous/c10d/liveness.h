@@ -1,10 +1,8 @@
 // liveness.h: Liveness, one observer's verdict on the heartbeats of a round's members
-// (keys.h: r<r>/hb/<slot>, a counter or "left" / "done"). A member whose counter
-// has not moved for `threshold` of observed time is dead. Time in which the observer
-// could not look (its thread was starved or stopped, or the store did not answer) is
-// not held against anyone, so a frozen store blames no one. Used by StoreRendezvous
-// (the heartbeat thread, the joiner, the exit barrier); table tests in
-// tests/rendezvous/liveness_test.cpp. Thread-safety: none; the owner serializes.
+// (keys.h: r<r>/hb/<slot>, a counter or "left" / "done"): dead after `threshold` of
+// observed time without a beat; time the observer could not look is held against no one.
+// Used by StoreRendezvous (heartbeat thread, joiner, exit barrier); table tests in
+// tests/rendezvous/c10d/liveness_test.cpp. Thread-safety: none; the owner serializes.
 #pragma once
 
 #include <chrono>

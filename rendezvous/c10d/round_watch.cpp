@@ -1,3 +1,5 @@
+// round_watch.cpp: RoundWatch (round_watch.h): the heartbeat thread, its looks at the
+// round and the next round's joiners, and the verdict it keeps.
 #include "rendezvous/c10d/round_watch.h"
 
 #include <spdlog/spdlog.h>

@@ -1,12 +1,8 @@
-// round_watch.h: RoundWatch, how a StoreRendezvous agent keeps an eye on the round it is
-// in: a background thread that beats this node's heartbeat (an ADD every
-// keep_alive_interval) and looks, every tick, at the other members' heartbeats and at
-// the next round's joiners; and the verdict it keeps: the round must be left (a member
-// left or died, or a node waits and the round has room), with the first reason. Key
-// layout: keys.h; liveness rules: liveness.h. Used by StoreRendezvous only.
+// round_watch.h: RoundWatch, StoreRendezvous's eye on the round it is in: a thread that
+// beats this node's heartbeat and looks at the members' heartbeats and the next round's
+// joiners, and the verdict it keeps (leave the round, with the first reason).
 // Thread-safety: start/stop/look_now/clear from the owner's thread; observe(),
-// needs_new_round(), waiting() and reason() from any thread (the watch thread runs
-// between start() and stop()).
+// needs_new_round(), waiting() and reason() from any thread.
 #pragma once
 
 #include <atomic>

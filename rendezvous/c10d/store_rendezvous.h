@@ -1,15 +1,8 @@
-// store_rendezvous.h: StoreRendezvous, the multi-node handler behind both the "static"
-// and the "c10d" backends: rounds formed through any Store (ADD-slot join, one CAS to
-// finalize, heartbeats by ADD counters), so it scales to hundreds of agents without a
-// single contended JSON state. The algorithm is described in docs/multinode.md; its
-// pure parts have files of their own: the key layout (keys.h), the values stored
-// (round_codec.h), rank assignment (rank_assignment.h), liveness (liveness.h), the
-// progress line (progress.h); the heartbeat thread is RoundWatch (round_watch.h) and the
-// workers' store WorkersStore (workers_store.h). Created by make_rendezvous_handler()
-// (registry.h); tests build it directly over a MemoryStore or a TcpStore.
-// Thread-safety: as RendezvousHandler; interrupt() may be called from any thread. A
-// background thread (heartbeats, membership watch) runs between next_rendezvous() and
-// the next call / exit_barrier() / shutdown().
+// store_rendezvous.h: StoreRendezvous, the "static" and "c10d" backends: rounds formed
+// through any Store (ADD-slot join, one CAS to finalize, ADD heartbeats; docs/multinode.md).
+// Made by make_rendezvous_handler(); tests build it over a MemoryStore or a TcpStore.
+// Thread-safety: as RendezvousHandler; interrupt() from any thread. RoundWatch's thread
+// runs between next_rendezvous() and the next call / exit_barrier() / shutdown().
 #pragma once
 
 #include <atomic>
@@ -35,6 +28,10 @@ class Store;
 
 namespace ddprun::rdzv {
 
+// The pure parts have files of their own: the key layout (keys.h), the values stored
+// (round_codec.h), rank assignment (rank_assignment.h), liveness (liveness.h), the
+// progress line (progress.h), what both multi-node handlers do (round_member.h); the
+// heartbeat thread is RoundWatch (round_watch.h), the workers' store WorkersStore.
 class StoreRendezvous final : public RendezvousHandler {
  public:
   using Clock = std::chrono::steady_clock;

@@ -1,3 +1,5 @@
+// etcd_client.cpp: EtcdClient (etcd_client.h): the v3 gateway's kv, txn and lease calls,
+// each retried along the member list until its failover deadline.
 #include "rendezvous/etcd/etcd_client.h"
 
 #include <spdlog/spdlog.h>

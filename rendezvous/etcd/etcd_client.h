@@ -1,15 +1,8 @@
-// etcd_client.h: EtcdClient, a small client of etcd's v3 JSON gateway (the grpc-gateway
-// that etcd 3.4+ serves on its client URLs: POST /v3/kv/range, /v3/kv/put, /v3/kv/txn,
-// /v3/kv/deleterange, /v3/kv/compaction, /v3/lease/grant, /v3/lease/keepalive,
-// /v3/lease/revoke; JSON bodies, keys and values base64, 64-bit numbers as decimal
-// strings) over HTTP/1.1 with Boost.Beast, plain or TLS (EtcdConnection,
-// etcd_connection.h). Every call goes to the member it last reached; on a connection loss,
-// a timeout or an "unavailable" answer (no leader, leader changed) it fails over to the
-// next listed member, round the list, until the call's failover deadline. Watches are
-// EtcdWatch's (etcd_watch.h). Used by EtcdRendezvous (etcd_rendezvous.h); contract tests
-// against a real etcd in tests/rendezvous/etcd_client_test.cpp.
-// Thread-safety: one EtcdClient per thread (it owns one connection); the cancel flag may
-// be set from any thread.
+// etcd_client.h: EtcdClient, a small client of etcd's v3 JSON gateway over HTTP/1.1
+// (EtcdConnection: Beast, plain or TLS), failing over along the member list. Used by
+// EtcdRendezvous and EtcdSession; contract tests against a real etcd in
+// tests/rendezvous/etcd/etcd_client_test.cpp. Thread-safety: one EtcdClient per thread
+// (it owns one connection); the cancel flag may be set from any thread.
 #pragma once
 
 #include <atomic>
@@ -25,6 +18,13 @@
 
 namespace ddprun::rdzv {
 
+// The gateway etcd 3.4+ serves on its client URLs: POST /v3/kv/range, /v3/kv/put,
+// /v3/kv/txn, /v3/kv/deleterange, /v3/kv/compaction, /v3/lease/grant,
+// /v3/lease/keepalive, /v3/lease/revoke; JSON bodies, keys and values base64, 64-bit
+// numbers as decimal strings. Every call goes to the member it last reached; on a
+// connection loss, a timeout or an "unavailable" answer (no leader, leader changed) it
+// fails over to the next listed member, round the list, until the call's failover
+// deadline. Watches are EtcdWatch's (etcd_watch.h).
 class EtcdClient {
  public:
   // Checks the endpoints (RendezvousError on a bad one, none, or a TLS file that cannot

@@ -1,11 +1,8 @@
-// etcd_connection.h: EtcdConnection, one HTTP/1.1 connection (plain or TLS, Boost.Beast
-// over Boost.Asio ssl) to one member of an etcd cluster at a time, with the member list to
-// fail over along, and the decoding of the v3 JSON gateway's fields (64-bit numbers as
-// decimal strings, base64 keys and values). The transport piece shared by EtcdClient
-// (etcd_client.h: request/answer calls) and EtcdWatch (etcd_watch.h: a streamed answer);
-// internal to those two files.
-// Thread-safety: one thread drives the connection (its io_context); close_from_any_thread()
-// may be called from any thread.
+// etcd_connection.h: EtcdConnection, one HTTP/1.1 connection (Beast, plain or TLS) to one
+// etcd member at a time, with the member list to fail over along, and the decoding of the
+// v3 gateway's fields (decimal 64-bit numbers, base64). Internal to EtcdClient and
+// EtcdWatch. Thread-safety: one thread drives the connection (its io_context);
+// close_from_any_thread() may be called from any thread.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

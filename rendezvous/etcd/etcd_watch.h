@@ -1,18 +1,7 @@
-// etcd_watch.h: EtcdWatch, an etcd v3 watch of every key under a prefix through the JSON
-// gateway: one streamed `POST /v3/watch` (create_request with key, range_end and
-// start_revision) held open on its own connection (EtcdConnection: plain or TLS, the member
-// list of EtcdClient), its chunked answer read incrementally by Beast's response parser
-// (buffer_body), one JSON object a line: {"result":{"created":true}}, then
-// {"result":{"events":[{"type":"DELETE"?,"kv":{...}}]}} (PUT is the type left out), or
-// {"result":{"canceled":true,"compact_revision":"C"}} when the start revision was
-// compacted away.
-// The waiting pattern: read the state with a range (its header revision R), act, then
-// wait(R, deadline) for the next change; the watch starts at R + 1, so nothing that
-// happened between the read and the watch is missed. On a lost connection or a member
-// that stops answering it reconnects to the next member and resumes from the last
-// delivered revision + 1 (no event lost, none delivered twice).
-// Used by EtcdRendezvous (etcd_rendezvous.h) for all its waits; contract tests against a
-// real etcd in tests/rendezvous/etcd_client_test.cpp.
+// etcd_watch.h: EtcdWatch, an etcd v3 watch of every key under a prefix (one streamed
+// POST /v3/watch on a connection of its own) that resumes on the next member from the
+// last delivered revision. Used by EtcdRendezvous and EtcdSession for all their waits;
+// contract tests in tests/rendezvous/etcd/etcd_client_test.cpp.
 // Thread-safety: one thread waits; cancel() may be called from any thread.
 #pragma once
 
@@ -32,6 +21,16 @@ struct EtcdEvent {
   EtcdKv kv;  // a DELETE carries the key and its mod_revision only
 };
 
+// The request is a create_request with key, range_end and start_revision; the chunked
+// answer is read incrementally by Beast's response parser (buffer_body), one JSON object
+// a line: {"result":{"created":true}}, then {"result":{"events":[{"type":"DELETE"?,
+// "kv":{...}}]}} (PUT is the type left out), or {"result":{"canceled":true,
+// "compact_revision":"C"}} when the start revision was compacted away.
+// The waiting pattern: read the state with a range (its header revision R), act, then
+// wait(R, deadline) for the next change; the watch starts at R + 1, so nothing that
+// happened between the read and the watch is missed. On a lost connection or a member
+// that stops answering it reconnects to the next member and resumes from the last
+// delivered revision + 1 (no event lost, none delivered twice).
 class EtcdWatch {
  public:
   using Clock = std::chrono::steady_clock;
