@@ -63,14 +63,7 @@ TEST_CASE("injected clock: join_timeout passes when the clock says so", "[clock]
   auto mem = std::make_shared<store::MemoryStore>();
   ManualClock clock;
   auto h = node(mem, clock, 0, 2, 2);
-  auto f = std::async(std::launch::async, [&] {
-    try {
-      h->next_rendezvous();
-      return std::string("formed");
-    } catch (const RendezvousTimeoutError& e) {
-      return std::string(e.what());
-    }
-  });
+  auto f = test::rendezvous_outcome<RendezvousTimeoutError>(*h);
   REQUIRE(test::eventually([&] { return joined(*mem, 0) == 1; }));
   clock.advance(601s);
   REQUIRE(f.wait_for(30s) == std::future_status::ready);

@@ -28,23 +28,14 @@ using test::node_params;
 
 namespace {
 
-using Handlers = std::vector<std::unique_ptr<RendezvousHandler>>;
+using test::Handlers;
+using test::rendezvous_all;
+using test::rendezvous_outcome;
 
 Handlers make_all(const std::vector<RendezvousParams>& params) {
   Handlers hs;
   for (const auto& p : params) hs.push_back(make_rendezvous_handler(p));
   return hs;
-}
-
-// Runs next_rendezvous() on every handler concurrently.
-std::vector<RendezvousInfo> rendezvous_all(Handlers& hs) {
-  std::vector<std::future<RendezvousInfo>> fs;
-  for (auto& h : hs) {
-    fs.push_back(std::async(std::launch::async, [&h] { return h->next_rendezvous(); }));
-  }
-  std::vector<RendezvousInfo> out;
-  for (auto& f : fs) out.push_back(f.get());
-  return out;
 }
 
 // Two c10d nodes (min = max = 2) with the endpoint on `port`, past their first round.
@@ -100,18 +91,6 @@ std::vector<int> check_consistent(const std::vector<RendezvousInfo>& infos,
     CHECK(infos[i].rank_base == expect);
   }
   return ranks;
-}
-
-// next_rendezvous() on a thread of its own: "formed", or the RendezvousError's message.
-std::future<std::string> rendezvous_outcome(RendezvousHandler& h) {
-  return std::async(std::launch::async, [&h] {
-    try {
-      h.next_rendezvous();
-      return std::string("formed");
-    } catch (const RendezvousError& e) {
-      return std::string(e.what());
-    }
-  });
 }
 
 std::unique_ptr<store::TcpStore> connect(const std::string& host, std::uint16_t port) {
@@ -271,16 +250,7 @@ TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejecte
     }
     auto hs = make_all(qs);
     std::vector<std::future<std::string>> fs;
-    for (auto& h : hs) {
-      fs.push_back(std::async(std::launch::async, [&h] {
-        try {
-          h->next_rendezvous();
-          return std::string("no error");
-        } catch (const RendezvousStateError& e) {
-          return std::string(e.what());
-        }
-      }));
-    }
+    for (auto& h : hs) fs.push_back(rendezvous_outcome<RendezvousStateError>(*h));
     for (auto& f : fs) {
       CHECK_THAT(f.get(), Catch::Contains("node rank 1 is claimed by both") &&
                               Catch::Contains("distinct --node-rank in [0, 3)"));
@@ -290,14 +260,7 @@ TEST_CASE("static: group rank = node rank / differing nproc / duplicates rejecte
   // host the store: a one-line error naming the endpoint.
   ps[1].node_rank.reset();
   auto h0 = make_rendezvous_handler(ps[0]);
-  auto f0 = std::async(std::launch::async, [&] {
-    try {
-      h0->next_rendezvous();
-      return std::string("no error");
-    } catch (const RendezvousError& e) {
-      return std::string(e.what());
-    }
-  });
+  auto f0 = rendezvous_outcome(*h0);
   REQUIRE(test::eventually([&] {
     try {
       connect("127.0.0.1", port);
@@ -374,14 +337,7 @@ TEST_CASE("c10d MIN:MAX: last call forms a round of 3 - a late node waits / then
   p5.conf.keep_alive_max_attempt = 30;
   p5.conf.last_call_timeout = std::chrono::milliseconds(3000);
   auto fifth = make_rendezvous_handler(p5);
-  auto fifth_f = std::async(std::launch::async, [&] {
-    try {
-      fifth->next_rendezvous();
-      return std::string("joined");
-    } catch (const RendezvousError& e) {
-      return std::string(e.what());
-    }
-  });
+  auto fifth_f = rendezvous_outcome(*fifth);
   // It waits in round 2; then every node of round 1 beats (and looks) six more times:
   // several heartbeat ticks.
   auto raw = connect("127.0.0.1", port);
@@ -444,16 +400,7 @@ TEST_CASE("c10d: a node that shuts down is noticed at once - too few nodes time 
   REQUIRE(test::eventually([&] { return hs[1]->needs_new_round(); }, 5s));
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::future<std::string>> fs;
-  for (int i = 0; i < 2; ++i) {
-    fs.push_back(std::async(std::launch::async, [&, i] {
-      try {
-        hs[i]->next_rendezvous();
-        return std::string("formed");
-      } catch (const RendezvousTimeoutError& e) {
-        return std::string(e.what());
-      }
-    }));
-  }
+  for (int i = 0; i < 2; ++i) fs.push_back(rendezvous_outcome<RendezvousTimeoutError>(*hs[i]));
   for (auto& f : fs) {
     CHECK_THAT(f.get(), Catch::Contains("timed out") && Catch::Contains("2 of min 3"));
   }
@@ -522,14 +469,7 @@ TEST_CASE("an endpoint name that does not resolve is retried and the error says 
 TEST_CASE("interrupt() ends a waiting next_rendezvous promptly", "[c10d]") {
   const test::ReservedPort port;
   auto h = make_rendezvous_handler(node_params("c10d", 0, port, 2, 2));
-  auto f = std::async(std::launch::async, [&] {
-    try {
-      h->next_rendezvous();
-      return std::string("formed");
-    } catch (const RendezvousInterruptedError& e) {
-      return std::string(e.what());
-    }
-  });
+  auto f = rendezvous_outcome<RendezvousInterruptedError>(*h);
   // It waits: it hosts the store and holds slot 0 of round 0.
   auto raw = connect("127.0.0.1", port);
   REQUIRE(test::eventually([&] { return raw->check({"ddprun/rdzv/test_job/r0/node/0"}); }));
