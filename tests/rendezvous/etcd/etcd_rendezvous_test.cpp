@@ -1,9 +1,8 @@
-// EtcdRendezvous with threads as nodes against one real etcd member (etcd_cluster.h): a
-// MIN:MAX round after last call, a late joiner waiting under the running round and the
-// members' new round with it, a node leaving, closing, a round of many nodes, more joiners
-// than MAX, a joiner leaving before the round closes, interrupt() waking a blocked wait. The waits'
-// safety-net re-check is set far beyond the test's deadlines, so only etcd watches can wake them in
-// time. The multi-member cluster, the killed leader and real workers are
+// EtcdRendezvous's etcd-specific story against one real etcd member (etcd_cluster.h):
+// the new-round reasons, a round of many nodes, more joiners than MAX, a joiner leaving
+// before its round closes, interrupt(). One case on one etcd on purpose: ctest runs each
+// case in its own process, and each would start an etcd. The contract shared with c10d is
+// handler_contract_test.cpp's; multi-member clusters and real workers are
 // tests/multinode/etcd_test.py's.
 #include "rendezvous/etcd/etcd_rendezvous.h"
 
