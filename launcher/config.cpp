@@ -115,6 +115,7 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config,
                                               const std::map<std::string, std::string>& env) {
   rdzv::RendezvousParams p;
   p.backend = config.rdzv_backend;
+  p.backend_alias = config.rdzv_backend_alias;
   p.endpoint = config.rdzv_endpoint;
   p.run_id = config.rdzv_id;
   p.min_nodes = config.min_nodes;
@@ -160,7 +161,10 @@ void read_nodes(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
 void read_rendezvous(const RawOptions& raw, LaunchConfig& c) {
   const auto& v = raw.values;
   try {
-    if (const auto* s = find(v, "rdzv_backend")) c.rdzv_backend = rdzv::parse_backend(trimmed(*s));
+    if (const auto* s = find(v, "rdzv_backend")) {
+      c.rdzv_backend = rdzv::parse_backend(trimmed(*s));
+      c.rdzv_backend_alias = rdzv::backend_alias(trimmed(*s));
+    }
     if (const auto* s = find(v, "rdzv_conf")) c.rdzv_conf = rdzv::parse_rdzv_conf(*s);
   } catch (const rdzv::RendezvousError& e) {
     throw UsageError(e.what());

@@ -66,6 +66,7 @@ struct LaunchConfig {
 
   bool standalone = false;
   rdzv::Backend rdzv_backend = rdzv::Backend::kStatic;
+  std::string rdzv_backend_alias;  // rdzv::backend_alias() of --rdzv-backend
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
   rdzv::RdzvConf rdzv_conf;

@@ -1,3 +1,5 @@
+// endpoint.cpp: host[:port] parsing, "is this host me?", name resolution, the routed
+// source address, bind hosts and free ports (endpoint.h).
 #include "rendezvous/endpoint.h"
 
 #include <arpa/inet.h>
@@ -13,6 +15,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "base/sys_error.h"
 #include "rendezvous/rendezvous.h"
 #include "store/core/host_port.h"
 
@@ -229,7 +232,7 @@ std::uint16_t free_tcp_port(const std::string& bind_host) {
     len = sizeof(sockaddr_in);
     fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   }
-  if (fd < 0) throw RendezvousError(std::string("cannot pick a free port: ") + strerror(errno));
+  if (fd < 0) throw RendezvousError("cannot pick a free port: " + errno_text(errno));
   std::uint16_t port = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 &&
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
@@ -241,7 +244,7 @@ std::uint16_t free_tcp_port(const std::string& bind_host) {
   if (port == 0) {
     throw RendezvousError("cannot pick a free port on " +
                           (bind_host.empty() ? std::string("*") : bind_host) + ": " +
-                          strerror(err));
+                          errno_text(err));
   }
   return port;
 }

@@ -1,3 +1,5 @@
+// local_rendezvous.cpp: LocalRendezvous (local_rendezvous.h), the one-node handler: a
+// workers' store emptied every round, no rendezvous traffic.
 #include "rendezvous/local_rendezvous.h"
 
 #include <spdlog/spdlog.h>
@@ -61,7 +63,6 @@ RendezvousInfo LocalRendezvous::local_info() const {
   info.world_size = params_.local_world_size;
   info.master_addr = advertised_addr_;
   info.use_agent_store = true;
-  info.node_names = {advertised_addr_};
   return info;
 }
 

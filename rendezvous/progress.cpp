@@ -1,3 +1,5 @@
+// progress.cpp: describe_progress() (progress.h), the line a waiting agent logs: who
+// joined, who is missing, and why the round has not formed.
 #include "rendezvous/progress.h"
 
 #include <set>

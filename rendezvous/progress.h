@@ -1,7 +1,7 @@
 // progress.h: the line a waiting agent logs every progress interval ("round 3: 2 joined
 // (min 3, max 4): [...]; waiting for 1 more; 580 s left"), from what it read of the
 // round. Users complain most about a silent wait; this says who is in, what is missing
-// and why the round has not formed. Used by StoreRendezvous; table tests in
+// and why the round has not formed. Used by both multi-node handlers; table tests in
 // tests/rendezvous/progress_test.cpp. Thread-safety: pure function.
 #pragma once
 

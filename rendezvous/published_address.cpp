@@ -1,3 +1,5 @@
+// published_address.cpp: the address a node publishes for itself and the workers'
+// GLOO_SOCKET_IFNAME choice (published_address.h).
 #include "rendezvous/published_address.h"
 
 #include <spdlog/spdlog.h>

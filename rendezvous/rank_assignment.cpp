@@ -1,3 +1,5 @@
+// rank_assignment.cpp: group ranks from a round's descriptors (static node ranks or the
+// automatic order) and the round's layout for one member (rank_assignment.h).
 #include "rendezvous/rank_assignment.h"
 
 #include <spdlog/spdlog.h>
@@ -105,7 +107,6 @@ RendezvousInfo round_layout(const std::vector<NodeDesc>& descs, const std::vecto
     const NodeDesc& d = *by_rank[static_cast<std::size_t>(g)];
     if (g < info.group_rank) info.rank_base += d.nproc;
     info.world_size += d.nproc;
-    info.node_names.push_back(d.name());
   }
   return info;
 }

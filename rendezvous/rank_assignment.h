@@ -1,6 +1,6 @@
 // rank_assignment.h: who gets which group rank in a formed round, and what that makes
 // of this node's RendezvousInfo. Every agent of the round computes the same answer from
-// the same descriptors, so no one has to publish it. Used by StoreRendezvous; table
+// the same descriptors, so no one has to publish it. Used by both multi-node handlers; table
 // tests in tests/rendezvous/rank_assignment_test.cpp. Thread-safety: pure functions
 // (group_ranks_or_throw also logs).
 #pragma once

@@ -1,3 +1,5 @@
+// rdzv_conf.cpp: parse_rdzv_conf() (rdzv_conf.h): --rdzv-conf key=value pairs, one
+// setter per key, each bad value a one-line RendezvousError naming it.
 #include "rendezvous/rdzv_conf.h"
 
 #include <spdlog/spdlog.h>
@@ -10,6 +12,7 @@
 #include <functional>
 #include <map>
 
+#include "base/text.h"
 #include "rendezvous/rendezvous.h"
 #include "store/store.h"
 
@@ -17,12 +20,6 @@ namespace ddprun::rdzv {
 namespace {
 
 using Ms = RdzvConf::Ms;
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return {};
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
 
 [[noreturn]] void bad(const std::string& key, const std::string& value, const std::string& want) {
   throw RendezvousError("--rdzv-conf " + key + "='" + value + "' " + want);
@@ -153,12 +150,13 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     const std::string pair = text.substr(start, comma - start);
     start = comma + 1;
     const auto eq = pair.find('=');
-    const std::string key = eq == std::string::npos ? "" : trim(pair.substr(0, eq));
+    const std::string key =
+        eq == std::string::npos ? "" : std::string(trim(std::string_view(pair).substr(0, eq)));
     if (key.empty()) {
       throw RendezvousError("--rdzv-conf: malformed pair '" + pair + "' in '" + text +
                             "' (expected key=value,key=value)");
     }
-    const std::string value = trim(pair.substr(eq + 1));
+    const std::string value(trim(std::string_view(pair).substr(eq + 1)));
     if (std::find(conf.keys.begin(), conf.keys.end(), key) == conf.keys.end()) {
       conf.keys.push_back(key);
     }

@@ -1,23 +1,18 @@
+// registry.cpp: make_rendezvous_handler() and parse_backend() (registry.h): the only
+// file that names the backends, filling each handler's Config from RendezvousParams.
 #include "rendezvous/registry.h"
 
 #include <spdlog/spdlog.h>
 
-#include <cerrno>
-#include <mutex>
-#include <optional>
 #include <sstream>
-#include <thread>
 
-#include "base/sys_error.h"
+#include "rendezvous/c10d/store_rendezvous.h"
+#include "rendezvous/c10d/tcp_rendezvous_store.h"
 #include "rendezvous/endpoint.h"
-#include "rendezvous/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/local_rendezvous.h"
 #include "rendezvous/published_address.h"
 #include "rendezvous/rdzv_conf.h"
-#include "rendezvous/store_rendezvous.h"
-#include "store/prefix_store.h"
-#include "store/tcp_store_client.h"
-#include "store/tcp_store_server.h"
 
 namespace ddprun::rdzv {
 namespace {
@@ -25,189 +20,12 @@ namespace {
 using Clock = StoreRendezvous::Clock;
 using Ms = StoreRendezvous::Ms;
 
-const std::string kRdzvKeyPrefix = "ddprun/rdzv/";  // + run id: the handler's keys
-// TcpRendezvousStore::late_host: refusals in a row before another agent hosts.
-constexpr Ms kLateHostAfter{5000};
-
-// Sleeps `d`, in short slices, or less once `interrupted` is true.
-void pause(Ms d, const std::atomic<bool>& interrupted) {
-  for (auto until = Clock::now() + d; !interrupted.load() && Clock::now() < until;) {
-    std::this_thread::sleep_for(std::min<Clock::duration>(Ms(20), until - Clock::now()));
-  }
-}
-
-// The rendezvous store of one handler: optionally hosted here, reached over TCP.
-// Shared by the handler's connect callback and its shutdown callback.
-struct TcpRendezvousStore {
-  Endpoint endpoint;
-  std::string backend;
-  std::string run_id;
-  bool try_host = false;
-  bool must_host = false;  // static node rank 0: failing to bind is an error
-  // c10d, loopback endpoint, is_host not given and another --local-addr: host it after
-  // kLateHostAfter of refused connects (it can only be hosted on this machine, and the
-  // agent whose --local-addr it is did not come).
-  bool late_host = false;
-  // c10d: connects refused (the machine answers, nothing listens) for this long end the
-  // wait, as torchrun's rendezvous TCPStore gives up after read_timeout; 0 = wait until
-  // the join timeout (static, as torchrun's store `timeout`).
-  Ms refused_limit{0};
-  Ms read_timeout{60'000};
-  bool host_attempted = false;
-  std::unique_ptr<store::TcpStoreServer> server;
-
-  std::string where() const {
-    return "rendezvous '" + run_id + "' (" + backend + " at " + endpoint.to_string() + ")";
-  }
-
-  void maybe_host() {
-    if (!try_host || host_attempted) return;
-    host_attempted = true;
-    store::ServerOptions options;
-    options.host = bind_host_for(endpoint.host);
-    options.port = static_cast<std::uint16_t>(endpoint.port);
-    auto s = std::make_unique<store::TcpStoreServer>(options);
-    try {
-      s->start();
-      server = std::move(s);
-      spdlog::info("{}: this node hosts the rendezvous store", where());
-    } catch (const std::exception& e) {
-      if (must_host) {
-        throw RendezvousError(where() +
-                              ": node rank 0 cannot host the rendezvous store: " + e.what());
-      }
-      // Any reason but a taken port (an address this machine cannot bind, a privileged
-      // port) stops every agent of this machine alike, and no other machine has this
-      // address: nobody can host it, so say so now rather than at the join timeout.
-      if (std::string(e.what()).find(errno_text(EADDRINUSE)) == std::string::npos) {
-        throw RendezvousError(where() +
-                              ": the endpoint is this machine but it cannot host the "
-                              "rendezvous store there (" +
-                              e.what() + "), nor can any other");
-      }
-      // Another agent on this machine (or a leftover) holds the port: join as a client.
-      spdlog::info("{}: could not host the rendezvous store ({}); joining as a client", where(),
-                   e.what());
-    }
-  }
-
-  std::shared_ptr<store::Store> connect(Clock::time_point deadline,
-                                        const std::atomic<bool>& interrupted) {
-    return std::make_shared<store::PrefixStore>(kRdzvKeyPrefix + run_id,
-                                                connect_raw(deadline, interrupted));
-  }
-
-  // Static, on the host, before a new attempt's workers learn the store: erases the
-  // keys of earlier attempts' workers (everything outside ddprun/rdzv/), so workers that
-  // do not prefix their keys per attempt (PyTorch 2.4+) never see stale ones.
-  void clear_worker_keys() {
-    std::atomic<bool> never{false};
-    auto raw = connect_raw(Clock::now() + read_timeout, never);
-    int erased = 0;
-    for (const auto& key : raw->list_keys()) {
-      if (key.rfind(kRdzvKeyPrefix, 0) != 0) erased += raw->delete_key(key) ? 1 : 0;
-    }
-    spdlog::debug("{}: erased {} key(s) of earlier attempts' workers", where(), erased);
-  }
-
-  std::shared_ptr<store::Store> connect_raw(Clock::time_point deadline,
-                                            const std::atomic<bool>& interrupted) {
-    maybe_host();
-    // The host reaches its own listener by the literal it bound (or loopback when it
-    // bound every interface); others use the endpoint exactly as given.
-    auto own_host = [&] {
-      return server && bind_host_for(endpoint.host).empty() ? std::string("127.0.0.1")
-                                                            : endpoint.host;
-    };
-    std::string host = own_host();
-    auto start = Clock::now();
-    auto next_log = start + Ms(3000);
-    std::string last_error;
-    std::optional<Clock::time_point> refused_since;  // start of the refusals in a row
-    auto log_waiting = [&] {
-      if (Clock::now() < next_log) return;
-      spdlog::warn(
-          "{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
-          std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
-      next_log = Clock::now() + Ms(5000);
-    };
-    for (;;) {
-      if (interrupted.load()) {
-        throw RendezvousInterruptedError(where() + ": interrupted while connecting to the store");
-      }
-      auto now = Clock::now();
-      if (now >= deadline) {
-        throw RendezvousConnectionError(where() + ": cannot reach the rendezvous store: " +
-                                        (last_error.empty() ? "timed out" : last_error));
-      }
-      // A name the cluster's DNS does not know yet (nodes starting together): keep
-      // resolving it until join_timeout, and say so.
-      if (std::string why = resolution_error(host); !why.empty()) {
-        last_error = "the name '" + host + "' does not resolve (" + why +
-                     "); retrying name resolution (this node's published address is chosen once it "
-                     "resolves)";
-        log_waiting();
-        pause(Ms(250), interrupted);
-        continue;
-      }
-      store::TcpStoreOptions options;
-      options.host = host;
-      options.port = static_cast<std::uint16_t>(endpoint.port);
-      options.timeout = read_timeout;
-      options.connect_timeout =
-          std::min<Ms>(Ms(1000), std::chrono::duration_cast<Ms>(deadline - now) + Ms(1));
-      options.world_size.reset();
-      options.wait_for_workers = false;
-      options.cancel = &interrupted;  // interrupt(): give up between connection tries
-      try {
-        auto tcp = std::make_shared<store::TcpStore>(options);
-        if (!last_error.empty()) spdlog::warn("{}: connected to the rendezvous store", where());
-        return tcp;
-      } catch (const store::StoreConnectionError& e) {
-        last_error = e.what();
-        if (last_error.find(errno_text(ECONNREFUSED)) == std::string::npos) {
-          refused_since.reset();
-        } else if (!refused_since) {
-          refused_since = Clock::now();
-        }
-      } catch (const store::StoreError& e) {
-        throw RendezvousConnectionError(where() + ": " + endpoint.to_string() +
-                                        " does not look like a ddprun/TCPStore store: " + e.what());
-      }
-      const Ms refused =
-          refused_since ? std::chrono::duration_cast<Ms>(Clock::now() - *refused_since) : Ms(0);
-      if (late_host && !host_attempted && refused >= kLateHostAfter) {
-        spdlog::warn("{}: nobody hosts this loopback endpoint; this node hosts it", where());
-        try_host = true;
-        maybe_host();  // a port taken meanwhile: another agent here won the race
-        host = own_host();
-        continue;
-      }
-      if (refused_limit > Ms(0) && refused >= refused_limit) {
-        throw RendezvousConnectionError(
-            where() + ": no agent hosts the rendezvous store: connections refused for " +
-            std::to_string(refused.count() / 1000) +
-            " s (read_timeout); the agent on the endpoint's machine hosts it: start it there, or "
-            "give it --rdzv-conf is_host=1 if it does not see the address as its own");
-      }
-      log_waiting();
-      // TcpStore already backs off within connect_timeout; a short pause on instant
-      // failures (e.g. name resolution) keeps this loop from spinning.
-      pause(Ms(100), interrupted);
-    }
-  }
-
-  void shutdown() {
-    if (server) server->stop();
-  }
-};
-
 // The round settings every multi-node backend (StoreRendezvous, EtcdRendezvous) takes
-// from the parameters and --rdzv-conf alike; their Configs name these fields the same.
-template <typename RoundConfig>
-void fill_round_config(RoundConfig& c, const RendezvousParams& p) {
+// from the parameters and --rdzv-conf alike.
+RoundConfig round_config(const RendezvousParams& p) {
   using namespace std::chrono_literals;
   const RdzvConf& conf = p.conf;
+  RoundConfig c;
   c.run_id = p.run_id;
   c.min_nodes = p.min_nodes;
   c.max_nodes = p.max_nodes;
@@ -226,12 +44,13 @@ void fill_round_config(RoundConfig& c, const RendezvousParams& p) {
   c.workers_port = conf.workers_port.value_or(0);
   // ddprun's own key: 0 = worker rank 0 hosts the workers' store (PyTorch without libuv).
   c.agent_store = conf.use_agent_store.value_or(true);
+  return c;
 }
 
 StoreRendezvous::Config common_config(const RendezvousParams& p) {
   StoreRendezvous::Config c;
-  fill_round_config(c, p);
-  c.poll_slice = std::clamp<Ms>(c.keep_alive_interval / 4, Ms(20), Ms(250));
+  c.round = round_config(p);
+  c.poll_slice = std::clamp<Ms>(c.round.keep_alive_interval / 4, Ms(20), Ms(250));
   return c;
 }
 
@@ -296,20 +115,20 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
   StoreRendezvous::Config c = common_config(p);
   c.backend = "static";
   c.endpoint = ep.to_string();
-  c.min_nodes = nnodes;
-  c.max_nodes = nnodes;
+  c.round.min_nodes = nnodes;
+  c.round.max_nodes = nnodes;
   c.static_ranks = true;
-  c.node_rank = node_rank;
+  c.round.node_rank = node_rank;
   c.node_rank_defaulted = defaulted;
-  c.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(900s));
+  c.round.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(900s));
   // Node rank 0 hosts both stores, so the workers reach it where the agents did.
-  c.advertise_addr = p.local_addr.value_or(ep.host);
+  c.round.advertise_addr = p.local_addr.value_or(ep.host);
   if (node_rank != 0 && !p.local_addr) {
-    c.find_address = [ep, hostname = c.hostname] {
+    c.find_address = [ep, hostname = c.round.hostname] {
       return find_published_address(ep, false, hostname);
     };
   }
-  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
+  c.round.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   // As torchrun: the workers use the store at --master-port (one port to open). An
   // explicit --rdzv-conf workers_port gives them a store of their own on that port
   // instead (0 = OS-chosen), emptied for every attempt.
@@ -349,14 +168,14 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   StoreRendezvous::Config c = common_config(p);
   c.backend = "c10d";
   c.endpoint = ep.to_string();
-  c.node_rank = p.node_rank.value_or(-1);  // the node descriptor's "not given"
-  c.join_timeout = conf.join_timeout.value_or(600s);
+  c.round.node_rank = p.node_rank.value_or(-1);  // the node descriptor's "not given"
+  c.round.join_timeout = conf.join_timeout.value_or(600s);
   const bool host = conf.is_host.value_or(is_this_host(ep.host, p.local_addr.value_or("")));
   if (p.local_addr) {
-    c.advertise_addr = *p.local_addr;
+    c.round.advertise_addr = *p.local_addr;
   } else {
     // Found once the endpoint resolves: the source address of the route towards it.
-    c.find_address = [ep, host, hostname = c.hostname] {
+    c.find_address = [ep, host, hostname = c.round.hostname] {
       return find_published_address(ep, host, hostname);
     };
   }
@@ -371,7 +190,7 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
         "--local-addr to an address the other nodes can reach",
         *p.local_addr);
   }
-  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
+  c.round.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   auto rs = std::make_shared<TcpRendezvousStore>();
   rs->endpoint = ep;
   rs->backend = "c10d";
@@ -380,14 +199,9 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
   rs->must_host = false;
   rs->late_host = !host && !conf.is_host && is_loopback_host(ep.host);
   rs->read_timeout = conf.read_timeout.value_or(60s);
-  rs->refused_limit = std::min<Ms>(rs->read_timeout, c.join_timeout);
+  rs->refused_limit = std::min<Ms>(rs->read_timeout, c.round.join_timeout);
   return finish(std::move(c), rs);
 }
-
-// torchrun's name of the etcd backend that parse_backend() last mapped to etcd-v3 ("" =
-// none, or already said).
-std::mutex alias_mu;
-std::string alias_used;
 
 // --rdzv-endpoint of etcd-v3: comma-separated client URLs or host[:port] (default 2379),
 // each checked (RendezvousError naming the bad one).
@@ -432,17 +246,17 @@ std::unique_ptr<RendezvousHandler> make_etcd(const RendezvousParams& p,
   c.etcd.request_timeout = conf.read_timeout.value_or(5s);
   c.etcd.failover_timeout = conf.failover_timeout.value_or(30s);
   c.prefix = conf.etcd_prefix.value_or("/ddprun/rdzv");
-  fill_round_config(c, p);
-  c.node_rank = p.node_rank.value_or(-1);
-  c.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(600s));
+  c.round = round_config(p);
+  c.round.node_rank = p.node_rank.value_or(-1);
+  c.round.join_timeout = conf.join_timeout.value_or(conf.timeout.value_or(600s));
   const EtcdEndpoint first = parse_etcd_endpoint(endpoints.front());
   if (p.local_addr) {
-    c.advertise_addr = *p.local_addr;
+    c.round.advertise_addr = *p.local_addr;
   } else {
     std::string routed = routed_local_address(Endpoint{first.host, first.port});
-    c.advertise_addr = !routed.empty() ? routed : c.hostname;
+    c.round.advertise_addr = !routed.empty() ? routed : c.round.hostname;
   }
-  c.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
+  c.round.bind_addr = p.local_addr && is_ip_literal(*p.local_addr) ? *p.local_addr : "";
   // Checks the TLS files now (a usage error), connects on the first call.
   return std::make_unique<EtcdRendezvous>(std::move(c));
 }
@@ -453,29 +267,24 @@ Backend parse_backend(const std::string& name) {
   if (name == "static") return Backend::kStatic;
   if (name == "c10d") return Backend::kC10d;
   if (name == "etcd-v3") return Backend::kEtcdV3;
-  if (name == "etcd" || name == "etcd-v2") {
-    // Said once, by make_rendezvous_handler (after the launcher set up its logging).
-    std::lock_guard lock(alias_mu);
-    alias_used = name;
-    return Backend::kEtcdV3;
-  }
+  // Said once, by make_rendezvous_handler (after the launcher set up its logging).
+  if (!backend_alias(name).empty()) return Backend::kEtcdV3;
   throw RendezvousError("unknown --rdzv-backend '" + name + "' (supported: static, c10d, etcd-v3)");
+}
+
+std::string backend_alias(const std::string& name) {
+  return name == "etcd" || name == "etcd-v2" ? name : "";
 }
 
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParams& params) {
   // Checked whatever the node count, so a typo fails at once (exit 2), never after
   // join_timeout of connection attempts (or on the day the job grows to two nodes).
   if (params.backend == Backend::kEtcdV3) {
-    std::string alias;
-    {
-      std::lock_guard lock(alias_mu);
-      alias.swap(alias_used);
-    }
-    if (!alias.empty()) {
+    if (!params.backend_alias.empty()) {
       spdlog::warn(
           "--rdzv-backend {}: ddprun speaks etcd's v3 API (etcd 3.4+, no --enable-v2 needed); "
           "using etcd-v3",
-          alias);
+          params.backend_alias);
     }
     const std::vector<std::string> endpoints = etcd_endpoints(params.endpoint);
     if (params.max_nodes == 1) return std::make_unique<LocalRendezvous>(params);

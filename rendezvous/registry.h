@@ -1,17 +1,7 @@
 // registry.h: make_rendezvous_handler(), the only place that picks a RendezvousHandler
-// for the launcher's parameters, and (with the handlers' sources) the only code that
-// creates TcpStoreServer / TcpStore objects for rendezvous.
-//   max_nodes == 1      -> LocalRendezvous, whatever the backend (a one-node job needs no
-//                          rendezvous traffic: only the workers' store)
-//   "static"            -> StoreRendezvous with fixed membership: node rank 0 hosts the
-//                          rendezvous store at --master-addr:--master-port (or
-//                          --rdzv-endpoint), group rank = node rank
-//   "c10d"              -> StoreRendezvous with dynamic membership (--nnodes MIN:MAX) at
-//                          --rdzv-endpoint (default port 29400)
-//   "etcd-v3"           -> EtcdRendezvous through the etcd members listed in
-//                          --rdzv-endpoint (comma-separated); "etcd" / "etcd-v2" are
-//                          aliases (torchrun's names), with a one-time notice
-// Thread-safety: make_rendezvous_handler() is reentrant.
+// for the launcher's parameters (the table below) and the only file that names the
+// backends' folders (rendezvous/c10d/, rendezvous/etcd/); parse_backend() reads
+// --rdzv-backend. Thread-safety: make_rendezvous_handler() is reentrant.
 #pragma once
 
 #include <memory>
@@ -25,9 +15,23 @@ inline constexpr int kDefaultC10dPort = 29400;
 inline constexpr int kDefaultMasterPort = 29500;
 
 // The backend named `name` (--rdzv-backend). Throws RendezvousError naming the flag for
-// an unknown name; etcd / etcd-v2 are etcd-v3 (logged once).
+// an unknown name; etcd / etcd-v2 are etcd-v3.
 Backend parse_backend(const std::string& name);
+// `name` when it is torchrun's alias of etcd-v3 ("etcd", "etcd-v2"), else "": the value
+// of RendezvousParams::backend_alias.
+std::string backend_alias(const std::string& name);
 
+// Which handler:
+//   max_nodes == 1      -> LocalRendezvous, whatever the backend (a one-node job needs no
+//                          rendezvous traffic: only the workers' store)
+//   "static"            -> StoreRendezvous with fixed membership: node rank 0 hosts the
+//                          rendezvous store at --master-addr:--master-port (or
+//                          --rdzv-endpoint), group rank = node rank
+//   "c10d"              -> StoreRendezvous with dynamic membership (--nnodes MIN:MAX) at
+//                          --rdzv-endpoint (default port 29400)
+//   "etcd-v3"           -> EtcdRendezvous through the etcd members listed in
+//                          --rdzv-endpoint (comma-separated); "etcd" / "etcd-v2" are
+//                          aliases (torchrun's names), with a one-time notice
 // Checks how `params` combine and builds the handler; nothing is bound or connected
 // before the first next_rendezvous(). Throws RendezvousError (one line naming the bad
 // value) on a bad endpoint, an endpoint or port the backend cannot use, or a static

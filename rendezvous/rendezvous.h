@@ -1,11 +1,8 @@
-// rendezvous.h: how an agent finds its peers. A RendezvousHandler turns "this node wants
-// to run N local workers" into the group layout of one attempt (group rank, world
-// sizes, global rank base) and the address of the workers' store. Implementations:
-// LocalRendezvous (one node), StaticRendezvous (fixed nodes, --node-rank) and
-// C10dRendezvous (dynamic membership through a ddprun store); created only by
-// make_rendezvous_handler() in registry.h.
-// Thread-safety: an instance is used by the agent thread only, except
-// num_nodes_waiting() and is_closed(), which may be called from any thread.
+// rendezvous.h: how an agent finds its peers: RendezvousHandler turns "this node runs N
+// workers" into one attempt's group layout and workers' store. Implementations:
+// LocalRendezvous, StoreRendezvous (static, c10d: c10d/), EtcdRendezvous (etcd-v3: etcd/),
+// made only by make_rendezvous_handler() (registry.h). Thread-safety: the agent thread,
+// except num_nodes_waiting() and is_closed(), which any thread may call.
 #pragma once
 
 #include <chrono>
@@ -33,8 +30,7 @@ struct RendezvousInfo {
   int world_size = 1;        // total workers across nodes (WORLD_SIZE)
   std::string master_addr;   // the workers' store (MASTER_ADDR / MASTER_PORT)
   std::uint16_t master_port = 0;
-  bool use_agent_store = true;          // TORCHELASTIC_USE_AGENT_STORE: an agent hosts that store
-  std::vector<std::string> node_names;  // per group rank, for logs and failure reports
+  bool use_agent_store = true;  // TORCHELASTIC_USE_AGENT_STORE: an agent hosts that store
   // GLOO_SOCKET_IFNAME for the workers when gloo would bind to loopback (this machine's
   // host name does not resolve to one of its addresses) in a round spanning machines;
   // "" = leave it to PyTorch (and a user's value is always kept).
@@ -52,6 +48,10 @@ inline std::string backend_name(Backend b) {
 // parse_backend, parse_rdzv_conf); make_rendezvous_handler() checks how they combine.
 struct RendezvousParams {
   Backend backend = Backend::kStatic;
+  // --rdzv-backend as given when it was torchrun's name for etcd ("etcd", "etcd-v2":
+  // backend_alias() in registry.h), "" otherwise; make_rendezvous_handler() says once
+  // that it runs etcd-v3.
+  std::string backend_alias;
   std::string endpoint;         // --rdzv-endpoint, "host[:port]", may be empty
                                 // (etcd-v3: a comma-separated list of client URLs)
   std::string run_id = "none";  // --rdzv-id

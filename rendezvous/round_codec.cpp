@@ -1,3 +1,5 @@
+// round_codec.cpp: the JSON of a node's descriptor, the job's fingerprint and the
+// workers' store address, and command_line() for messages (round_codec.h).
 #include "rendezvous/round_codec.h"
 
 #include <algorithm>
@@ -10,10 +12,6 @@ std::string NodeDesc::label() const {
   if (!host.empty() && host != addr) out += " (" + host + ")";
   out += " pid " + std::to_string(pid);
   return out;
-}
-
-std::string NodeDesc::name() const {
-  return host.empty() || host == addr ? addr : addr + "/" + host;
 }
 
 std::string encode_node_desc(const NodeDesc& desc) {

@@ -1,8 +1,7 @@
-// round_codec.h: the JSON values StoreRendezvous keeps in the rendezvous store (key
-// layout: rdzv_keys.h): a node's descriptor, the job's fingerprint, the workers' store
-// address of a round; and the one-line rendering of a command for messages. One encoder
-// and one decoder each, so every reader accepts what every writer writes. Used by
-// StoreRendezvous, rank_assignment and progress. Thread-safety: pure functions.
+// round_codec.h: the JSON values both multi-node handlers keep (c10d in its store, etcd
+// in its keys): a node's descriptor, the job's fingerprint, the workers' store address of
+// a round; and the one-line rendering of a command for messages. One encoder and one
+// decoder each, so every reader accepts what every writer writes. Thread-safety: pure.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +35,6 @@ struct NodeDesc {
 
   // "addr (host) pid N": how messages name the node ("(host)" only when it differs).
   std::string label() const;
-  // "addr/host" ("addr" when the host is unknown or the same): RendezvousInfo::node_names.
-  std::string name() const;
 };
 
 // The descriptor's JSON (`slot` is not part of it; `job` is written when set).

@@ -1,3 +1,5 @@
+// workers_store.cpp: WorkersStore (workers_store.h), the workers' store an agent hosts,
+// emptied before each attempt.
 #include "rendezvous/workers_store.h"
 
 #include "rendezvous/endpoint.h"

@@ -1,8 +1,8 @@
 // workers_store.h: WorkersStore, the workers' store an agent hosts (a TcpStoreServer the
 // PyTorch workers reach at MASTER_ADDR:MASTER_PORT), kept across attempts and emptied
 // before each new one, so no worker of an attempt sees a key of an earlier one. The one
-// piece both handlers host it with: LocalRendezvous (one node) and StoreRendezvous
-// (group rank 0 of a round). Thread-safety: one thread (the handler's agent thread).
+// piece every handler hosts it with: LocalRendezvous, and group rank 0 of a
+// StoreRendezvous or EtcdRendezvous round. Thread-safety: the handler's agent thread.
 #pragma once
 
 #include <cstdint>

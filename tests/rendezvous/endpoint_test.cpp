@@ -1,3 +1,5 @@
+// endpoint.h and rdzv_conf.h: host[:port] parsing and its one-line errors, the "is this
+// host me?" checks, and the --rdzv-conf value parsing (seconds, integers, booleans).
 #include "rendezvous/endpoint.h"
 
 #include <catch2/catch.hpp>

@@ -192,7 +192,5 @@ TEST_CASE("round layout: rank base, world size and names follow the group ranks"
     CHECK(info.rank_base == row.rank_base);
     CHECK(info.group_world_size == 4);
     CHECK(info.world_size == 8);
-    CHECK(info.node_names ==
-          std::vector<std::string>{"127.0.0.4", "127.0.0.3/n3", "127.0.0.2", "127.0.0.1"});
   }
 }

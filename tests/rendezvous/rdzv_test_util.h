@@ -1,11 +1,14 @@
 // rdzv_test_util.h: helpers of the rendezvous tests: parameters for a node of a loopback
-// "cluster", plus the shared test support (eventually, ReservedPort) in the same
-// namespace (ddprun::test). Single-threaded helpers.
+// "cluster", running next_rendezvous() on threads (rendezvous_all, rendezvous_outcome),
+// plus the shared test support (eventually, ReservedPort) in the same namespace
+// (ddprun::test). Call them from the test's thread.
 #pragma once
 
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,7 @@ inline rdzv::RendezvousParams node_params(const std::string& backend, int i, std
                                           int min_nodes, int max_nodes, int nproc = 1) {
   rdzv::RendezvousParams p;
   p.backend = rdzv::parse_backend(backend);
+  p.backend_alias = rdzv::backend_alias(backend);
   p.run_id = "test_job";
   p.endpoint = "127.0.0.1:" + std::to_string(port);
   p.min_nodes = min_nodes;
@@ -36,6 +40,33 @@ inline rdzv::RendezvousParams node_params(const std::string& backend, int i, std
   p.conf.keep_alive_max_attempt = 10;
   p.conf.read_timeout = std::chrono::seconds(10);
   return p;
+}
+
+using Handlers = std::vector<std::unique_ptr<rdzv::RendezvousHandler>>;
+
+// Runs next_rendezvous() on every handler concurrently; their infos in handler order.
+inline std::vector<rdzv::RendezvousInfo> rendezvous_all(Handlers& hs) {
+  std::vector<std::future<rdzv::RendezvousInfo>> fs;
+  for (auto& h : hs) {
+    fs.push_back(std::async(std::launch::async, [&h] { return h->next_rendezvous(); }));
+  }
+  std::vector<rdzv::RendezvousInfo> out;
+  for (auto& f : fs) out.push_back(f.get());
+  return out;
+}
+
+// next_rendezvous() on a thread of its own: "formed", or the message of the `Error` it
+// threw (any other exception reaches the test through get()).
+template <typename Error = rdzv::RendezvousError>
+std::future<std::string> rendezvous_outcome(rdzv::RendezvousHandler& h) {
+  return std::async(std::launch::async, [&h] {
+    try {
+      h.next_rendezvous();
+      return std::string("formed");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  });
 }
 
 // The heartbeat counters of slots 0..n-1 of round `round` of run "test_job", read through

@@ -6,9 +6,9 @@
 #include <catch2/catch.hpp>
 #include <future>
 
-#include "rdzv_test_util.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/registry.h"
+#include "tests/rendezvous/rdzv_test_util.h"
 
 using namespace ddprun;
 using namespace ddprun::rdzv;

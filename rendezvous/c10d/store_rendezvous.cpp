@@ -1,0 +1,233 @@
+// store_rendezvous.cpp: StoreRendezvous's life cycle and its API while in a round:
+// connecting, the new-round verdict (from RoundWatch), closing, the exit barrier,
+// shutdown. Forming a round (next_rendezvous's join) is store_rendezvous_join.cpp.
+#include "rendezvous/c10d/store_rendezvous.h"
+
+#include <spdlog/spdlog.h>
+
+#include "rendezvous/c10d/keys.h"
+#include "rendezvous/round_member.h"
+#include "store/store.h"
+
+namespace ddprun::rdzv {
+namespace {
+
+using Clock = StoreRendezvous::Clock;
+using Ms = StoreRendezvous::Ms;
+
+StoreRendezvous::Config with_clock(StoreRendezvous::Config config) {
+  if (!config.round.now) config.round.now = [] { return Clock::now(); };
+  return config;
+}
+
+}  // namespace
+
+StoreRendezvous::StoreRendezvous(Config config, Connect connect, std::function<void()> on_shutdown,
+                                 std::function<bool()> hosts_store,
+                                 std::function<void()> clear_worker_keys)
+    : config_(with_clock(std::move(config))),
+      connect_(std::move(connect)),
+      on_shutdown_(std::move(on_shutdown)),
+      hosts_store_(std::move(hosts_store)),
+      clear_worker_keys_(std::move(clear_worker_keys)),
+      watch_(RoundWatch::Settings{where(), config_.round.max_nodes,
+                                  config_.round.keep_alive_interval,
+                                  config_.round.keep_alive_max_attempt, config_.round.now}) {}
+
+StoreRendezvous::~StoreRendezvous() { shutdown(); }
+
+std::string StoreRendezvous::where() const {
+  return rendezvous_where(config_.round.run_id, config_.backend + " at " + config_.endpoint);
+}
+
+void StoreRendezvous::throw_if_stopped() {
+  if (stop_requested()) {
+    throw RendezvousInterruptedError(where() + ": interrupted while waiting for the other nodes");
+  }
+}
+
+bool StoreRendezvous::sleep_slice(Ms d) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, d, [&] { return stop_requested(); });
+  return !stop_requested();
+}
+
+void StoreRendezvous::interrupt() {
+  interrupted_.store(true);
+  std::lock_guard lock(mu_);
+  cv_.notify_all();
+}
+
+void StoreRendezvous::check_closed() {
+  if (closed_.load() || store_->check({keys::kClosed})) {
+    closed_.store(true);
+    throw RendezvousClosedError(where() + " is closed: the job has ended");
+  }
+}
+
+void StoreRendezvous::ensure_connected(Clock::time_point deadline) {
+  if (store_) return;
+  auto main = connect_(deadline, interrupted_);
+  auto hb = connect_(deadline, interrupted_);
+  store_ = main;
+  hb_store_ = hb;
+  if (config_.find_address) config_.round.advertise_addr = config_.find_address();
+}
+
+RendezvousInfo StoreRendezvous::next_rendezvous() {
+  watch_.stop();
+  throw_if_stopped();
+  auto deadline = now() + config_.round.join_timeout;
+  try {
+    ensure_connected(deadline);
+    return join(deadline);
+  } catch (const store::StoreConnectionError& e) {
+    throw RendezvousConnectionError(where() + ": lost the rendezvous store: " + e.what());
+  } catch (const store::StoreTimeoutError& e) {
+    throw RendezvousConnectionError(where() + ": the rendezvous store did not answer in time (" +
+                                    e.what() + ")");
+  } catch (const store::StoreError& e) {
+    throw RendezvousStateError(where() + ": rendezvous store error: " + e.what());
+  }
+}
+
+int StoreRendezvous::num_nodes_waiting() { return watch_.waiting(); }
+
+bool StoreRendezvous::needs_new_round() {
+  if (!watch_.needs_new_round()) return false;
+  if (in_round_ && !exited_ && !announced_) {
+    announced_ = true;
+    // The watch thread ADDs to our key; stop it before the key stops being a number.
+    watch_.stop();
+    try {
+      store_->set(keys::heartbeat(round_, slot_), keys::kLeft);
+    } catch (const std::exception& e) {
+      spdlog::debug("{}: could not announce leaving round {}: {}", where(), round_, e.what());
+    }
+  }
+  return true;
+}
+
+bool StoreRendezvous::needs_new_round_now() {
+  if (watch_.needs_new_round()) return needs_new_round();
+  if (!in_round_ || exited_) return false;
+  try {
+    watch_.look_now(*store_);
+  } catch (const std::exception& e) {
+    watch_.fail(e.what());
+  }
+  return needs_new_round();
+}
+
+std::string StoreRendezvous::new_round_reason() { return watch_.reason(); }
+
+bool StoreRendezvous::is_closed() {
+  if (closed_.load()) return true;
+  try {
+    if (store_ && store_->check({keys::kClosed})) closed_.store(true);
+  } catch (const std::exception&) {
+  }
+  return closed_.load();
+}
+
+void StoreRendezvous::set_closed() {
+  closed_.store(true);
+  try {
+    if (store_) store_->set(keys::kClosed, "1");
+  } catch (const std::exception& e) {
+    spdlog::debug("{}: could not mark the rendezvous closed: {}", where(), e.what());
+  }
+}
+
+bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
+  if (!in_round_ || exited_) return true;
+  watch_.stop();
+  exited_ = true;
+  const auto deadline = now() + timeout;
+  try {
+    store_->set(keys::heartbeat(round_, slot_), keys::kDone);
+    const auto hb_keys = keys::heartbeats(round_, nodes_);
+    auto next_log = now() + config_.round.progress_interval;
+    for (;;) {
+      const auto asked = now();
+      std::vector<Member> members = watch_.observe(round_, store_->multi_get(hb_keys), asked);
+      std::string pending;
+      bool any_alive = false;
+      bool all_done = true;
+      for (int s = 0; s < nodes_; ++s) {
+        if (members[static_cast<std::size_t>(s)] != Member::kDone) all_done = false;
+        if (members[static_cast<std::size_t>(s)] == Member::kAlive) {
+          any_alive = true;
+          pending += (pending.empty() ? "" : ", ") + members_[static_cast<std::size_t>(s)].label();
+        }
+      }
+      if (all_done) {
+        acknowledge_exit();
+        return true;
+      }
+      if (!any_alive) return false;  // the rest left or died: nobody else will come
+      if (now() >= deadline) {
+        if (!hosts_store()) {
+          spdlog::warn("{}: exit barrier timed out waiting for [{}]", where(), pending);
+          return false;
+        }
+        // The rendezvous store lives in this process: leaving now would fail the nodes
+        // that are still running (their heartbeats would lose the store).
+        if (now() >= next_log) {
+          spdlog::warn("{}: keeping the rendezvous store up for the nodes still running: [{}]",
+                       where(), pending);
+          next_log = now() + std::max<Ms>(config_.round.progress_interval, Ms(30'000));
+        }
+      }
+      if (now() >= next_log) {
+        spdlog::warn("{}: waiting at the exit barrier for [{}]; {} s left", where(), pending,
+                     secs_left(now(), deadline));
+        next_log = now() + config_.round.progress_interval;
+      }
+      if (!sleep_slice(std::min<Ms>(config_.poll_slice, Ms(100)))) return false;
+    }
+  } catch (const store::StoreConnectionError& e) {
+    // The store host left: it leaves only once no peer is running (or it died, and
+    // then nobody is left to wait for either).
+    spdlog::debug("{}: exit barrier: the rendezvous store went away: {}", where(), e.what());
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: exit barrier: {}", where(), e.what());
+    return false;
+  }
+}
+
+void StoreRendezvous::acknowledge_exit() {
+  // Everyone is done. Non-hosts acknowledge; the host waits (briefly) for the acks, so
+  // it does not close the store under a peer that has not seen this yet.
+  try {
+    std::int64_t seen = store_->add(keys::exit_seen(round_), 1);
+    if (hosts_store()) {
+      auto ack_deadline = now() + std::max<Ms>(config_.round.keep_alive_interval, Ms(5000));
+      while (seen < nodes_ && now() < ack_deadline && sleep_slice(Ms(20))) {
+        seen = store_->add(keys::exit_seen(round_), 0);
+      }
+    }
+  } catch (const store::StoreError& e) {
+    spdlog::debug("{}: exit barrier acknowledgement: {}", where(), e.what());
+  }
+}
+
+void StoreRendezvous::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  watch_.stop();
+  if (in_round_ && !exited_ && store_) {
+    try {
+      // Peers notice at once, not after a heartbeat threshold.
+      store_->set(keys::heartbeat(round_, slot_), keys::kLeft);
+    } catch (const std::exception&) {
+    }
+  }
+  workers_store_.stop();
+  hb_store_.reset();
+  store_.reset();
+  if (on_shutdown_) on_shutdown_();
+}
+
+}  // namespace ddprun::rdzv

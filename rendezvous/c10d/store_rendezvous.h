@@ -1,0 +1,190 @@
+// store_rendezvous.h: StoreRendezvous, the "static" and "c10d" backends: rounds formed
+// through any Store (ADD-slot join, one CAS to finalize, ADD heartbeats; docs/multinode.md).
+// Made by make_rendezvous_handler(); tests build it over a MemoryStore or a TcpStore.
+// Thread-safety: as RendezvousHandler; interrupt() from any thread. RoundWatch's thread
+// runs between next_rendezvous() and the next call / exit_barrier() / shutdown().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/c10d/round_watch.h"
+#include "rendezvous/endpoint.h"
+#include "rendezvous/rendezvous.h"
+#include "rendezvous/round_codec.h"
+#include "rendezvous/round_config.h"
+#include "rendezvous/workers_store.h"
+
+namespace ddprun::store {
+class Store;
+}  // namespace ddprun::store
+
+namespace ddprun::rdzv {
+
+// The pure parts have files of their own: the key layout (keys.h), the values stored
+// (round_codec.h), rank assignment (rank_assignment.h), liveness (liveness.h), the
+// progress line (progress.h), what both multi-node handlers do (round_member.h); the
+// heartbeat thread is RoundWatch (round_watch.h), the workers' store WorkersStore.
+class StoreRendezvous final : public RendezvousHandler {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Ms = std::chrono::milliseconds;
+
+  struct Config {
+    RoundConfig round;             // the settings every multi-node backend shares
+    std::string backend = "c10d";  // for messages and backend_name()
+    std::string endpoint;          // "host:port" of the rendezvous store, for messages
+    // static: every node must give a node rank; group rank = node rank.
+    bool static_ranks = false;
+    bool node_rank_defaulted = false;  // static: --node-rank absent, 0 assumed
+    // Set = round.advertise_addr is found once the rendezvous store is reached (the
+    // endpoint resolves by then; it may not at start), replacing the value given.
+    std::function<std::string()> find_address;
+    // static: > 0 = no store of the workers' own: they use the rendezvous store (hosted
+    // by group rank 0 on this port), as torchrun's static backend does, so a firewall
+    // that opens only --master-port suffices. Attempts are kept apart by the workers'
+    // key prefix (/worker/attempt_<round>/), so the store is never reset (newer workers
+    // that do not prefix are served by clear_worker_keys, see below). The workers
+    // reach it where the agents do: shared_store_addr (the endpoint's host).
+    std::string shared_store_addr;
+    int shared_store_port = 0;
+    Ms poll_slice{250};  // longest uninterruptible store wait
+  };
+
+  // Opens one new connection to the rendezvous store, as this handler's key space (the
+  // registry prefixes ddprun/rdzv/<run id>/), retrying until
+  // `deadline`; gives up early when `interrupted` becomes true. Throws RendezvousError.
+  using Connect = std::function<std::shared_ptr<store::Store>(
+      Clock::time_point deadline, const std::atomic<bool>& interrupted)>;
+
+  // `on_shutdown` runs once in shutdown() (the registry stops a hosted rendezvous store
+  // there). `hosts_store` tells whether this agent hosts the rendezvous store: such an
+  // agent's exit_barrier() keeps waiting past its timeout while peers still heartbeat,
+  // so the store does not vanish under running nodes. `clear_worker_keys` (shared store
+  // only, called on group rank 0 before each round's workers learn the store) erases
+  // what earlier attempts' workers left in it, sparing the rendezvous keys.
+  StoreRendezvous(Config config, Connect connect, std::function<void()> on_shutdown = {},
+                  std::function<bool()> hosts_store = {},
+                  std::function<void()> clear_worker_keys = {});
+  ~StoreRendezvous() override;
+
+  // Leaves the current round (if any) and joins the next one: blocks until a round
+  // including this node forms, or throws RendezvousTimeoutError (join_timeout),
+  // RendezvousClosedError, RendezvousConnectionError (store unreachable/lost),
+  // RendezvousStateError (static: duplicate or out-of-range node ranks; c10d falls back
+  // to the automatic order with one warning instead) or
+  // RendezvousInterruptedError (interrupt()).
+  RendezvousInfo next_rendezvous() override;
+  int num_nodes_waiting() override;
+  // True once the round must be left. The first true also tells the peers at once
+  // (this node's heartbeat becomes "left"), because the agent now stops its workers and
+  // theirs will fail: their needs_new_round_now() then explains those failures.
+  bool needs_new_round() override;
+  bool needs_new_round_now() override;
+  bool is_closed() override;
+  void set_closed() override;
+  bool exit_barrier(std::chrono::milliseconds timeout) override;
+  std::string run_id() const override { return config_.round.run_id; }
+  std::string backend_name() const override { return config_.backend; }
+  void shutdown() override;
+  void interrupt() override;
+
+  // Why needs_new_round() became true ("" while it is false).
+  std::string new_round_reason();
+
+ private:
+  // The polling loops of next_rendezvous() and exit_barrier() stop here: interrupt()
+  // makes stop_requested() true and wakes sleep_slice().
+  bool stop_requested() const { return interrupted_.load(); }
+  void throw_if_stopped();  // RendezvousInterruptedError once stop_requested()
+  bool sleep_slice(Ms d);   // false when stopped
+  Clock::time_point now() const { return config_.round.now(); }
+
+  void ensure_connected(Clock::time_point deadline);
+  // Publishes this job's fingerprint, or compares it with the one already published;
+  // throws RendezvousStateError on a mismatch, having written nothing.
+  void check_same_job();
+  void check_closed();  // RendezvousClosedError once the job has ended
+
+  // join(), step by step (store_rendezvous_join.cpp).
+  RendezvousInfo join(Clock::time_point deadline);
+  // Leaves the current round, if any; the round to try first.
+  int first_round();
+  // One attempt at round r: this node's info, or nullopt when r formed without it or
+  // failed to complete (then r + 1 is next). Throws as next_rendezvous().
+  std::optional<RendezvousInfo> try_round(int r, Clock::time_point deadline);
+  int take_slot(int r);
+  // try_round() once this node holds `slot` of round r; an interrupt leaves the slot.
+  std::optional<RendezvousInfo> try_slot(int r, int slot, Clock::time_point deadline);
+  // Closes round r when it may (MAX in, or MIN in for last_call_timeout once round r-1
+  // is over) and waits until someone did; returns its node count N.
+  int wait_for_final(int r, int slot, Clock::time_point deadline);
+  bool round_retired(int r);
+  void log_progress(int r, Clock::time_point deadline, bool retired);
+  // Waits (a heartbeat threshold at most) for the descriptors of slots 0..n-1.
+  bool wait_for_descriptors(int r, int n, Clock::time_point deadline);
+  std::vector<NodeDesc> read_descs(int r, int n);
+  std::vector<int> group_ranks(const std::vector<NodeDesc>& descs);
+  // Ends round r (n nodes) for every node, for `why`: leaves the slot, and the store's
+  // host waits (a heartbeat threshold at most) until every slot left, so that each node
+  // reads its descriptors and refuses alike. Throws RendezvousStateError(why).
+  [[noreturn]] void refuse_round(int r, int slot, int n, const std::string& why);
+  // The host of the address the workers get as MASTER_ADDR, group rank 0 being
+  // `group_rank0`: its published address, or the shared store's (static).
+  std::string workers_store_host(const NodeDesc& group_rank0) const;
+  // Group rank 0: makes the round's workers' store ready and publishes where it is.
+  void publish_workers_store(int r);
+  // Where round r's workers' store is, once group rank 0 said (beating meanwhile);
+  // nullopt when it did not within a heartbeat threshold.
+  std::optional<Endpoint> await_workers_store(int r, int slot, Clock::time_point deadline);
+  void enter_round(int r, int slot, std::vector<NodeDesc> descs, const RendezvousInfo& info);
+  void leave_slot(int r, int slot);  // its heartbeat says "left": nobody waits for it
+  // Polls in poll_slice steps (at least once) until every key exists (true) or `until`
+  // passes (false), calling `between` after each empty slice. Throws
+  // RendezvousInterruptedError.
+  bool poll_keys(const std::vector<std::string>& keys, Clock::time_point until,
+                 const std::function<void()>& between = {});
+
+  // exit_barrier() steps.
+  void acknowledge_exit();  // all done: count this node, and the host waits for the rest
+  bool hosts_store() const { return hosts_store_ && hosts_store_(); }
+
+  std::string where() const;  // "rendezvous '<id>' (<backend> at <endpoint>)"
+
+  Config config_;
+  Connect connect_;
+  std::function<void()> on_shutdown_;
+  std::function<bool()> hosts_store_;
+  std::function<void()> clear_worker_keys_;
+  std::shared_ptr<store::Store> store_;     // agent thread (and is_closed/set_closed)
+  std::shared_ptr<store::Store> hb_store_;  // the watch thread's connection
+  WorkersStore workers_store_;
+  RoundWatch watch_;
+
+  // Current round, valid while in_round_.
+  bool in_round_ = false;
+  bool exited_ = false;
+  int round_ = 0;
+  int slot_ = 0;
+  int nodes_ = 0;
+  std::vector<NodeDesc> members_;  // by slot
+
+  std::mutex mu_;  // with cv_: sleep_slice() and interrupt()
+  std::condition_variable cv_;
+  std::atomic<bool> interrupted_{false};
+  std::atomic<bool> closed_{false};
+  bool announced_ = false;  // "left" already published for the current round
+  bool shut_down_ = false;
+  bool job_checked_ = false;       // check_same_job() passed once
+  bool node_rank_warned_ = false;  // c10d: "--node-rank ignored" said once per agent
+  bool gloo_warned_ = false;       // "the workers get GLOO_SOCKET_IFNAME" said once
+};
+
+}  // namespace ddprun::rdzv

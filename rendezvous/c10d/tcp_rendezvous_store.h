@@ -1,0 +1,68 @@
+// tcp_rendezvous_store.h: TcpRendezvousStore, the rendezvous store of one static/c10d
+// handler: hosted here when this node may (a TcpStoreServer), reached over TCP, retrying
+// name resolution and connects until the join deadline. Made by the registry; shared by
+// StoreRendezvous's connect, shutdown and clear_worker_keys callbacks.
+// Thread-safety: the handler's agent thread (connect() also from its watch's setup).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "rendezvous/endpoint.h"
+
+namespace ddprun::store {
+class Store;
+class TcpStoreServer;
+}  // namespace ddprun::store
+
+namespace ddprun::rdzv {
+
+// The handler's keys live under this prefix + run id in the rendezvous store.
+inline const std::string kRdzvKeyPrefix = "ddprun/rdzv/";
+
+struct TcpRendezvousStore {
+  using Clock = std::chrono::steady_clock;
+  using Ms = std::chrono::milliseconds;
+
+  Endpoint endpoint;
+  std::string backend;
+  std::string run_id;
+  bool try_host = false;
+  bool must_host = false;  // static node rank 0: failing to bind is an error
+  // c10d, loopback endpoint, is_host not given and another --local-addr: host it after
+  // kLateHostAfter of refused connects (it can only be hosted on this machine, and the
+  // agent whose --local-addr it is did not come).
+  bool late_host = false;
+  // c10d: connects refused (the machine answers, nothing listens) for this long end the
+  // wait, as torchrun's rendezvous TCPStore gives up after read_timeout; 0 = wait until
+  // the join timeout (static, as torchrun's store `timeout`).
+  Ms refused_limit{0};
+  Ms read_timeout{60'000};
+  bool host_attempted = false;
+  std::unique_ptr<store::TcpStoreServer> server;
+
+  TcpRendezvousStore();
+  ~TcpRendezvousStore();
+
+  std::string where() const;
+  // Hosts the store when try_host and not tried yet; RendezvousError when must_host and
+  // the bind fails (else joins as a client).
+  void maybe_host();
+  // A new connection, as the handler's key space (kRdzvKeyPrefix + run id). Throws
+  // RendezvousConnectionError at `deadline`, RendezvousInterruptedError once
+  // `interrupted`.
+  std::shared_ptr<store::Store> connect(Clock::time_point deadline,
+                                        const std::atomic<bool>& interrupted);
+  // A new connection to the whole store (hosting first when it may).
+  std::shared_ptr<store::Store> connect_raw(Clock::time_point deadline,
+                                            const std::atomic<bool>& interrupted);
+  // Static, on the host, before a new attempt's workers learn the store: erases the
+  // keys of earlier attempts' workers (everything outside ddprun/rdzv/), so workers that
+  // do not prefix their keys per attempt (PyTorch 2.4+) never see stale ones.
+  void clear_worker_keys();
+  void shutdown();  // stops a hosted store
+};
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,140 @@
+// etcd_rendezvous.cpp: EtcdRendezvous's life cycle and its API while in a round: waits,
+// the new-round verdict (kept by EtcdSession), closing, the exit barrier, shutdown.
+// Forming a round (next_rendezvous's join) is etcd_rendezvous_join.cpp.
+#include "rendezvous/etcd/etcd_rendezvous.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "rendezvous/etcd/etcd_round.h"
+#include "rendezvous/round_member.h"
+
+namespace ddprun::rdzv {
+namespace {
+
+using Clock = EtcdRendezvous::Clock;
+using Ms = EtcdRendezvous::Ms;
+
+EtcdRendezvous::Config with_clock(EtcdRendezvous::Config config) {
+  if (!config.round.now) config.round.now = [] { return Clock::now(); };
+  return config;
+}
+
+}  // namespace
+
+EtcdRendezvous::EtcdRendezvous(Config config)
+    : config_(with_clock(std::move(config))),
+      keys_{config_.prefix + "/" + config_.round.run_id + "/"},
+      client_(options_with(&interrupted_)),
+      watch_(options_with(&interrupted_), keys_.base),
+      session_(
+          EtcdSession::Settings{config_.etcd, keys_, where(), config_.round.keep_alive_interval,
+                                config_.round.keep_alive_max_attempt, config_.recheck_interval}) {}
+
+EtcdOptions EtcdRendezvous::options_with(const std::atomic<bool>* cancel) const {
+  EtcdOptions o = config_.etcd;
+  o.cancel = cancel;
+  return o;
+}
+
+EtcdRendezvous::~EtcdRendezvous() { shutdown(); }
+
+std::string EtcdRendezvous::where() const {
+  return rendezvous_where(config_.round.run_id, "etcd-v3, " + client_.where());
+}
+
+void EtcdRendezvous::throw_if_stopped() {
+  if (interrupted_.load()) {
+    throw RendezvousInterruptedError(where() + ": interrupted while waiting for the other nodes");
+  }
+}
+
+void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point until) {
+  // The safety net: re-read at least every recheck_interval even without an event. The
+  // watch waits real time: `until` (on the injected clock) becomes a real deadline.
+  until = std::min(until, now() + config_.recheck_interval);
+  const auto real_until = Clock::now() + (until - now());
+  try {
+    if (watch_.wait(revision, real_until).changed()) {
+      settle(interrupted_, real_until, session_.nodes_seen());
+    }
+  } catch (const RendezvousInterruptedError&) {
+    throw_if_stopped();
+    throw;
+  }
+}
+
+void EtcdRendezvous::interrupt() {
+  interrupted_.store(true);
+  watch_.cancel();  // wakes a blocked wait_for_change()
+}
+
+void EtcdRendezvous::check_closed() {
+  if (closed_.load() || client_.get(keys_.key("closed"))) {
+    closed_.store(true);
+    throw RendezvousClosedError(where() + " is closed: the job has ended");
+  }
+}
+
+int EtcdRendezvous::num_nodes_waiting() { return session_.waiting(); }
+
+bool EtcdRendezvous::needs_new_round() { return session_.needs_new_round(); }
+
+std::string EtcdRendezvous::new_round_reason() { return session_.reason(); }
+
+bool EtcdRendezvous::needs_new_round_now() {
+  const std::optional<EtcdSession::Round> r = session_.current_round();
+  if (!r) return false;
+  if (!session_.reason().empty()) return true;
+  EtcdLook l;
+  try {
+    l = look_at_round(client_, keys_, r->round, r->members);
+  } catch (const std::exception& e) {
+    l.reason = e.what();
+  }
+  return session_.add_reason(l.reason);
+}
+
+bool EtcdRendezvous::is_closed() { return closed_.load(); }
+
+void EtcdRendezvous::set_closed() {
+  client_.put(keys_.key("closed"), "1");
+  closed_.store(true);
+}
+
+bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
+  const std::optional<EtcdSession::Round> r = session_.current_round();
+  if (!r) return true;
+  const int round = r->round;
+  const std::vector<std::string>& members = r->members;
+  const auto deadline = now() + timeout;
+  client_.put(keys_.rkey(round, "done/" + me_), "1");
+  for (;;) {
+    std::set<std::string> live, done;
+    std::int64_t revision = 0;
+    for (const auto& n : client_.get_prefix(keys_.key("node/"), true, &revision)) {
+      live.insert(key_leaf(n.key));
+    }
+    for (const auto& n : client_.get_prefix(keys_.rkey(round, "done/"), true))
+      done.insert(key_leaf(n.key));
+    if (std::all_of(members.begin(), members.end(),
+                    [&](const auto& m) { return done.count(m) || !live.count(m); })) {
+      return true;
+    }
+    if (now() >= deadline || interrupted_.load()) return false;
+    try {
+      wait_for_change(revision, deadline);
+    } catch (const RendezvousInterruptedError&) {
+      return false;
+    }
+  }
+}
+
+void EtcdRendezvous::shutdown() {
+  session_.shutdown();  // revokes the lease: the descriptor and join key go now
+  workers_store_.stop();
+}
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,88 @@
+// etcd_rendezvous.h: EtcdRendezvous, the "etcd-v3" backend: rounds formed in an etcd
+// cluster (EtcdClient), one lease per agent (EtcdSession), join keys per agent, waits on
+// etcd watches; the algorithm and key layout are in docs/multinode.md ("etcd"). Made by
+// make_rendezvous_handler() (registry.h). Thread-safety: as RendezvousHandler;
+// interrupt() from any thread; the session's thread runs from the first
+// next_rendezvous() to shutdown().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/etcd/etcd_round.h"
+#include "rendezvous/etcd/etcd_session.h"
+#include "rendezvous/etcd/etcd_watch.h"
+#include "rendezvous/rendezvous.h"
+#include "rendezvous/round_codec.h"
+#include "rendezvous/round_config.h"
+#include "rendezvous/workers_store.h"
+
+namespace ddprun::rdzv {
+
+class EtcdRendezvous final : public RendezvousHandler {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Ms = std::chrono::milliseconds;
+
+  struct Config {
+    RoundConfig round;  // the settings every multi-node backend shares
+    EtcdOptions etcd;
+    std::string prefix = "/ddprun/rdzv";  // keys: <prefix>/<run id>/...
+    // The safety net under the watches: a wait re-reads the keys at least this often even
+    // when no watch event came (a silent connection, a member cut off). Not a poll period:
+    // changes wake the waits at once.
+    Ms recheck_interval{5'000};
+  };
+
+  explicit EtcdRendezvous(Config config);
+  ~EtcdRendezvous() override;
+
+  RendezvousInfo next_rendezvous() override;
+  int num_nodes_waiting() override;
+  bool needs_new_round() override;
+  bool needs_new_round_now() override;
+  bool is_closed() override;
+  void set_closed() override;
+  bool exit_barrier(std::chrono::milliseconds timeout) override;
+  std::string run_id() const override { return config_.round.run_id; }
+  std::string backend_name() const override { return "etcd-v3"; }
+  void shutdown() override;
+  void interrupt() override;
+
+  std::string new_round_reason();
+
+ private:
+  std::string where() const;
+  Clock::time_point now() const { return config_.round.now(); }
+  EtcdOptions options_with(const std::atomic<bool>* cancel) const;
+  void throw_if_stopped();
+  // Blocks until a key of the run changes after `revision`, `until`, or recheck_interval
+  // (the safety net); RendezvousInterruptedError on interrupt().
+  void wait_for_change(std::int64_t revision, Clock::time_point until);
+
+  void ensure_lease();  // the session's lease (again when it expired) and the descriptor
+  void check_same_job();
+  void check_closed();
+  std::vector<std::string> live_members();  // lease ids with a descriptor
+  std::optional<RendezvousInfo> formed(const EtcdRoundState& s, Clock::time_point deadline);
+  void log_progress(const EtcdRoundState& s, Clock::time_point deadline);
+
+  Config config_;
+  EtcdKeys keys_;      // under <prefix>/<run id>/
+  EtcdClient client_;  // the agent thread's
+  EtcdWatch watch_;    // the agent thread's: every key under keys_.base
+  EtcdSession session_;
+  WorkersStore workers_store_;
+
+  std::atomic<bool> interrupted_{false};
+  std::atomic<bool> closed_{false};
+  std::string me_;  // the session's lease id in hex (agent thread)
+  bool node_rank_warned_ = false;
+};
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,231 @@
+// etcd_rendezvous_join.cpp: how EtcdRendezvous forms a round (next_rendezvous()): the
+// job check, the lease and descriptor, the join loop acting on next_join_step()
+// (etcd_round.h), the progress line, and a formed round's ranks and workers' store.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "rendezvous/etcd/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_round.h"
+#include "rendezvous/progress.h"
+#include "rendezvous/rank_assignment.h"
+#include "rendezvous/round_member.h"
+#include "store/store.h"
+
+namespace ddprun::rdzv {
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+}  // namespace
+
+void EtcdRendezvous::check_same_job() {
+  if (!config_.round.job_check) return;
+  const std::string mine = job_fingerprint(config_.round.job_command);
+  if (client_.txn({{keys_.key("job"), EtcdCompare::Target::kCreate, 0, {}}},
+                  {{keys_.key("job"), mine, 0}})) {
+    return;
+  }
+  auto kv = client_.get(keys_.key("job"));
+  if (kv && kv->value != mine) {
+    throw RendezvousStateError(another_job_error(where(), config_.round, kv->value));
+  }
+}
+
+void EtcdRendezvous::ensure_lease() {
+  if (!session_.ensure_lease(client_)) return;
+  me_ = session_.id();
+  client_.put(keys_.key("node/" + me_),
+              encode_node_desc(this_node_desc(config_.round, /*rdzv_host=*/false)),
+              session_.lease());
+}
+
+std::vector<std::string> EtcdRendezvous::live_members() {
+  std::vector<std::string> out;
+  for (const auto& kv : client_.get_prefix(keys_.key("node/"), /*keys_only=*/true)) {
+    out.push_back(key_leaf(kv.key));
+  }
+  return out;
+}
+
+RendezvousInfo EtcdRendezvous::next_rendezvous() {
+  throw_if_stopped();
+  JoinView v;
+  v.min_nodes = config_.round.min_nodes;
+  v.max_nodes = config_.round.max_nodes;
+  v.last_call_timeout = config_.round.last_call_timeout;
+  v.left_round = session_.leave_round();
+  const auto deadline = now() + config_.round.join_timeout;
+  check_closed();
+  check_same_job();
+  ensure_lease();
+  auto next_log = now() + config_.round.progress_interval;
+  std::int64_t newest_join = -1;  // the newest join key's create revision last seen
+  v.changed_at = now();           // when it was seen first
+  int waiting_in = -1;            // the round this node registered as a late joiner of
+  for (;;) {
+    throw_if_stopped();
+    session_.check_alive();
+    ensure_lease();  // again when it expired
+    if (now() >= deadline) {
+      throw RendezvousTimeoutError(where() + ": no round formed within join_timeout (" +
+                                   std::to_string(config_.round.join_timeout.count() / 1000) +
+                                   " s; min " + std::to_string(config_.round.min_nodes) +
+                                   " nodes)");
+    }
+    std::int64_t revision = 0;  // the store revision of this look: wait for changes after it
+    auto kv = client_.get(keys_.key("state"), &revision);
+    v.state.reset();
+    v.live.clear();
+    v.joins.clear();
+    v.me = me_;
+    if (kv) {
+      v.state = decode_round_state(kv->value);
+      if (!v.state) {
+        // Another program's key (a wrong etcd_prefix?) or a damaged one: one line.
+        throw RendezvousStateError(where() + ": " + keys_.key("state") +
+                                   " is not a ddprun round state ('" +
+                                   store::escape_bytes(kv->value.substr(0, 80)) +
+                                   "'): another program's keys under etcd_prefix '" +
+                                   config_.prefix + "'? choose another --rdzv-conf etcd_prefix");
+      }
+      if (v.state->final) {
+        v.live = live_members();
+        session_.set_nodes_seen(static_cast<int>(v.live.size()));
+      } else {
+        std::vector<EtcdKv> joins =
+            client_.get_prefix(keys_.rkey(v.state->round, "join/"), /*keys_only=*/true);
+        std::sort(joins.begin(), joins.end(), [](const EtcdKv& a, const EtcdKv& b) {
+          return a.create_revision < b.create_revision;
+        });
+        for (const auto& j : joins) v.joins.push_back(key_leaf(j.key));
+        session_.set_nodes_seen(static_cast<int>(joins.size()));
+        if (!joins.empty() && joins.back().create_revision != newest_join) {
+          newest_join = joins.back().create_revision;
+          v.changed_at = now();
+        }
+      }
+    }
+    v.now = now();
+    const JoinStep step = next_join_step(v);
+    const auto cas = [&](const EtcdRoundState& next) {
+      client_.txn({{keys_.key("state"), EtcdCompare::Target::kMod, kv->mod_revision, {}}},
+                  {{keys_.key("state"), encode_round_state(next), 0}});
+    };
+    switch (step.kind) {
+      case JoinStep::kCreateState:
+        client_.txn({{keys_.key("state"), EtcdCompare::Target::kCreate, 0, {}}},
+                    {{keys_.key("state"), encode_round_state(step.next), 0}});
+        continue;
+      case JoinStep::kAddJoin:
+        client_.put(keys_.rkey(v.state->round, "join/" + me_), "", session_.lease());
+        continue;
+      case JoinStep::kClose:
+      case JoinStep::kOpenNext:
+        cas(step.next);
+        continue;
+      case JoinStep::kFormed:
+        if (auto info = formed(*v.state, deadline)) return *info;
+        continue;
+      case JoinStep::kWaitUnder:
+        if (waiting_in != v.state->round) {
+          client_.put(keys_.rkey(v.state->round, "waiting/" + me_), "1", session_.lease());
+          waiting_in = v.state->round;
+        }
+        check_closed();
+        break;
+      case JoinStep::kWait:
+        break;
+    }
+    if (now() >= next_log) {
+      EtcdRoundState shown = *v.state;  // for the progress line: a joining round's joiners
+      if (!shown.final) shown.members = v.joins;
+      log_progress(shown, deadline);
+      next_log = now() + config_.round.progress_interval;
+    }
+    wait_for_change(revision, std::min({deadline, next_log, step.until}));
+  }
+}
+
+void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point deadline) {
+  std::vector<EtcdKv> nodes = client_.get_prefix(keys_.key("node/"));
+  std::size_t described = 0;
+  std::vector<NodeDesc> descs;
+  for (std::size_t i = 0; i < s.members.size(); ++i) {
+    for (const auto& kv : nodes) {
+      if (key_leaf(kv.key) != s.members[i]) continue;
+      ++described;
+      if (auto d = decode_node_desc(kv.value, static_cast<int>(i))) descs.push_back(*d);
+    }
+  }
+  const ProgressInput in =
+      progress_input(config_.round, s.round, static_cast<std::int64_t>(s.members.size()), described,
+                     std::move(descs), /*retired=*/!s.final,
+                     /*static_ranks=*/false, deadline);
+  std::string line = describe_progress(in).line;
+  if (s.final) line += " (round " + std::to_string(s.round) + " runs without this node; waiting)";
+  spdlog::warn("{}: {}", where(), line);
+}
+
+std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
+                                                     Clock::time_point deadline) {
+  const std::vector<EtcdKv> nodes = client_.get_prefix(keys_.key("node/"));
+  std::vector<NodeDesc> descs;
+  int slot = -1;
+  for (std::size_t i = 0; i < s.members.size(); ++i) {
+    auto it = std::find_if(nodes.begin(), nodes.end(),
+                           [&](const EtcdKv& kv) { return key_leaf(kv.key) == s.members[i]; });
+    if (it == nodes.end()) return std::nullopt;  // gone meanwhile: the loop sees it
+    std::optional<NodeDesc> d = decode_node_desc(it->value, static_cast<int>(i));
+    if (!d) {
+      throw RendezvousStateError(where() + ": corrupt node descriptor at " + it->key);
+    }
+    if (s.members[i] == me_) slot = static_cast<int>(i);
+    descs.push_back(std::move(*d));
+  }
+  check_member_jobs(descs, s.round, config_.round, where());
+  const std::vector<int> ranks = group_ranks_or_throw(
+      descs, /*static_ranks=*/false, config_.round.max_nodes, where(), node_rank_warned_);
+  RendezvousInfo info = round_layout(descs, ranks, slot);
+  info.round = s.round;
+  info.use_agent_store = config_.round.agent_store;
+  const std::string master_key = keys_.rkey(s.round, "master");
+  if (info.group_rank == 0) {
+    const std::uint16_t port = workers_store_port(config_.round, workers_store_,
+                                                  /*shared_store_port=*/0, {}, where());
+    client_.put(master_key, encode_workers_store(config_.round.advertise_addr, port));
+  } else {
+    workers_store_.stop();
+  }
+  for (;;) {
+    std::int64_t revision = 0;
+    if (auto kv = client_.get(master_key, &revision)) {
+      std::optional<Endpoint> ep = decode_workers_store(kv->value);
+      if (!ep) throw RendezvousStateError(where() + ": corrupt workers' store at " + master_key);
+      info.master_addr = ep->host;
+      info.master_port = static_cast<std::uint16_t>(ep->port);
+      break;
+    }
+    // Group rank 0 may be gone: the round state then moves on.
+    auto state = client_.get(keys_.key("state"));
+    auto now_s = state ? decode_round_state(state->value) : std::nullopt;
+    if (!now_s || now_s->round != s.round || !now_s->final) return std::nullopt;
+    const auto live = live_members();
+    for (const auto& m : s.members) {
+      if (!contains(live, m)) return std::nullopt;
+    }
+    throw_if_stopped();
+    if (now() >= deadline) {
+      throw RendezvousTimeoutError(where() + ": group rank 0 did not publish the workers' store");
+    }
+    wait_for_change(revision, deadline);
+  }
+  session_.enter_round(s.round, s.members);  // its thread starts watching the round
+  spdlog::info("{}: round {} formed: {} node(s), this node is group rank {}", where(), s.round,
+               info.group_world_size, info.group_rank);
+  return info;
+}
+
+}  // namespace ddprun::rdzv

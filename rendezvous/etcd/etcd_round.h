@@ -1,0 +1,73 @@
+// etcd_round.h: the pure parts of EtcdRendezvous: the round state kept in
+// <prefix>/<run id>/state and its JSON, the key layout under the run, and the join
+// decision (next_join_step: what a joining node does after one look at the keys).
+// Table tests in tests/rendezvous/etcd/etcd_round_test.cpp. Thread-safety: pure.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::rdzv {
+
+// The round state kept in <prefix>/<run id>/state.
+struct EtcdRoundState {
+  int round = 0;
+  bool final = false;
+  std::vector<std::string> members;  // final: lease ids (hex), in join order; joining: none
+  bool operator==(const EtcdRoundState&) const = default;
+};
+std::string encode_round_state(const EtcdRoundState& s);
+std::optional<EtcdRoundState> decode_round_state(const std::string& json);
+
+// The keys of one run under <prefix>/<run id>/ (docs/multinode.md, "etcd"):
+//   state, job, closed, node/<lease>           the run's
+//   r<R>/join/<lease>, r<R>/waiting/<lease>,   round R's (join and waiting keys live
+//   r<R>/done/<lease>, r<R>/master             with their agent's lease)
+struct EtcdKeys {
+  std::string base;  // "<prefix>/<run id>/"
+  std::string key(const std::string& rel) const { return base + rel; }
+  std::string rkey(int r, const std::string& rel) const {
+    return base + "r" + std::to_string(r) + "/" + rel;
+  }
+};
+// A lease id as the keys name it (lower-case hex).
+std::string lease_hex(std::int64_t id);
+// The last path component of a key ("…/node/1a2b" -> "1a2b").
+std::string key_leaf(const std::string& key);
+
+// What a joining node saw in one look at the run's keys.
+struct JoinView {
+  using Clock = std::chrono::steady_clock;
+  std::optional<EtcdRoundState> state;  // nullopt: no state key yet
+  std::vector<std::string> live;        // final state: leases with a descriptor
+  std::vector<std::string> joins;       // joining state: r<R>/join/ leases, oldest first
+  std::string me;                       // this node's lease
+  int left_round = -1;                  // the round this node just left (-1: none)
+  int min_nodes = 1;
+  int max_nodes = 1;
+  Clock::time_point now;
+  Clock::time_point changed_at;  // when the newest join key was first seen
+  std::chrono::milliseconds last_call_timeout{30'000};
+};
+
+struct JoinStep {
+  enum Kind {
+    kCreateState,  // no state yet: create round 0, joining (CAS on "absent")
+    kAddJoin,      // joining round, this node not in it: add r<R>/join/<me>
+    kClose,        // MAX joined, or MIN for last_call_timeout: CAS `next` (final)
+    kOpenNext,     // the final round is over for someone: CAS `next` (R + 1, joining)
+    kWaitUnder,    // a running round without this node: wait under it (r<R>/waiting/<me>)
+    kFormed,       // this node is a member of the final round: take part
+    kWait,         // nothing to do: wait for a change, or until `until`
+  };
+  Kind kind = kWait;
+  EtcdRoundState next;  // kCreateState, kClose, kOpenNext
+  JoinView::Clock::time_point until = JoinView::Clock::time_point::max();  // kWait
+};
+
+JoinStep next_join_step(const JoinView& v);
+
+}  // namespace ddprun::rdzv

@@ -1,0 +1,234 @@
+// etcd_session.cpp: EtcdSession (etcd_session.h): the lease, its keepalive and the
+// background look at the running round, and the revocation at shutdown.
+#include "rendezvous/etcd/etcd_session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+namespace ddprun::rdzv {
+namespace {
+
+using Clock = EtcdSession::Clock;
+using Ms = EtcdSession::Ms;
+
+EtcdOptions with_cancel(EtcdOptions o, const std::atomic<bool>* cancel) {
+  o.cancel = cancel;
+  return o;
+}
+
+}  // namespace
+
+EtcdLook look_at_round(EtcdClient& c, const EtcdKeys& keys, int round,
+                       const std::vector<std::string>& members) {
+  EtcdLook out;
+  auto kv = c.get(keys.key("state"), &out.revision);
+  auto s = kv ? decode_round_state(kv->value) : std::nullopt;
+  if (!s || s->round != round) {
+    out.reason = "round " + std::to_string(round) + " was superseded by round " +
+                 (s ? std::to_string(s->round) : std::string("?"));
+    return out;
+  }
+  std::set<std::string> live, done;
+  for (const auto& n : c.get_prefix(keys.key("node/"), true)) live.insert(key_leaf(n.key));
+  const std::string waiting_prefix = keys.rkey(round, "waiting/");
+  for (const auto& n : c.get_prefix(keys.rkey(round, ""), true)) {
+    if (n.key.rfind(waiting_prefix, 0) == 0) ++out.waiting;
+    if (n.key.rfind(keys.rkey(round, "done/"), 0) == 0) done.insert(key_leaf(n.key));
+  }
+  for (const auto& m : members) {
+    if (!live.count(m) && !done.count(m)) {
+      out.reason = "a node of round " + std::to_string(round) + " (lease " + m +
+                   ") left or its lease expired";
+      return out;
+    }
+  }
+  if (out.waiting > 0) {
+    out.reason = std::to_string(out.waiting) + " node(s) waiting to join";
+  }
+  return out;
+}
+
+void settle(const std::atomic<bool>& stop, Clock::time_point until, int nodes_seen) {
+  // One change of a round of N nodes is usually one of a burst (N joins, N descriptors, N
+  // exit-barrier keys) that wakes all N agents: each reading at every change would be N²
+  // reads of N keys. Waiting 1 ms per node seen (at most kMaxSettle) lets a burst end
+  // first; a 4-node round waits 4 ms.
+  constexpr Ms kMaxSettle{200};
+  const auto end = std::min(until, Clock::now() + std::min(kMaxSettle, Ms(nodes_seen)));
+  while (!stop.load() && Clock::now() < end) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(Ms(10), end - Clock::now()));
+  }
+}
+
+EtcdSession::EtcdSession(Settings settings)
+    : s_(std::move(settings)), watch_(with_cancel(s_.etcd, &stop_), s_.keys.base) {}
+
+EtcdSession::~EtcdSession() { shutdown(); }
+
+std::string EtcdSession::id() const {
+  std::lock_guard lock(mu_);
+  return me_;
+}
+
+bool EtcdSession::ensure_lease(EtcdClient& client) {
+  {
+    std::lock_guard lock(mu_);
+    if (lease_.load() != 0 && !lease_lost_) return false;
+  }
+  const auto ttl_ms = s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  const std::int64_t ttl = std::max<std::int64_t>(2, (ttl_ms.count() + 999) / 1000);
+  const std::int64_t id = client.lease_grant(ttl);
+  {
+    std::lock_guard lock(mu_);
+    me_ = lease_hex(id);
+    lease_.store(id);
+    lease_lost_ = false;
+  }
+  spdlog::debug("{}: lease {} ({} s)", s_.where, lease_hex(id), ttl);
+  if (!thread_.joinable()) {
+    client_ = std::make_unique<EtcdClient>(with_cancel(s_.etcd, &stop_));
+    thread_ = std::thread([this] { background(); });
+  }
+  return true;
+}
+
+void EtcdSession::enter_round(int round, std::vector<std::string> members) {
+  std::lock_guard lock(mu_);
+  in_round_ = true;
+  round_ = round;
+  members_ = std::move(members);
+  reason_.clear();
+  waiting_ = 0;
+  cv_.notify_all();  // the background thread starts watching the round
+}
+
+int EtcdSession::leave_round() {
+  std::lock_guard lock(mu_);
+  if (!fatal_.empty()) throw RendezvousConnectionError(fatal_);
+  const int left = in_round_ ? round_ : -1;
+  in_round_ = false;
+  reason_.clear();
+  waiting_ = 0;
+  return left;
+}
+
+void EtcdSession::check_alive() {
+  std::lock_guard lock(mu_);
+  if (!fatal_.empty()) throw RendezvousConnectionError(fatal_);
+}
+
+std::optional<EtcdSession::Round> EtcdSession::current_round() {
+  std::lock_guard lock(mu_);
+  if (!in_round_) return std::nullopt;
+  return Round{round_, members_};
+}
+
+int EtcdSession::waiting() {
+  std::lock_guard lock(mu_);
+  return waiting_;
+}
+
+bool EtcdSession::needs_new_round() {
+  std::lock_guard lock(mu_);
+  return in_round_ && !reason_.empty();
+}
+
+std::string EtcdSession::reason() {
+  std::lock_guard lock(mu_);
+  return reason_;
+}
+
+bool EtcdSession::add_reason(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  if (reason_.empty()) reason_ = reason;
+  return !reason_.empty();
+}
+
+void EtcdSession::background() {
+  auto next_keepalive = Clock::now();
+  while (!stop_.load()) {
+    try {
+      if (Clock::now() >= next_keepalive) {
+        next_keepalive = Clock::now() + s_.keep_alive_interval;
+        const std::int64_t lease = lease_.load();
+        if (client_->lease_keepalive(lease) == 0) {
+          std::lock_guard lock(mu_);
+          if (lease == lease_.load() && !lease_lost_) {
+            lease_lost_ = true;
+            if (reason_.empty()) reason_ = "this node's lease " + me_ + " expired";
+          }
+        }
+      }
+      bool in_round = false;
+      int round = 0;
+      std::vector<std::string> members;
+      {
+        std::lock_guard lock(mu_);
+        in_round = in_round_ && reason_.empty();
+        round = round_;
+        members = members_;
+      }
+      std::int64_t revision = -1;
+      if (in_round) {
+        EtcdLook l = look_at_round(*client_, s_.keys, round, members);
+        std::lock_guard lock(mu_);
+        if (in_round_ && round_ == round) {
+          waiting_ = l.waiting;
+          if (reason_.empty()) reason_ = l.reason;
+          if (reason_.empty()) revision = l.revision;
+        }
+      }
+      const auto until = std::min(next_keepalive, Clock::now() + s_.recheck_interval);
+      if (revision >= 0) {
+        // Look again as soon as any key of the run changes (a late joiner's waiting key,
+        // a member's descriptor gone with its lease, the state), or the safety net.
+        if (watch_.wait(revision, until).changed()) settle(stop_, until, nodes_seen_.load());
+      } else {
+        // No round to watch: until the keepalive is due or a round forms.
+        std::unique_lock lock(mu_);
+        cv_.wait_until(lock, until, [&] { return stop_.load() || (in_round_ && reason_.empty()); });
+      }
+    } catch (const RendezvousInterruptedError&) {
+      return;  // stop_
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu_);
+      fatal_ = s_.where + ": lost etcd: " + e.what();
+      if (reason_.empty()) reason_ = fatal_;
+      spdlog::error("{}", fatal_);
+      return;
+    }
+  }
+}
+
+void EtcdSession::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    stop_.store(true);
+    cv_.notify_all();
+  }
+  watch_.cancel();  // wakes the background thread's watch
+  if (thread_.joinable()) thread_.join();
+  std::string fatal;
+  {
+    std::lock_guard lock(mu_);
+    fatal = fatal_;
+  }
+  if (lease_.load() != 0 && fatal.empty()) {
+    try {
+      // The descriptor and join key go now, not at the TTL; also after interrupt(), which
+      // cancels the agent thread's calls: a client of its own, bounded by one
+      // request_timeout.
+      EtcdOptions o = with_cancel(s_.etcd, nullptr);
+      o.failover_timeout = o.request_timeout;
+      EtcdClient(o).lease_revoke(lease_.load());
+    } catch (const std::exception& e) {
+      spdlog::debug("{}: revoking lease {}: {}", s_.where, lease_hex(lease_.load()), e.what());
+    }
+  }
+}
+
+}  // namespace ddprun::rdzv
