@@ -87,7 +87,7 @@ TEST_CASE("this machine's python3 with torch", "[torch_version]") {
 }
 
 TEST_CASE("the PyTorch 2.x chroots' python3, when built here", "[torch_version]") {
-  // scripts/torch26-chroot's trees (Debian 13: 2.6; Debian sid: 2.14), read from outside.
+  // scripts/torch-chroot's trees (Debian 13: 2.6; Debian sid: 2.14), read from outside.
   int seen = 0;
   for (const char* root :
        {"/var/cache/ddprun/trixie-torch26", "/var/cache/ddprun/trixie", "/var/cache/ddprun/sid"}) {
