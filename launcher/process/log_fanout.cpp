@@ -290,6 +290,11 @@ void StreamRoute::on_eof() {
   console_->close_stream(stream_);
 }
 
+void StreamRoute::flush_partial() {
+  if (console_ == nullptr) return;
+  for (const Line& line : splitter_.flush_partial()) console_->write_line(stream_, prefix_, line);
+}
+
 void StreamRoute::unpark() {
   if (console_ != nullptr) console_->unpark(stream_);
 }

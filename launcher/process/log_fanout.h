@@ -83,6 +83,7 @@ class ConsoleWriter {
   std::chrono::steady_clock::time_point wait_deadline() const;
   void on_timer(std::chrono::steady_clock::time_point now);
 
+  int fd() const { return fd_; }
   // -1 when writes are blocking; else the fd to watch for EPOLLOUT while backlog() > 0.
   int poll_fd() const { return queued_ ? private_fd_.get() : -1; }
   std::size_t backlog() const { return queue_.size() - head_; }
@@ -160,6 +161,11 @@ class StreamRoute {
 
   void on_data(std::string_view chunk);
   void on_eof();  // the last, unterminated line; the stream's end to the console
+  // A partial line waits for the console (a prompt without a newline).
+  bool has_partial() const { return console_ != nullptr && splitter_.flushable() > 0; }
+  // Lets it out now as a piece of its line (the line's continuation gets no second
+  // prefix unless another stream's output came in between).
+  void flush_partial();
   bool uses_console() const { return console_ != nullptr; }
   // The worker exited: its lines waiting behind another's long line go out now.
   void unpark();

@@ -2,8 +2,10 @@
 // stderr pipe (read with a per-wakeup budget, drained when the worker exits), routed
 // line by line to the console writers and log files (log_fanout.h); back-pressure (a
 // console over its high-water mark pauses the pipes bound for it); held events (a
-// worker's exit waits until the output queued before it has reached the console); and
-// the tail of each worker's stderr, for the failure report.
+// worker's exit waits until the output queued before it has reached the console); a
+// partial line (a prompt) let out after kPartialWait; the tail of each worker's stderr,
+// for the failure report; and, for WorkerSpec::terminal, a pty instead of a pipe for a
+// console-bound stream whose console is a terminal.
 // Used by ProcessSupervisor. Thread-safety: none; everything runs on the supervisor's
 // EventLoop thread.
 #pragma once
@@ -35,7 +37,13 @@ class OutputRouter {
   OutputRouter(const OutputRouter&) = delete;
   OutputRouter& operator=(const OutputRouter&) = delete;
 
-  // The write ends a worker's stdout and stderr become (close-on-exec; spawn dup2s them).
+  // A partial line (no newline yet) waits at most this long for the rest before it is
+  // let out to the console as a piece of its line.
+  static constexpr std::chrono::milliseconds kPartialWait{50};
+
+  // The write ends a worker's stdout and stderr become (close-on-exec; spawn dup2s them):
+  // a pipe's, or the slave of a pty (spec.terminal, a console-bound stream, a console
+  // that is a terminal; output processing off, so the bytes arrive as written).
   struct ChildEnds {
     UniqueFd out;
     UniqueFd err;
@@ -86,6 +94,9 @@ class OutputRouter {
     std::string tail;
     bool tail_cut = false;    // bytes before `tail` were dropped
     std::uint64_t bytes = 0;  // read so far
+    bool tty = false;         // `fd` is a pty master
+    // When the partial line pending in `route` is let out (max: none pending).
+    std::chrono::steady_clock::time_point partial_at = std::chrono::steady_clock::time_point::max();
   };
   struct Console {
     explicit Console(int fd) : writer(fd) {}
@@ -109,6 +120,8 @@ class OutputRouter {
   void rearm();
 
   EventLoop& loop_;
+  bool out_tty_ = false;  // the console stdout is a terminal
+  bool err_tty_ = false;
   Console out_;
   Console err_;
   Deliver deliver_;

@@ -13,6 +13,8 @@ processes, ports, cleanup) is tests/support/blackbox.py, shared with the multino
 """
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import subprocess
@@ -656,6 +658,90 @@ def output_is_byte_exact(job):
         with open(os.path.join(attempt, str(rank), f"{stream}.log"), "rb") as f:
             got = f.read()
         check(got == data, f"rank {rank} {stream}.log altered ({len(got)} bytes)")
+
+
+def read_until(fd, want, timeout, buf=b""):
+    """Reads `fd` (a pipe or a pty master) into `buf` until `want` is in it; returns
+    (buf, the time it came), or fails after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while want not in buf:
+        left = deadline - time.time()
+        check(left > 0, f"{want!r} did not come within {timeout} s", buf)
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the pty's other side closed
+                chunk = b""
+            check(chunk, f"end of output before {want!r}", buf)
+            buf += chunk
+    return buf, time.time()
+
+
+@test()
+def partial_line_reaches_console(job):
+    """Issue 21: a worker writes "prompt> " with no newline and waits: the text reaches
+    ddprun's stdout (a pipe) within 100 ms under its --tee prefix; another worker's line
+    starts on a new line, and the prompt's line, ended later, resumes under its prefix
+    (once: no prefix is doubled without another line in between)."""
+    worker = os.path.join(WORKERS, "prompt.py")
+    p = job.start(["--nproc-per-node=2", "--tee=3", worker, job.out, "wait"])
+    out, came = read_until(p.stdout.fileno(), b"[default0]:prompt> ", 60)
+    wrote = read_time(os.path.join(job.out, "wrote"))
+    check(came - wrote < 0.1, f"the prompt came {came - wrote:.3f} s after it was written", out)
+    with open(os.path.join(job.out, "shown"), "w"):
+        pass
+    out, _ = read_until(p.stdout.fileno(), b"[default1]:other\n", 30, out)
+    with open(os.path.join(job.out, "go"), "w"):
+        pass
+    rest, err = p.communicate(timeout=60)
+    out += rest.encode()
+    check(p.returncode == 0, f"ddprun exited {p.returncode}", out, err)
+    check(out == b"[default0]:prompt> \n[default1]:other\n[default0]:answer\n",
+          "console lines", out, err)
+    os.mkdir(job.out + "1")
+    p = job.start(["--nproc-per-node=1", "--tee=3", worker, job.out + "1", "wait"])
+    out, _ = read_until(p.stdout.fileno(), b"[default0]:prompt> ", 60)
+    time.sleep(0.2)
+    with open(os.path.join(job.out + "1", "go"), "w"):
+        pass
+    rest, err = p.communicate(timeout=60)
+    out += rest.encode()
+    check(out == b"[default0]:prompt> answer\n", "a continued line, prefixed once", out, err)
+
+
+@test()
+def worker_sees_a_terminal(job):
+    """Issue 21: ddprun run on a terminal (a pty): the shown worker's stdin, stdout and
+    stderr are terminals, and input() reads a line typed to ddprun's terminal (stdin reaches
+    the one rank --local-ranks-filter shows; the hidden one reads /dev/null)."""
+    worker = os.path.join(WORKERS, "prompt.py")
+    argv = [job.ddprun, "--nproc-per-node=2", "--local-ranks-filter=0", worker, job.out,
+            "input"]
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(job.dir)
+            os.execve(job.ddprun, argv, job.env)
+        finally:
+            os._exit(127)
+    try:
+        out, _ = read_until(fd, b"name? ", 60)
+        os.write(fd, b"hello\n")
+        out, _ = read_until(fd, b"got hello", 30, out)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        check(os.waitstatus_to_exitcode(status) == 0, f"ddprun ended with {status}", out)
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    facts = {r: json.loads(read_text(os.path.join(job.out, f"tty.{r}.json"))) for r in (0, 1)}
+    check(facts[0]["stdin"] and facts[0]["stdout"] and facts[0]["stderr"],
+          "rank 0 sees a terminal", facts)
+    check(facts[1]["stdin_target"] == "/dev/null" and not facts[1]["stdout"],
+          "the hidden rank reads /dev/null and writes to its log", facts)
 
 
 @test()
