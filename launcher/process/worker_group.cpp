@@ -70,7 +70,7 @@ WorkerGroup::WorkerGroup(EventLoop& loop, bool use_pidfd, OrphanGuard guard, OnE
 
 WorkerGroup::~WorkerGroup() { loop_.cancel_timer(poll_timer_); }
 
-void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
+void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd, int keep_fd) {
   UniqueFd null_in;
   if (spec.stdin_null && spec.stdin_fd < 0) {
     null_in.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -90,6 +90,7 @@ void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
   so.cpus = std::move(spec.cpus);
   so.stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : null_in.get();
   so.stdout_fd = stdout_fd;
+  so.keep_fd = keep_fd;
   so.stderr_fd = stderr_fd;
   try {
     w.pid = spawn_process(so, [&](pid_t pid) {

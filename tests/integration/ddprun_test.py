@@ -836,7 +836,8 @@ def stall_watchdog_reports_stacks(job):
     r1 = "\n".join(blocks[1])
     r0 = "\n".join(blocks[0])
     for r, text in ((0, r0), (1, r1)):
-        check("stalled: no progress (CPU time or output) for " in text, f"rank {r}'s note", text)
+        check("stalled: no progress (Python stack or output) for " in text, f"rank {r}'s note",
+              text)
     check(sleep_at in r1, "rank 1's stack shows the sleep", r1)
     check(reduce_at in r0, "rank 0's stack shows the all_reduce", r0)
     check("in all_reduce" in r0 and "distributed_c10d.py" in r0, "torch's frame", r0)
@@ -852,6 +853,36 @@ def stall_watchdog_reports_stacks(job):
     for r in (0, 1):
         check(os.path.exists(os.path.join(job.out, f"computed.0.{r}")), f"rank {r} computed", err)
         check(os.path.exists(os.path.join(job.out, f"start.1.{r}")), f"rank {r} attempt 1", err)
+
+
+@test()
+def stall_watchdog_sees_where_ranks_are(job):
+    """Issue 23: with --stall-timeout 2, a PyTorch-free worker spinning in `while True: pass`
+    (busy, so CPU time would call it progress) is reported with its file:line; a worker
+    that computes silently through changing lines for 3 timeouts is not; a worker stopped
+    by SIGSTOP is named as stopped, and continued so that its stack is dumped."""
+    worker = os.path.join(WORKERS, "spin.py")
+    args = ["--nproc-per-node=1", "--max-restarts=0", "--stall-timeout=2", worker, job.out]
+    spin = f"{worker}:{marked_line(worker, '# SPIN')} in <module>"
+    rc, out, err = job.run(args + ["spin"], timeout=60)
+    check(rc != 0, f"ddprun exited {rc}", out, err)
+    stalls = [l for l in err.splitlines() if "error: stall: " in l]
+    check(len(stalls) == 1 and f"at {spin}" in stalls[0], "the stall names the line", err)
+    check(f"stalled: no progress (Python stack or output) for " in err
+          and f"s, at {spin}; stacks dumped" in err, "the report's note", err)
+    check(f'File "{worker}", line {marked_line(worker, "# SPIN")}' in err, "the stack", err)
+
+    rc, out, err = job.run(args + ["move", "6"], timeout=60)
+    check(rc == 0 and "stall" not in err, f"a moving worker reported (exit {rc})", out, err)
+    check(int(read_text(os.path.join(job.out, "count"))) > 0, "it moved", err)
+
+    rc, out, err = job.run(args + ["stop"], timeout=60)
+    check(rc != 0, f"ddprun exited {rc}", out, err)
+    stalls = [l for l in err.splitlines() if "error: stall: " in l]
+    check(len(stalls) == 1 and "stopped: state T" in stalls[0], "the stall says stopped", err)
+    check("stalled: the process was stopped (state T in /proc/" in err
+          and "continued (SIGCONT)" in err, "the report's note", err)
+    check(f'File "{worker}", line {marked_line(worker, "# STOP")}' in err, "its stack", err)
 
 
 @test(every_tier=True)
