@@ -523,3 +523,27 @@ TEST_CASE("console: stdout and stderr on one file share the line after a lone \\
   ::close(fd);
   CHECK(slurp(path) == "[h1]: 10%\r\n[h2]:print\n[h1]: 20%\r[h1]: 30%\r\n[h2]:more\n");
 }
+
+TEST_CASE("console: a prompt on stdout is not glued to a line on stderr of the same file",
+          "[supervisor]") {
+  TempDir dir;
+  const std::string path = dir.str() + "/console";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  {
+    ConsoleWriter out(fd);  // as a terminal that is both stdout and stderr
+    ConsoleWriter err(fd);
+    out.share_line_with(err);
+    const auto prompt = out.open_stream();
+    const auto log = err.open_stream();
+    out.write_line(prompt, "[r0]:", Line{"(Pdb) ", "", false});  // a partial line let out
+    err.write_line(log, "[r1]:", Line{"warning", "\n", false});  // another worker, stderr
+    out.write_line(prompt, "[r0]:", Line{"next", "\n", true});   // resumes under its prefix
+    out.write_line(prompt, "[r0]:", Line{"(Pdb) ", "", false});
+    out.write_line(prompt, "[r0]:", Line{"c", "\n", true});  // nothing between: no prefix
+    out.close_stream(prompt);
+    err.close_stream(log);
+  }
+  ::close(fd);
+  CHECK(slurp(path) == "[r0]:(Pdb) \n[r1]:warning\n[r0]:next\n[r0]:(Pdb) c\n");
+}
