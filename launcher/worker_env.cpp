@@ -146,9 +146,18 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
   const int n = attempt.restart_count;
   const auto prefix_template = agent_env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
   std::vector<WorkerSpec> specs;
+  // The one rank --local-ranks-filter shows reads the agent's stdin alone (a breakpoint()
+  // there must get what is typed); the hidden ranks get /dev/null. Otherwise every rank
+  // inherits it, as with torchrun.
+  int shown_ranks = 0;
+  for (int lr = 0; lr < config.nproc_per_node; ++lr) {
+    shown_ranks += !config.local_ranks_filter || config.local_ranks_filter->count(lr) > 0;
+  }
   for (int lr = 0; lr < config.nproc_per_node; ++lr) {
     WorkerSpec w;
     w.local_rank = lr;
+    // Workers see a terminal where the agent's console is one (output_router.h).
+    w.terminal = true;
     w.global_rank = attempt.info.rank_base + lr;
     w.argv = worker_argv(config, lr);
     w.env = to_env_strings(worker_env(config, attempt, agent_env, lr, dirs.error_file(n, lr)));
@@ -157,6 +166,7 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
     }
 
     const bool shown = !config.local_ranks_filter || config.local_ranks_filter->count(lr) > 0;
+    w.stdin_null = shown_ranks == 1 && config.nproc_per_node > 1 && !shown;
     const int tee = config.tee.for_rank(lr);
     const int redirect = config.redirects.for_rank(lr);
     const auto stream = [&](int bit, const char* name) {

@@ -50,6 +50,19 @@ const std::vector<Line>& LineSplitter::feed(std::string_view chunk) {
   return lines_;
 }
 
+const std::vector<Line>& LineSplitter::flush_partial() {
+  compact();
+  const std::size_t n = flushable();
+  if (n > 0) {
+    // feed() left no terminator in the pending bytes but a trailing '\r'.
+    lines_.push_back({std::string_view(buffer_).substr(0, n), {}, in_line_});
+    in_line_ = true;
+    consumed_ = n;
+    scanned_ = std::max(scanned_, consumed_);
+  }
+  return lines_;
+}
+
 const std::vector<Line>& LineSplitter::finish() {
   compact();
   const std::string_view rest = buffer_;

@@ -40,8 +40,18 @@ class LineSplitter {
   // and resets the splitter to empty.
   const std::vector<Line>& finish();
 
+  // The pending partial line as an incomplete piece now (a prompt that waits for input,
+  // after a quiet period), except a trailing '\r' (it may still start "\r\n"); the rest
+  // of the line comes later as `continued` pieces. Empty when nothing can be let out.
+  const std::vector<Line>& flush_partial();
+
   // Bytes held back in the pending partial line.
   std::size_t pending() const { return buffer_.size() - consumed_; }
+  // Bytes flush_partial() would let out now.
+  std::size_t flushable() const {
+    const std::size_t n = pending();
+    return n > 0 && buffer_.back() == '\r' ? n - 1 : n;
+  }
 
  private:
   void compact();

@@ -109,7 +109,17 @@ void ConsoleWriter::on_timer(std::chrono::steady_clock::time_point now) {
 void ConsoleWriter::emit(std::uint64_t stream, std::string_view prefix, std::string_view text,
                          std::string_view end, bool continued) {
   std::string_view separator;
-  if (mid_line_ != 0 && mid_line_ != stream) {
+  if (MidLine& m = *mid_shared_; m.writer != nullptr && m.writer != this) {
+    // The other writer of this terminal or file left it mid-line (a prompt on stdout,
+    // this a line on stderr): a newline first; that line resumes under its prefix.
+    separator = "\n";
+    ConsoleWriter& other = *m.writer;
+    if (other.mid_line_ == m.stream) {
+      if (!other.mid_line_closed_) other.cut_.push_back(m.stream);
+      other.mid_line_ = 0;
+    }
+    m = MidLine{};
+  } else if (mid_line_ != 0 && mid_line_ != stream) {
     // Another stream's bytes end the console mid-line (a cut line, or an unterminated
     // last line): a newline keeps this line off it; a cut line resumes under its prefix.
     separator = "\n";
@@ -128,6 +138,7 @@ void ConsoleWriter::emit(std::uint64_t stream, std::string_view prefix, std::str
     cut_.erase(it);
   }
   put(separator, starts_line ? prefix : std::string_view(), text, end);
+  *mid_shared_ = end.empty() ? MidLine{this, stream} : MidLine{};
   if (end.empty()) {
     owner_ = mid_line_ = stream;
     mid_line_closed_ = false;
@@ -326,6 +337,11 @@ void StreamRoute::duplicate(const Line& line, bool last) {
     }
   }
   dup_line_.clear();
+}
+
+void StreamRoute::flush_partial() {
+  if (console_ == nullptr) return;
+  for (const Line& line : splitter_.flush_partial()) console_->write_line(stream_, prefix_, line);
 }
 
 void StreamRoute::unpark() {

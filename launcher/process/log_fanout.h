@@ -74,9 +74,13 @@ class ConsoleWriter {
   explicit ConsoleWriter(int fd);  // `fd` is not owned and must outlive the writer
 
   // `other` writes to the same terminal or file (the agent's stdout and stderr both a
-  // terminal, or `2>&1`): a lone '\r' piece of one writer's stream is followed by a
-  // newline before the other writer's next piece too.
-  void share_line_with(ConsoleWriter& other) { other.after_cr_ = after_cr_; }
+  // terminal, or `2>&1`): a lone '\r' piece of one writer's stream, or a piece that
+  // leaves the console mid-line (a prompt), is followed by a newline before the other
+  // writer's next piece too (and the interrupted line resumes under its prefix).
+  void share_line_with(ConsoleWriter& other) {
+    other.after_cr_ = after_cr_;
+    other.mid_shared_ = mid_shared_;
+  }
 
   // A new stream (a StreamRoute) writing to this console.
   std::uint64_t open_stream() { return ++last_stream_; }
@@ -92,6 +96,7 @@ class ConsoleWriter {
   std::chrono::steady_clock::time_point wait_deadline() const;
   void on_timer(std::chrono::steady_clock::time_point now);
 
+  int fd() const { return fd_; }
   // -1 when writes are blocking; else the fd to watch for EPOLLOUT while backlog() > 0.
   int poll_fd() const { return queued_ ? private_fd_.get() : -1; }
   std::size_t backlog() const { return queue_.size() - head_; }
@@ -151,6 +156,12 @@ class ConsoleWriter {
     std::uint64_t stream = 0;
   };
   std::shared_ptr<AfterCr> after_cr_ = std::make_shared<AfterCr>();
+  // The writer whose last piece left the console mid-line, shared likewise.
+  struct MidLine {
+    ConsoleWriter* writer = nullptr;  // nullptr: the console is at a line start
+    std::uint64_t stream = 0;
+  };
+  std::shared_ptr<MidLine> mid_shared_ = std::make_shared<MidLine>();
   std::vector<std::uint64_t> cut_;  // open streams whose line in progress was cut
   std::deque<Waiting> waiting_;
   std::size_t waiting_bytes_ = 0;
@@ -169,6 +180,11 @@ class StreamRoute {
 
   void on_data(std::string_view chunk);
   void on_eof();  // the last, unterminated line; the stream's end to the console
+  // A partial line waits for the console (a prompt without a newline).
+  bool has_partial() const { return console_ != nullptr && splitter_.flushable() > 0; }
+  // Lets it out now as a piece of its line (the line's continuation gets no second
+  // prefix unless another stream's output came in between).
+  void flush_partial();
   bool uses_console() const { return console_ != nullptr; }
   // The worker exited: its lines waiting behind another's long line go out now.
   void unpark();

@@ -3,11 +3,14 @@
 #include "launcher/process/output_router.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace ddprun::launcher {
 namespace {
@@ -33,11 +36,42 @@ UniqueFd make_pipe(UniqueFd* read_end) {
   return UniqueFd(fds[1]);
 }
 
+// A pty standing in for a pipe: the master (returned in `read_end`, non-blocking,
+// close-on-exec) is read like a pipe's read end; the slave is returned (close-on-exec,
+// not a controlling terminal). Output processing is off (no "\n" -> "\r\n"), so the
+// bytes arrive as written; the window size is the console's. Invalid when no pty can be
+// had (then the caller uses a pipe).
+UniqueFd make_pty(int console_fd, UniqueFd* read_end) {
+  UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  char name[128];
+  if (!master || ::grantpt(master.get()) != 0 || ::unlockpt(master.get()) != 0 ||
+      ::ptsname_r(master.get(), name, sizeof name) != 0) {
+    return UniqueFd();
+  }
+  UniqueFd slave(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!slave) return UniqueFd();
+  termios t{};
+  if (::tcgetattr(slave.get(), &t) == 0) {
+    t.c_oflag &= ~static_cast<tcflag_t>(OPOST);
+    ::tcsetattr(slave.get(), TCSANOW, &t);
+  }
+  winsize ws{};
+  if (::ioctl(console_fd, TIOCGWINSZ, &ws) == 0) ::ioctl(slave.get(), TIOCSWINSZ, &ws);
+  ::fcntl(master.get(), F_SETFL, O_NONBLOCK);
+  *read_end = std::move(master);
+  return slave;
+}
+
 }  // namespace
 
 OutputRouter::OutputRouter(EventLoop& loop, int console_stdout_fd, int console_stderr_fd,
                            Deliver deliver)
-    : loop_(loop), out_(console_stdout_fd), err_(console_stderr_fd), deliver_(std::move(deliver)) {
+    : loop_(loop),
+      out_tty_(::isatty(console_stdout_fd) == 1),
+      err_tty_(::isatty(console_stderr_fd) == 1),
+      out_(console_stdout_fd),
+      err_(console_stderr_fd),
+      deliver_(std::move(deliver)) {
   // stdout and stderr on one terminal or file: one console line position for both.
   struct stat a {};
   struct stat b {};
@@ -54,7 +88,13 @@ OutputRouter::ChildEnds OutputRouter::add(const WorkerSpec& spec) {
   // stdout lines and leaves stderr lines bare), unless the spec asks for it everywhere.
   auto make = [&](const StreamSpec& s, Console& console, UniqueFd* child_end) {
     auto pipe = std::make_unique<Pipe>();
-    *child_end = make_pipe(&pipe->fd);
+    const bool tty = &console == &out_ ? out_tty_ : err_tty_;
+    if (spec.terminal && tty && s.show_on_console && s.mode != StreamMode::kRedirect) {
+      *child_end = make_pty(console.writer.fd(), &pipe->fd);
+      pipe->tty = child_end->valid();
+      if (!pipe->tty) spdlog::debug("no pty for a worker ({}); using a pipe", errno_text(errno));
+    }
+    if (!pipe->tty) *child_end = make_pipe(&pipe->fd);
     const std::string prefix =
         s.mode == StreamMode::kTee || spec.prefix_all ? spec.line_prefix : std::string();
     pipe->route = std::make_unique<StreamRoute>(s, prefix, &console.writer);
@@ -128,6 +168,8 @@ void OutputRouter::read(Pipe& pipe, bool drain) {
   if (drain) {
     int avail = 0;
     budget = ::ioctl(pipe.fd.get(), FIONREAD, &avail) == 0 ? std::size_t(avail) + 1 : budget;
+    // A pty's count leaves out bytes still in its flip buffer (a read takes them).
+    if (pipe.tty) budget = std::max<std::size_t>(budget, kReadsPerWakeup * kReadChunk);
   }
   char buf[kReadChunk];
   while (budget > 0) {
@@ -138,6 +180,11 @@ void OutputRouter::read(Pipe& pipe, bool drain) {
       pipe.bytes += static_cast<std::size_t>(n);
       pipe.route->on_data(chunk);
       if (pipe.tail_limit > 0) keep_tail(pipe, chunk);
+      if (!pipe.route->has_partial()) {
+        pipe.partial_at = Clock::time_point::max();
+      } else if (pipe.partial_at == Clock::time_point::max()) {
+        pipe.partial_at = Clock::now() + kPartialWait;
+      }
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -154,6 +201,7 @@ void OutputRouter::close(Pipe& pipe) {
   loop_.remove(pipe.id);
   pipe.id = 0;
   pipe.fd.reset();
+  pipe.partial_at = Clock::time_point::max();
 }
 
 void OutputRouter::hold(const SupervisorEvent& event) {
@@ -182,6 +230,7 @@ std::vector<SupervisorEvent> OutputRouter::take_held() {
 void OutputRouter::rearm() {
   auto next = std::min(out_.writer.wait_deadline(), err_.writer.wait_deadline());
   if (!held_.empty()) next = std::min(next, held_.front().deadline);
+  for (const auto& pipe : pipes_) next = std::min(next, pipe->partial_at);
   if (next == timer_at_) return;
   loop_.cancel_timer(timer_);
   timer_ = 0;
@@ -207,6 +256,11 @@ void OutputRouter::sync_console(Console& console) {
 
 void OutputRouter::sync() {
   const auto now = Clock::now();
+  for (auto& pipe : pipes_) {
+    if (pipe->partial_at > now) continue;
+    pipe->partial_at = Clock::time_point::max();
+    pipe->route->flush_partial();
+  }
   out_.writer.on_timer(now);
   err_.writer.on_timer(now);
   sync_console(out_);

@@ -1,8 +1,8 @@
-// output_router.h: OutputRouter, the supervisor's output side: the workers' pipes routed
-// line by line to consoles and log files (log_fanout.h), console back-pressure, events held
-// until the output before them is on the console, each worker's stderr tail for the
-// failure report. Used by ProcessSupervisor. Thread-safety: none; everything runs on the
-// supervisor's EventLoop thread.
+// output_router.h: OutputRouter, the supervisor's output side: the workers' pipes (or,
+// for WorkerSpec::terminal on a terminal console, ptys) routed line by line to consoles and
+// log files (log_fanout.h), console back-pressure, events held until the output before
+// them is on the console, a prompt let out after kPartialWait, each worker's stderr tail.
+// Used by ProcessSupervisor. Thread-safety: none; all on the supervisor's EventLoop thread.
 #pragma once
 
 #include <chrono>
@@ -36,7 +36,13 @@ class OutputRouter {
   OutputRouter(const OutputRouter&) = delete;
   OutputRouter& operator=(const OutputRouter&) = delete;
 
-  // The write ends a worker's stdout and stderr become (close-on-exec; spawn dup2s them).
+  // A partial line (no newline yet) waits at most this long for the rest before it is
+  // let out to the console as a piece of its line.
+  static constexpr std::chrono::milliseconds kPartialWait{50};
+
+  // The write ends a worker's stdout and stderr become (close-on-exec; spawn dup2s them):
+  // a pipe's, or the slave of a pty (spec.terminal, a console-bound stream, a console
+  // that is a terminal; output processing off, so the bytes arrive as written).
   struct ChildEnds {
     UniqueFd out;
     UniqueFd err;
@@ -87,6 +93,9 @@ class OutputRouter {
     std::string tail;
     bool tail_cut = false;    // bytes before `tail` were dropped
     std::uint64_t bytes = 0;  // read so far
+    bool tty = false;         // `fd` is a pty master
+    // When the partial line pending in `route` is let out (max: none pending).
+    std::chrono::steady_clock::time_point partial_at = std::chrono::steady_clock::time_point::max();
   };
   struct Console {
     explicit Console(int fd) : writer(fd) {}
@@ -110,6 +119,8 @@ class OutputRouter {
   void rearm();
 
   EventLoop& loop_;
+  bool out_tty_ = false;  // the console stdout is a terminal
+  bool err_tty_ = false;
   Console out_;
   Console err_;
   Deliver deliver_;

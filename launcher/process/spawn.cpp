@@ -176,6 +176,7 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
   const int child_err = err_fd.get();
   const pid_t parent = ::getpid();
   const bool scan_proc = options.scan_proc_fds;
+  const int keep_fd = options.keep_fd > STDERR_FILENO ? options.keep_fd : -1;
   // The CPU set for sched_setaffinity, allocated here (malloc is not async-signal-safe).
   std::size_t cpu_set_size = 0;
   std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpu_set(nullptr, [](cpu_set_t* s) {
@@ -216,9 +217,10 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
     if ((scan_proc || ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) &&
         !cloexec_from_proc()) {
       for (int fd = 3; fd < max_fd; ++fd) {
-        if (fd != report_fd) ::close(fd);
+        if (fd != report_fd && fd != keep_fd) ::close(fd);
       }
     }
+    if (keep_fd >= 0 && ::fcntl(keep_fd, F_SETFD, 0) != 0) child_fail(report_fd, Step::kDup);
     if (cwd != nullptr && ::chdir(cwd) != 0) child_fail(report_fd, Step::kChdir);
     if (affinity != nullptr && ::sched_setaffinity(0, cpu_set_size, affinity) != 0) {
       child_fail(report_fd, Step::kAffinity);

@@ -30,6 +30,7 @@ struct SpawnOptions {
   int stdout_fd = -1;             // dup2'ed onto fd 1 in the child; -1: inherit
   int stderr_fd = -1;             // dup2'ed onto fd 2 in the child; -1: inherit
   std::vector<int> cpus;          // sched_setaffinity in the child before exec; empty: inherit
+  int keep_fd = -1;               // > 2: left open across exec at this number; -1: none
   // Tests only: skip close_range to exercise the fallback for kernels older than 5.11
   // (scan /proc/self/fd and mark every fd close-on-exec).
   bool scan_proc_fds = false;

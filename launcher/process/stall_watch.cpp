@@ -100,14 +100,17 @@ void StallDetector::reset(std::size_t count, Clock::time_point now) {
 }
 
 void StallDetector::observe(std::size_t index, Clock::time_point now, double cpu_seconds,
-                            std::uint64_t output_bytes) {
+                            std::uint64_t output_bytes, std::optional<std::uint64_t> moves) {
   if (index >= workers_.size() || !workers_[index].watched) return;
   Worker& w = workers_[index];
   if (w.sampled) {
     const double wall = std::chrono::duration<double>(now - w.last_sample).count();
     const bool busy = cpu_seconds - w.cpu > kMinBusyFraction * std::max(wall, 0.0);
-    if (busy || output_bytes != w.bytes) w.last_progress = now;
+    // The first report of a stack counts as a move; after it only moves do.
+    const bool moved = moves ? moves != w.moves : busy;
+    if (moved || output_bytes != w.bytes) w.last_progress = now;
   }
+  w.moves = moves;
   w.sampled = true;
   w.last_sample = now;
   w.cpu = cpu_seconds;

@@ -16,14 +16,15 @@
 namespace ddprun::launcher {
 
 // Progress (docs/usage.md, "Stall watchdog"): between two samples, a worker made progress
-// when it wrote any byte to stdout or stderr, or when the CPU time of its process tree
-// (the worker and every descendant, /proc/<pid>/stat utime+stime plus the cutime+cstime
-// of children already reaped) grew by more than kMinBusyFraction of the wall time between
-// the samples. A rank blocked in a gloo collective, in time.sleep or on a lock uses ~0;
-// a rank that computes silently uses ~100 %. A host thread spinning on a hung GPU
-// (cudaStreamSynchronize with spin-wait) looks busy and is not detected. A worker idle
-// while others progress is only logged (a rank waiting for a slower peer, e.g. one still
-// importing torch, looks just like a stuck one).
+// when it wrote any byte to stdout or stderr, or when its Python main thread moved (its
+// stack changed: StackProbe, stack_probe.h). A worker whose stack is not sampled (not
+// Python, python -S/-I, before the first report) made progress when the CPU time of its process
+// tree (the worker and every descendant, /proc/<pid>/stat utime+stime plus the cutime+cstime of
+// children already reaped) grew by more than kMinBusyFraction of the wall time between the samples.
+// A rank blocked in a gloo collective, in time.sleep or on a lock uses ~0; a rank that computes
+// silently uses ~100 %. A host thread spinning on a hung GPU (cudaStreamSynchronize with spin-wait)
+// looks busy and is not detected. A worker idle while others progress is only logged (a rank
+// waiting for a slower peer, e.g. one still importing torch, looks just like a stuck one).
 
 // How long the stall watchdog waits for the workers it sent SIGABRT before SIGKILL.
 inline constexpr std::chrono::milliseconds kStallDumpWait{5000};
@@ -58,10 +59,12 @@ class StallDetector {
 
   // Starts watching `count` workers (indices 0..count-1) at `now`; forgets earlier ones.
   void reset(std::size_t count, Clock::time_point now);
-  // One sample of worker `index`: its tree's CPU seconds and the bytes it has written so
-  // far (both cumulative). The first sample after reset() is the baseline.
+  // One sample of worker `index`: its tree's CPU seconds, the bytes it has written so far,
+  // and how often its main thread moved (StackProbe; nullopt: not sampled), all
+  // cumulative. With `moves`, CPU time is not progress (a spinning rank burns CPU on one
+  // line). The first sample after reset() is the baseline.
   void observe(std::size_t index, Clock::time_point now, double cpu_seconds,
-               std::uint64_t output_bytes);
+               std::uint64_t output_bytes, std::optional<std::uint64_t> moves = std::nullopt);
   // A worker that exited is no longer watched.
   void forget(std::size_t index);
   // Workers watched whose last progress (or reset) is at least `timeout` before `now`.
@@ -78,6 +81,7 @@ class StallDetector {
     Clock::time_point last_sample;
     double cpu = 0;
     std::uint64_t bytes = 0;
+    std::optional<std::uint64_t> moves;
     Clock::time_point last_progress;
   };
   std::chrono::milliseconds timeout_;

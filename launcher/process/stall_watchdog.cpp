@@ -9,6 +9,9 @@
 #include <cmath>
 #include <csignal>
 #include <iterator>
+#include <optional>
+
+#include "launcher/process/descendants.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -22,7 +25,12 @@ std::string seconds(std::chrono::milliseconds ms) {
 
 StallWatchdog::StallWatchdog(EventLoop& loop, WorkerGroup& group, OutputRouter& router,
                              std::chrono::milliseconds timeout)
-    : loop_(loop), group_(group), router_(router), timeout_(timeout), detector_(timeout) {}
+    : loop_(loop),
+      group_(group),
+      router_(router),
+      timeout_(timeout),
+      detector_(timeout),
+      probe_(loop, detector_.sample_interval()) {}
 
 StallWatchdog::~StallWatchdog() { loop_.cancel_timer(timer_); }
 
@@ -44,6 +52,7 @@ void StallWatchdog::start_attempt(std::size_t workers) {
 }
 
 void StallWatchdog::end_attempt() {
+  probe_.clear();
   dump_ = Dump{};
   sampling_ = false;
   loop_.cancel_timer(timer_);
@@ -66,7 +75,9 @@ void StallWatchdog::tick() {
   if (now < next_sample_) return arm(next_sample_);
   for (std::size_t i = 0; i < group_.size(); ++i) {
     if (group_.reaped(i)) continue;
-    detector_.observe(i, now, process_tree_cpu_seconds(group_.pid(i)), router_.bytes_read(i));
+    const StackProbe::Position& pos = probe_.position(i);
+    detector_.observe(i, now, process_tree_cpu_seconds(group_.pid(i)), router_.bytes_read(i),
+                      pos.sampled ? std::optional<std::uint64_t>(pos.moves) : std::nullopt);
   }
   next_sample_ = now + detector_.sample_interval();
   const auto stalled = detector_.stalled(now);
@@ -80,9 +91,11 @@ void StallWatchdog::tick() {
   for (std::size_t i : stalled) {
     if (!warned_.insert(i).second) continue;
     spdlog::warn(
-        "stall: local rank {} (pid {}) has made no progress (CPU time or output) for {} s "
-        "while other workers still progress",
-        group_.local_rank(i), group_.pid(i), seconds(detector_.idle_for(i, now)));
+        "stall: local rank {} (pid {}){} has made no progress ({}) for {} s while other "
+        "workers still progress",
+        group_.local_rank(i), group_.pid(i), where(i),
+        probe_.position(i).sampled ? "Python stack or output" : "CPU time or output",
+        seconds(detector_.idle_for(i, now)));
   }
   for (auto it = warned_.begin(); it != warned_.end();) {
     it = std::find(stalled.begin(), stalled.end(), *it) == stalled.end() ? warned_.erase(it)
@@ -94,18 +107,38 @@ void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_po
   std::string who;
   dump_ = Dump{};
   dump_.notes.assign(group_.size(), "");
+  std::vector<std::size_t> to_continue;
   for (std::size_t i : stalled) {  // every live worker (all_stalled)
-    who += fmt::format("{}local rank {} (pid {})", who.empty() ? "" : ", ", group_.local_rank(i),
-                       group_.pid(i));
-    dump_.notes[i] = fmt::format(
-        "stalled: no progress (CPU time or output) for {} s; stacks dumped by the stall "
-        "watchdog (SIGABRT)",
-        seconds(detector_.idle_for(i, now)));
+    who += fmt::format("{}local rank {} (pid {}){}", who.empty() ? "" : ", ", group_.local_rank(i),
+                       group_.pid(i), where(i));
+    const std::string idle = seconds(detector_.idle_for(i, now));
+    const StackProbe::Position& pos = probe_.position(i);
+    const std::string at = pos.sampled ? ", at " + pos.where : "";
+    char state = '?';
+    if (stopped(i, &state)) {
+      // A stopped process takes SIGABRT only once continued; a traced one ('t') cannot be.
+      dump_.notes[i] =
+          state == 'T'
+              ? fmt::format(
+                    "stalled: the process was stopped (state T in /proc/{}/stat: SIGSTOP or "
+                    "Ctrl-Z) for {} s{}; continued (SIGCONT) for the stall watchdog to dump its "
+                    "stacks (SIGABRT)",
+                    group_.pid(i), idle, at)
+              : fmt::format(
+                    "stalled: the process was stopped by a debugger (state t in /proc/{}/stat) "
+                    "for {} s{}; no stacks (SIGABRT cannot reach it), then killed",
+                    group_.pid(i), idle, at);
+      if (state == 'T') to_continue.push_back(i);
+    } else {
+      dump_.notes[i] = fmt::format(
+          "stalled: no progress ({}) for {} s{}; stacks dumped by the stall watchdog (SIGABRT)",
+          pos.sampled ? "Python stack or output" : "CPU time or output", idle, at);
+    }
     dump_.pending.push_back(i);
   }
   spdlog::error(
-      "stall: no worker made progress (CPU time or output) for {} s: {}; dumping their Python "
-      "stacks (SIGABRT) and ending the attempt",
+      "stall: no worker made progress for {} s: {}; dumping their Python stacks (SIGABRT) and "
+      "ending the attempt",
       seconds(timeout_), who);
   dump_.active = true;
   dump_.deadline = now + kStallDumpWait;
@@ -113,6 +146,23 @@ void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_po
   // children (data loaders) would add theirs to the same stderr. The group dies at the
   // attempt's end.
   for (std::size_t i : dump_.pending) ::kill(group_.pid(i), SIGABRT);
+  for (std::size_t i : to_continue) ::kill(group_.pid(i), SIGCONT);
+}
+
+bool StallWatchdog::stopped(std::size_t index, char* state) const {
+  const auto st =
+      parse_proc_stat(read_proc_file("/proc/" + std::to_string(group_.pid(index)) + "/stat"));
+  if (state != nullptr && st) *state = st->state;
+  return st && (st->state == 'T' || st->state == 't');
+}
+
+std::string StallWatchdog::where(std::size_t index) const {
+  std::string text;
+  char state = '?';
+  if (stopped(index, &state)) text += fmt::format(" (stopped: state {})", state);
+  const StackProbe::Position& pos = probe_.position(index);
+  if (pos.sampled) text += " at " + pos.where;
+  return text;
 }
 
 bool StallWatchdog::collect(std::size_t index, const WorkerExit& exit) {

@@ -1,8 +1,10 @@
 // stall_watchdog.h: StallWatchdog, the --stall-timeout policy of ProcessSupervisor: on its
-// own EventLoop timer it samples each live worker (StallDetector, stall_watch.h), logs once
-// a worker idle while others progress, and when all are stuck sends SIGABRT (Python dumps
-// its stacks), SIGKILL after kStallDumpWait (stall_watch.h), and holds one kStalled event with
-// every stopped worker's exit. Thread-safety: the loop thread only, like the other parts.
+// own EventLoop timer it samples each live worker (StallDetector, stall_watch.h; where its
+// Python main thread is: StackProbe, stack_probe.h), logs once a worker idle while others
+// progress, and when all are stuck sends SIGABRT (Python dumps its stacks; SIGCONT too to
+// a worker stopped by SIGSTOP), SIGKILL after kStallDumpWait (stall_watch.h), and holds one
+// kStalled event with every stopped worker's exit, each with a note saying where it was.
+// Thread-safety: the loop thread only, like the other parts.
 #pragma once
 
 #include <chrono>
@@ -13,6 +15,7 @@
 
 #include "launcher/process/event_loop.h"
 #include "launcher/process/output_router.h"
+#include "launcher/process/stack_probe.h"
 #include "launcher/process/stall_watch.h"
 #include "launcher/process/worker_group.h"
 
@@ -30,6 +33,9 @@ class StallWatchdog {
   StallWatchdog(const StallWatchdog&) = delete;
   StallWatchdog& operator=(const StallWatchdog&) = delete;
 
+  // Before spawning each worker of an attempt, in order: its environment gets the stack
+  // probe; returns the fd the child must inherit (SpawnOptions::keep_fd; invalid: none).
+  UniqueFd add_worker(std::vector<std::string>& env) { return probe_.add(env); }
   // An attempt of `workers` workers started: the baseline sample now.
   void start_attempt(std::size_t workers);
   // stop() began: no more sampling (a dump already under way still escalates).
@@ -54,12 +60,17 @@ class StallWatchdog {
   // The timer: samples when due, fires, escalates to SIGKILL.
   void tick();
   void fire(const std::vector<std::size_t>& stalled, Clock::time_point now);
+  // Where worker `index` is, for messages: " at <file>:<line> in <function>", and
+  // ", stopped: state T" when /proc says so ("" when neither is known).
+  std::string where(std::size_t index) const;
+  bool stopped(std::size_t index, char* state = nullptr) const;
 
   EventLoop& loop_;
   WorkerGroup& group_;
   OutputRouter& router_;
   std::chrono::milliseconds timeout_;
   StallDetector detector_;
+  StackProbe probe_;
   EventLoop::TimerId timer_ = 0;
   bool sampling_ = false;
   Clock::time_point next_sample_{};

@@ -244,7 +244,8 @@ void ProcessSupervisor::Impl::do_start(std::vector<WorkerSpec>& specs) {
   try {
     for (WorkerSpec& spec : specs) {
       OutputRouter::ChildEnds ends = router.add(spec);
-      group.spawn(spec, ends.out.get(), ends.err.get());
+      const UniqueFd probe = stall ? stall->add_worker(spec.env) : UniqueFd();
+      group.spawn(spec, ends.out.get(), ends.err.get(), probe.get());
     }
   } catch (const SpawnError&) {
     end_attempt();

@@ -2,6 +2,7 @@
 // attempt's processes. Used by ProcessSupervisor.
 #include "launcher/process/worker_group.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/syscall.h>
@@ -70,7 +71,12 @@ WorkerGroup::WorkerGroup(EventLoop& loop, bool use_pidfd, OrphanGuard guard, OnE
 
 WorkerGroup::~WorkerGroup() { loop_.cancel_timer(poll_timer_); }
 
-void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
+void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd, int keep_fd) {
+  UniqueFd null_in;
+  if (spec.stdin_null && spec.stdin_fd < 0) {
+    null_in.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!null_in) throw_errno("cannot open /dev/null");
+  }
   workers_.push_back(std::make_unique<Worker>());
   Worker& w = *workers_.back();
   w.index = workers_.size() - 1;
@@ -83,8 +89,9 @@ void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
   if (!guard_.token.empty()) set_env_entry(so.env, kJobTokenVar, guard_.token);
   so.cwd = std::move(spec.cwd);
   so.cpus = std::move(spec.cpus);
-  so.stdin_fd = spec.stdin_fd;
+  so.stdin_fd = spec.stdin_fd >= 0 ? spec.stdin_fd : null_in.get();
   so.stdout_fd = stdout_fd;
+  so.keep_fd = keep_fd;
   so.stderr_fd = stderr_fd;
   try {
     w.pid = spawn_process(so, [&](pid_t pid) {

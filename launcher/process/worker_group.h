@@ -43,9 +43,10 @@ class WorkerGroup {
   bool use_pidfd() const { return use_pidfd_; }
 
   // Starts the next worker (index = number of workers added before) with the child's ends
-  // of its output pipes. Blocks until it has exec'd. Throws SpawnError; a worker that
+  // of its output pipes, and `keep_fd` (-1: none) inherited at its number (the stall
+  // watchdog's stack probe). Blocks until it has exec'd. Throws SpawnError; a worker that
   // failed to exec is reaped and counts as exited without an exit report.
-  void spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd);
+  void spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd, int keep_fd = -1);
 
   // Reaps every worker that has exited (the fallback without pidfds).
   void reap_all();

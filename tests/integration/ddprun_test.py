@@ -13,6 +13,8 @@ processes, ports, cleanup) is tests/support/blackbox.py, shared with the multino
 """
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import subprocess
@@ -717,6 +719,90 @@ def output_is_byte_exact(job):
         check(got == data, f"rank {rank} {stream}.log altered ({len(got)} bytes)")
 
 
+def read_until(fd, want, timeout, buf=b""):
+    """Reads `fd` (a pipe or a pty master) into `buf` until `want` is in it; returns
+    (buf, the time it came), or fails after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while want not in buf:
+        left = deadline - time.time()
+        check(left > 0, f"{want!r} did not come within {timeout} s", buf)
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the pty's other side closed
+                chunk = b""
+            check(chunk, f"end of output before {want!r}", buf)
+            buf += chunk
+    return buf, time.time()
+
+
+@test()
+def partial_line_reaches_console(job):
+    """Issue 21: a worker writes "prompt> " with no newline and waits: the text reaches
+    ddprun's stdout (a pipe) within 100 ms under its --tee prefix; another worker's line
+    starts on a new line, and the prompt's line, ended later, resumes under its prefix
+    (once: no prefix is doubled without another line in between)."""
+    worker = os.path.join(WORKERS, "prompt.py")
+    p = job.start(["--nproc-per-node=2", "--tee=3", worker, job.out, "wait"])
+    out, came = read_until(p.stdout.fileno(), b"[default0]:prompt> ", 60)
+    wrote = read_time(os.path.join(job.out, "wrote"))
+    check(came - wrote < 0.1, f"the prompt came {came - wrote:.3f} s after it was written", out)
+    with open(os.path.join(job.out, "shown"), "w"):
+        pass
+    out, _ = read_until(p.stdout.fileno(), b"[default1]:other\n", 30, out)
+    with open(os.path.join(job.out, "go"), "w"):
+        pass
+    rest, err = p.communicate(timeout=60)
+    out += rest.encode()
+    check(p.returncode == 0, f"ddprun exited {p.returncode}", out, err)
+    check(out == b"[default0]:prompt> \n[default1]:other\n[default0]:answer\n",
+          "console lines", out, err)
+    os.mkdir(job.out + "1")
+    p = job.start(["--nproc-per-node=1", "--tee=3", worker, job.out + "1", "wait"])
+    out, _ = read_until(p.stdout.fileno(), b"[default0]:prompt> ", 60)
+    time.sleep(0.2)
+    with open(os.path.join(job.out + "1", "go"), "w"):
+        pass
+    rest, err = p.communicate(timeout=60)
+    out += rest.encode()
+    check(out == b"[default0]:prompt> answer\n", "a continued line, prefixed once", out, err)
+
+
+@test()
+def worker_sees_a_terminal(job):
+    """Issue 21: ddprun run on a terminal (a pty): the shown worker's stdin, stdout and
+    stderr are terminals, and input() reads a line typed to ddprun's terminal (stdin reaches
+    the one rank --local-ranks-filter shows; the hidden one reads /dev/null)."""
+    worker = os.path.join(WORKERS, "prompt.py")
+    argv = [job.ddprun, "--nproc-per-node=2", "--local-ranks-filter=0", worker, job.out,
+            "input"]
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(job.dir)
+            os.execve(job.ddprun, argv, job.env)
+        finally:
+            os._exit(127)
+    try:
+        out, _ = read_until(fd, b"name? ", 60)
+        os.write(fd, b"hello\n")
+        out, _ = read_until(fd, b"got hello", 30, out)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        check(os.waitstatus_to_exitcode(status) == 0, f"ddprun ended with {status}", out)
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    facts = {r: json.loads(read_text(os.path.join(job.out, f"tty.{r}.json"))) for r in (0, 1)}
+    check(facts[0]["stdin"] and facts[0]["stdout"] and facts[0]["stderr"],
+          "rank 0 sees a terminal", facts)
+    check(facts[1]["stdin_target"] == "/dev/null" and not facts[1]["stdout"],
+          "the hidden rank reads /dev/null and writes to its log", facts)
+
+
 @test()
 def default_log_dir_removed(job):
     rc, out, err = job.run(["--nproc-per-node=2", *job.probe("rank=1", "exit=3")])
@@ -809,7 +895,8 @@ def stall_watchdog_reports_stacks(job):
     r1 = "\n".join(blocks[1])
     r0 = "\n".join(blocks[0])
     for r, text in ((0, r0), (1, r1)):
-        check("stalled: no progress (CPU time or output) for " in text, f"rank {r}'s note", text)
+        check("stalled: no progress (Python stack or output) for " in text, f"rank {r}'s note",
+              text)
     check(sleep_at in r1, "rank 1's stack shows the sleep", r1)
     check(reduce_at in r0, "rank 0's stack shows the all_reduce", r0)
     check("in all_reduce" in r0 and "distributed_c10d.py" in r0, "torch's frame", r0)
@@ -825,6 +912,36 @@ def stall_watchdog_reports_stacks(job):
     for r in (0, 1):
         check(os.path.exists(os.path.join(job.out, f"computed.0.{r}")), f"rank {r} computed", err)
         check(os.path.exists(os.path.join(job.out, f"start.1.{r}")), f"rank {r} attempt 1", err)
+
+
+@test()
+def stall_watchdog_sees_where_ranks_are(job):
+    """Issue 23: with --stall-timeout 2, a PyTorch-free worker spinning in `while True: pass`
+    (busy, so CPU time would call it progress) is reported with its file:line; a worker
+    that computes silently through changing lines for 3 timeouts is not; a worker stopped
+    by SIGSTOP is named as stopped, and continued so that its stack is dumped."""
+    worker = os.path.join(WORKERS, "spin.py")
+    args = ["--nproc-per-node=1", "--max-restarts=0", "--stall-timeout=2", worker, job.out]
+    spin = f"{worker}:{marked_line(worker, '# SPIN')} in <module>"
+    rc, out, err = job.run(args + ["spin"], timeout=60)
+    check(rc != 0, f"ddprun exited {rc}", out, err)
+    stalls = [l for l in err.splitlines() if "error: stall: " in l]
+    check(len(stalls) == 1 and f"at {spin}" in stalls[0], "the stall names the line", err)
+    check(f"stalled: no progress (Python stack or output) for " in err
+          and f"s, at {spin}; stacks dumped" in err, "the report's note", err)
+    check(f'File "{worker}", line {marked_line(worker, "# SPIN")}' in err, "the stack", err)
+
+    rc, out, err = job.run(args + ["move", "6"], timeout=60)
+    check(rc == 0 and "stall" not in err, f"a moving worker reported (exit {rc})", out, err)
+    check(int(read_text(os.path.join(job.out, "count"))) > 0, "it moved", err)
+
+    rc, out, err = job.run(args + ["stop"], timeout=60)
+    check(rc != 0, f"ddprun exited {rc}", out, err)
+    stalls = [l for l in err.splitlines() if "error: stall: " in l]
+    check(len(stalls) == 1 and "stopped: state T" in stalls[0], "the stall says stopped", err)
+    check("stalled: the process was stopped (state T in /proc/" in err
+          and "continued (SIGCONT)" in err, "the report's note", err)
+    check(f'File "{worker}", line {marked_line(worker, "# STOP")}' in err, "its stack", err)
 
 
 @test(every_tier=True)

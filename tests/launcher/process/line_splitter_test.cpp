@@ -121,3 +121,23 @@ TEST_CASE("LineSplitter default cap is 64 KiB", "[line_splitter]") {
   for (const Line& l : s.finish()) sizes.push_back(l.text.size());
   CHECK(sizes == std::vector<std::size_t>{65536, 65536, 65536, 200 * 1024 - 3 * 65536});
 }
+
+TEST_CASE("LineSplitter lets a quiet partial line out and continues it", "[line_splitter]") {
+  LineSplitter s(8);
+  std::vector<std::string> out;
+  auto take = [&](const std::vector<Line>& lines) {
+    for (const Line& l : lines) out.push_back(render(l));
+  };
+  take(s.feed("prompt> "));
+  CHECK(out.empty());
+  CHECK(s.flushable() == 8);
+  take(s.flush_partial());
+  CHECK(s.flushable() == 0);
+  take(s.flush_partial());  // nothing more to let out
+  take(s.feed("yes\r"));
+  CHECK(s.flushable() == 3);  // the '\r' may start "\r\n": kept
+  take(s.flush_partial());
+  take(s.feed("\nnext"));
+  take(s.finish());
+  CHECK(out == std::vector<std::string>{"prompt> |", "yes|+", "|\\r\\n+", "next|"});
+}

@@ -154,3 +154,37 @@ TEST_CASE("spawn: the child dies when the forking thread exits (PDEATHSIG)", "[s
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
 }
+
+TEST_CASE("spawn: keep_fd alone reaches the child, at its number", "[spawn]") {
+  bool scan_proc = GENERATE(false, true);
+  INFO("scan_proc_fds=" << scan_proc);
+  int kept_fds[2];
+  REQUIRE(::pipe2(kept_fds, O_CLOEXEC) == 0);
+  UniqueFd kept_read(kept_fds[0]), kept(kept_fds[1]);
+  int out_fds[2];
+  REQUIRE(::pipe2(out_fds, O_CLOEXEC) == 0);
+  UniqueFd read_end(out_fds[0]), write_end(out_fds[1]);
+  SpawnOptions o;
+  const std::string fd = std::to_string(kept.get());
+  o.argv = {"/bin/sh", "-c", "ls /proc/self/fd; echo through >&" + fd};
+  o.env = {"PATH=/usr/bin:/bin"};
+  o.stdout_fd = write_end.get();
+  o.keep_fd = kept.get();
+  o.scan_proc_fds = scan_proc;
+  const pid_t pid = spawn_process(o);
+  write_end.reset();
+  kept.reset();
+  std::string out, through;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(read_end.get(), buf, sizeof buf)) > 0) out.append(buf, n);
+  while ((n = ::read(kept_read.get(), buf, sizeof buf)) > 0) through.append(buf, n);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  std::set<std::string> fds;
+  for (const auto& l : split_lines(out)) fds.insert(l);
+  // 0-2, the kept fd, and the one ls reads /proc/self/fd with (3, or the next free one).
+  CHECK(fds.count(fd) == 1);
+  CHECK(fds.size() == 5);
+  CHECK(through == "through\n");
+}

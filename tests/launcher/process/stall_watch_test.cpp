@@ -96,6 +96,25 @@ TEST_CASE("stall: the detector on a fake clock", "[stall]") {
   d.observe(7, at(30), 1, 1);     // out of range: ignored
 }
 
+TEST_CASE("stall: with stack samples, moves are progress and CPU time is not", "[stall]") {
+  StallDetector d(std::chrono::milliseconds(5000));
+  // Worker 0 spins on one line (busy, no moves); 1 moves without CPU; 2 has no samples
+  // yet (judged by CPU), then its first report counts as a move, then it spins.
+  d.reset(3, at(0));
+  std::uint64_t moves1 = 0;
+  for (int s = 0; s <= 10; ++s) {
+    const double cpu = 0.9 * s;
+    d.observe(0, at(s), cpu, 0, 7);
+    d.observe(1, at(s), 0, 0, moves1 += 3);
+    d.observe(2, at(s), cpu, 0, s < 4 ? std::nullopt : std::optional<std::uint64_t>(0));
+  }
+  CHECK(d.idle_for(0, at(10)) == std::chrono::milliseconds(10000));
+  CHECK(d.idle_for(1, at(10)) == std::chrono::milliseconds(0));
+  CHECK(d.idle_for(2, at(10)) == std::chrono::milliseconds(6000));  // last progress: at 4
+  CHECK(d.stalled(at(8.9)) == std::vector<std::size_t>{0});
+  CHECK(d.stalled(at(9)) == std::vector<std::size_t>{0, 2});
+}
+
 TEST_CASE("stall: process_tree_cpu_seconds counts a busy grandchild, not a sleeper", "[stall]") {
   SpawnOptions busy;
   // The busy loop runs in a child of the worker: the tree's CPU time must include it.

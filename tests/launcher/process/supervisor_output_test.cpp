@@ -322,17 +322,32 @@ TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[sup
     o.console_stdout_fd = console.get();
     o.console_stderr_fd = console.get();
     ProcessSupervisor sup(o);
-    sup.start({sh(0, "echo one; echo two >&2")});
+    // Worker 1 asks for a terminal (WorkerSpec::terminal): a pty where the console is one,
+    // passing its bytes unchanged (its tee'd file shows them); worker 0 keeps pipes.
+    WorkerSpec term =
+        sh(1, "[ -t 1 ] && echo tty-out; [ -t 2 ] && echo tty-err >&2; printf 'a\\nb'");
+    term.terminal = true;
+    term.out.mode = StreamMode::kTee;
+    term.out.file = dir.str() + "/1.log";
+    sup.start({sh(0, "echo one; echo two >&2; [ -t 1 ] || echo pipe-out"), term});
+    REQUIRE(sup.next_event(10s).kind == Kind::kWorkerExited);
     REQUIRE(sup.next_event(10s).kind == Kind::kWorkerExited);
   }
   if (kind == "file") {
     std::string text = slurp(dir.str() + "/console");
     CHECK(text.find("one\n") != std::string::npos);
     CHECK(text.find("two\n") != std::string::npos);
+    CHECK(text.find("pipe-out\n") != std::string::npos);
+    CHECK(text.find("tty-") == std::string::npos);
+    CHECK(slurp(dir.str() + "/1.log") == "a\nb");
   } else {
     // The terminal's line discipline turns "\n" into "\r\n".
     CHECK(eventually([&] { return seen("two\r\n"); }, 2s));
     CHECK(seen("one\r\n"));
+    CHECK(seen("pipe-out\r\n"));
+    CHECK(eventually([&] { return seen("tty-err\r\n"); }, 2s));
+    CHECK(seen("tty-out\r\n"));
+    CHECK(slurp(dir.str() + "/1.log") == "tty-out\na\nb");
     console.reset();  // the master then reads EIO and the reader ends
     reader.join();
   }
@@ -462,10 +477,11 @@ TEST_CASE("supervisor: a line held open too long is cut, and resumes under its p
   CHECK(ev.exit.local_rank == 0);
   h.sup->stop(SIGTERM, 1s);
   h.sup.reset();
-  // The first 64 KiB piece held the console; w1 cut it; the rest (held back in the
-  // splitter until its line ended) resumes under the prefix.
-  CHECK(h.out->finish() == "[default0]:" + std::string(65536, 'c') + "\n[default1]:w1\n" +
-                               "[default0]:" + std::string(100000 - 65536, 'c') + "END\n");
+  // The first 64 KiB piece held the console, and the rest of the line so far followed
+  // as a partial line (OutputRouter::kPartialWait) under no second prefix; w1 cut the
+  // line; its end resumes under the prefix.
+  CHECK(h.out->finish() ==
+        "[default0]:" + std::string(100000, 'c') + "\n[default1]:w1\n" + "[default0]:END\n");
   CHECK(slurp(slow.out.file) == std::string(100000, 'c') + "END\n");
 }
 
@@ -545,4 +561,28 @@ TEST_CASE("console: stdout and stderr on one file share the line after a lone \\
   }
   ::close(fd);
   CHECK(slurp(path) == "[h1]: 10%\r\n[h2]:print\n[h1]: 20%\r[h1]: 30%\r\n[h2]:more\n");
+}
+
+TEST_CASE("console: a prompt on stdout is not glued to a line on stderr of the same file",
+          "[supervisor]") {
+  TempDir dir;
+  const std::string path = dir.str() + "/console";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  {
+    ConsoleWriter out(fd);  // as a terminal that is both stdout and stderr
+    ConsoleWriter err(fd);
+    out.share_line_with(err);
+    const auto prompt = out.open_stream();
+    const auto log = err.open_stream();
+    out.write_line(prompt, "[r0]:", Line{"(Pdb) ", "", false});  // a partial line let out
+    err.write_line(log, "[r1]:", Line{"warning", "\n", false});  // another worker, stderr
+    out.write_line(prompt, "[r0]:", Line{"next", "\n", true});   // resumes under its prefix
+    out.write_line(prompt, "[r0]:", Line{"(Pdb) ", "", false});
+    out.write_line(prompt, "[r0]:", Line{"c", "\n", true});  // nothing between: no prefix
+    out.close_stream(prompt);
+    err.close_stream(log);
+  }
+  ::close(fd);
+  CHECK(slurp(path) == "[r0]:(Pdb) \n[r1]:warning\n[r0]:next\n[r0]:(Pdb) c\n");
 }

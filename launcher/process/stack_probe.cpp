@@ -1,0 +1,218 @@
+// stack_probe.cpp: StackProbe (see stack_probe.h) and the Python hook it installs.
+#include "launcher/process/stack_probe.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "launcher/process/descendants.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// The hook. Runs at interpreter start (site.py imports sitecustomize); must never break
+// the worker: every failure leaves it without the sampler.
+constexpr const char* kHook =
+    R"PY(# Written by ddprun for --stall-timeout (launcher/process/stack_probe.cpp); removed
+# when ddprun ends. A thread samples where the main thread is and reports it to ddprun.
+import os as _os
+import sys as _sys
+
+
+# Never found again (the chained import below would find this file).
+_here = _os.path.dirname(_os.path.abspath(__file__))
+_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+
+
+def _ddprun_stack_probe():
+    here = _os.environ.pop("DDPRUN_STACK_DIR", None)
+    fd = _os.environ.pop("DDPRUN_STACK_FD", None)
+    interval = float(_os.environ.pop("DDPRUN_STACK_INTERVAL", "1"))
+    # The program and its children see the user's PYTHONPATH, without this directory.
+    if "DDPRUN_STACK_PYTHONPATH" in _os.environ:
+        _os.environ["PYTHONPATH"] = _os.environ.pop("DDPRUN_STACK_PYTHONPATH")
+    elif here:
+        _os.environ.pop("PYTHONPATH", None)
+    if fd is None:
+        return
+    fd = int(fd)
+    _os.set_inheritable(fd, False)
+    _os.set_blocking(fd, False)
+    import _thread
+    import time
+
+    main = _thread.get_ident()
+    period = min(0.02, interval)
+
+    def run():
+        # The innermost frame is held until the next sample, so that a new call (a loop
+        # calling a function, seen at the same back edge each time) is a new object.
+        last, last_frame, moves, report = None, None, 0, 0.0
+        while True:
+            time.sleep(period)
+            frame = _sys._current_frames().get(main)
+            if frame is None:
+                return
+            key, f = [], frame
+            while f is not None:
+                key.append((id(f.f_code), f.f_lasti))
+                f = f.f_back
+            if key != last or frame is not last_frame:
+                moves += last is not None
+                last = key
+            last_frame = frame
+            now = time.monotonic()
+            if now >= report:
+                report = now + interval
+                code = frame.f_code
+                text = "%d %s:%s %s\n" % (moves, code.co_filename, frame.f_lineno, code.co_name)
+                data = text.encode("utf-8", "replace")
+                if len(data) > 2048:
+                    data = b"%d ?\n" % moves
+                try:
+                    _os.write(fd, data)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return
+            frame = None
+
+    _thread.start_new_thread(run, ())
+
+
+try:
+    _ddprun_stack_probe()
+except Exception:
+    pass
+del _ddprun_stack_probe
+
+# Load the sitecustomize this one hides, as site.py would have (this module stays in
+# sys.modules when there is none: the import system expects an entry).
+_self = _sys.modules.pop("sitecustomize", None)
+try:
+    import sitecustomize  # noqa: F401
+except ImportError as _e:
+    if _e.name != "sitecustomize":
+        raise
+finally:
+    if _self is not None:
+        _sys.modules.setdefault("sitecustomize", _self)
+)PY";
+
+}  // namespace
+
+StackProbe::StackProbe(EventLoop& loop, std::chrono::milliseconds interval)
+    : loop_(loop), interval_(interval) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ddprun_stack_XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    spdlog::warn("stall watchdog: cannot create {} ({}); judging workers by CPU time only", pattern,
+                 errno_text(errno));
+    return;
+  }
+  std::ofstream f(pattern + "/sitecustomize.py");
+  f << kHook;
+  f.close();
+  if (!f) {
+    spdlog::warn(
+        "stall watchdog: cannot write {}/sitecustomize.py; judging workers by CPU "
+        "time only",
+        pattern);
+    std::error_code ec;
+    std::filesystem::remove_all(pattern, ec);
+    return;
+  }
+  dir_ = pattern;
+}
+
+StackProbe::~StackProbe() {
+  clear();
+  if (dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+UniqueFd StackProbe::add(std::vector<std::string>& env) {
+  auto w = std::make_unique<Worker>();
+  Worker& worker = *w;
+  workers_.push_back(std::move(w));
+  if (dir_.empty()) return UniqueFd();
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return UniqueFd();
+  worker.fd.reset(fds[0]);
+  UniqueFd write_end(fds[1]);
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  // Above 2, so that the child's dup2 of its stdio can never land on it.
+  if (write_end.get() <= 2) write_end.reset(::fcntl(write_end.get(), F_DUPFD_CLOEXEC, 3));
+  std::string path;
+  bool had_path = false;
+  for (const std::string& kv : env) {
+    if (kv.starts_with("PYTHONPATH=")) {
+      path = kv.substr(11);
+      had_path = true;
+    }
+  }
+  if (had_path) set_env_entry(env, "DDPRUN_STACK_PYTHONPATH", path);
+  set_env_entry(env, "PYTHONPATH", path.empty() ? dir_ : dir_ + ":" + path);
+  set_env_entry(env, "DDPRUN_STACK_DIR", dir_);
+  set_env_entry(env, "DDPRUN_STACK_FD", std::to_string(write_end.get()));
+  set_env_entry(env, "DDPRUN_STACK_INTERVAL",
+                fmt::format("{:g}", static_cast<double>(interval_.count()) / 1000));
+  worker.id = loop_.add(worker.fd.get(), EPOLLIN, [this, &worker](std::uint32_t) { read(worker); });
+  return write_end;
+}
+
+void StackProbe::read(Worker& w) {
+  char buf[4096];
+  while (w.fd) {
+    const ssize_t n = ::read(w.fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {  // every writer gone
+      loop_.remove(w.id);
+      w.id = 0;
+      w.fd.reset();
+      break;
+    }
+    w.partial.append(buf, static_cast<std::size_t>(n));
+  }
+  // Reports: "<moves> <file>:<line> <function>\n"; only the last whole one counts.
+  std::size_t end;
+  while ((end = w.partial.find('\n')) != std::string::npos) {
+    const std::string line = w.partial.substr(0, end);
+    w.partial.erase(0, end + 1);
+    const std::size_t space = line.find(' ');
+    std::uint64_t moves = 0;
+    const auto [p, ec] =
+        std::from_chars(line.data(), line.data() + std::min(space, line.size()), moves);
+    if (ec != std::errc() || space == std::string::npos) continue;
+    std::string rest = line.substr(space + 1);
+    const std::size_t last = rest.rfind(' ');
+    w.position.sampled = true;
+    w.position.moves = moves;
+    w.position.where =
+        last == std::string::npos ? rest : rest.substr(0, last) + " in " + rest.substr(last + 1);
+  }
+  if (w.partial.size() > 8192) w.partial.clear();  // not a report
+}
+
+void StackProbe::clear() {
+  for (auto& w : workers_) {
+    if (w->id != 0) loop_.remove(w->id);
+  }
+  workers_.clear();
+}
+
+const StackProbe::Position& StackProbe::position(std::size_t index) const {
+  static const Position kNone;
+  return index < workers_.size() ? workers_[index]->position : kNone;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,63 @@
+// stack_probe.h: StackProbe, where each worker's Python main thread *is*, for the stall
+// watchdog (stall_watchdog.h): a sitecustomize.py that ddprun writes to a directory of its
+// own and puts first on the workers' PYTHONPATH starts, in the first Python process of each
+// worker, a thread that samples the main thread's stack (each frame's code and bytecode
+// offset) every 20 ms and reports on a pipe, once per sample interval, how often that
+// changed and the innermost file:line. Then it restores PYTHONPATH and loads the
+// sitecustomize it hides, if any. Workers that are not Python, or run with -S/-I, send
+// nothing (the watchdog then judges them by CPU time).
+// Used by StallWatchdog. Thread-safety: none; the supervisor's EventLoop thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/process/event_loop.h"
+#include "launcher/process/unique_fd.h"
+
+namespace ddprun::launcher {
+
+class StackProbe {
+ public:
+  // The last report of one worker.
+  struct Position {
+    bool sampled = false;     // a report came
+    std::uint64_t moves = 0;  // how often the main thread's stack changed between samples
+    std::string where;        // "<file>:<line> in <function>", the innermost frame
+  };
+
+  // Writes the hook into a new directory under $TMPDIR (or /tmp); reports come every
+  // `interval`. Without it (the directory cannot be written: a warning) add() does nothing.
+  StackProbe(EventLoop& loop, std::chrono::milliseconds interval);
+  ~StackProbe();  // removes the directory
+  StackProbe(const StackProbe&) = delete;
+  StackProbe& operator=(const StackProbe&) = delete;
+
+  // The next worker (numbered from 0 in the order of add()): sets its environment
+  // (PYTHONPATH, DDPRUN_STACK_*) and returns the write end of its report pipe, which the
+  // child must inherit at the same number (SpawnOptions::keep_fd); invalid when disabled.
+  UniqueFd add(std::vector<std::string>& env);
+  // The attempt ended: closes the pipes and forgets the workers.
+  void clear();
+  // Worker `index`'s last report (not sampled when none came).
+  const Position& position(std::size_t index) const;
+
+ private:
+  struct Worker {
+    UniqueFd fd;
+    EventLoop::Id id = 0;
+    std::string partial;
+    Position position;
+  };
+  void read(Worker& w);
+
+  EventLoop& loop_;
+  std::chrono::milliseconds interval_;
+  std::string dir_;  // "" when disabled
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+}  // namespace ddprun::launcher
