@@ -1,7 +1,7 @@
 // sys_error.h: ddprun's one errno helper: the text for an errno value and the exception
 // for a failed system call. Header-only (library ddprun_base, below every other target).
-// Used by the process library, the store client, ddprun-loadgen and the tests' raw
-// client. Thread-safety: pure functions (no strerror static buffer).
+// Used by the process library, the launcher's run_dirs, the store client, ddprun-loadgen
+// and the tests' raw client. Thread-safety: pure functions (no strerror static buffer).
 #pragma once
 
 #include <cerrno>

@@ -1,24 +1,19 @@
-// agent.cpp: the Agent's state machine (see the table in agent.h). About 400 lines: the
-// transitions stay in one file so that the table maps onto it.
+// agent.cpp: the Agent's state machine (see the table in agent.h): one method per state
+// or transition, so that the table maps onto the file. Its side jobs live beside it:
+// run_dirs (files), worker_env (worker specs), numa (the CPU plan), config (rendezvous).
 #include "launcher/agent.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <spdlog/spdlog.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
-#include <filesystem>
 #include <mutex>
 #include <thread>
 
-#include "base/sys_error.h"
-#include "launcher/error_file.h"
 #include "launcher/numa.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
@@ -26,43 +21,23 @@
 namespace ddprun::launcher {
 namespace {
 
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Kind = SupervisorEvent::Kind;
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
 
 // How often the agent asks the handler whether the round must be re-formed.
 constexpr auto kMembershipPoll = 1000ms;
 // torchrun's exit barrier timeout.
 constexpr auto kExitBarrierTimeout = std::chrono::seconds(300);
 
-std::string make_temp_dir(const std::string& pattern) {
-  std::string buf = pattern + "XXXXXX";
-  if (::mkdtemp(buf.data()) == nullptr) {
-    throw_errno("mkdtemp " + pattern);
-  }
-  return buf;
-}
-
-std::string temp_base() {
-  const char* tmp = std::getenv("TMPDIR");
-  return (tmp && *tmp) ? tmp : "/tmp";
+// The directory for the default torchelastic_XXXXXX (no --log-dir): TMPDIR or /tmp.
+std::string temp_base(const EnvMap& env) {
+  const auto it = env.find("TMPDIR");
+  return it != env.end() && !it->second.empty() ? it->second : "/tmp";
 }
 
 bool forward_only(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
-
-std::string expand_prefix(std::string text, const std::string& role, int rank, int local_rank) {
-  const std::pair<std::string, std::string> macros[] = {
-      {"${role_name}", role},
-      {"${rank}", std::to_string(rank)},
-      {"${local_rank}", std::to_string(local_rank)}};
-  for (const auto& [macro, value] : macros) {
-    for (auto pos = text.find(macro); pos != std::string::npos;
-         pos = text.find(macro, pos + value.size())) {
-      text.replace(pos, macro.size(), value);
-    }
-  }
-  return text;
-}
 
 std::string what_of(const std::exception_ptr& error) {
   try {
@@ -76,35 +51,6 @@ std::string what_of(const std::exception_ptr& error) {
 
 }  // namespace
 
-rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config) {
-  rdzv::RendezvousParams p;
-  p.backend = config.rdzv_backend;
-  p.endpoint = config.rdzv_endpoint;
-  p.run_id = config.rdzv_id;
-  p.min_nodes = config.min_nodes;
-  p.max_nodes = config.max_nodes;
-  p.node_rank = config.node_rank;
-  p.master_addr = config.master_addr;
-  p.master_port = config.master_port;
-  p.local_addr = config.local_addr;
-  p.local_world_size = config.nproc_per_node;
-  p.conf = config.rdzv_conf;
-  // The job's fingerprint: the program and its arguments as written, not the python
-  // executable or --nproc-per-node, which may differ per node (docs/multinode.md).
-  if (config.entry == EntryKind::kPythonModule) p.job_command.push_back("-m");
-  if (config.entry == EntryKind::kExecutable) p.job_command.push_back("--no-python");
-  p.job_command.push_back(config.training_script);
-  p.job_command.insert(p.job_command.end(), config.script_args.begin(), config.script_args.end());
-  // USE_LIBUV=0 is PyTorch's switch to its non-libuv TCPStore, which (2.6) workers ignore
-  // when told to use the agent's store; a build without libuv (Debian's 2.6) then cannot
-  // initialise. So it also means: worker rank 0 hosts the store (docs/usage.md).
-  const char* libuv = std::getenv("USE_LIBUV");
-  if (libuv != nullptr && std::string(libuv) == "0" && !p.conf.use_agent_store) {
-    p.conf.use_agent_store = false;
-  }
-  return p;
-}
-
 Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
              std::unique_ptr<rdzv::RendezvousHandler> handler)
     : config_(std::move(config)),
@@ -117,27 +63,9 @@ Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
 
 Agent::~Agent() = default;
 
-void Agent::make_run_log_dir() {
-  std::string base = config_.log_dir;
-  files_disabled_ = base == "/dev/null";
-  if (base.empty() || files_disabled_) {
-    base = make_temp_dir(temp_base() + "/torchelastic_");
-    default_log_dir_ = base;
-  } else {
-    fs::create_directories(base);
-  }
-  std::string run_id = handler_->run_id();
-  std::replace(run_id.begin(), run_id.end(), '/', '_');  // a user's --rdzv-id may hold '/'
-  run_log_dir_ = make_temp_dir((fs::path(base) / (run_id + "_")).string());
-  spdlog::info("log directory set to: {}", run_log_dir_);
-}
-
-std::string Agent::attempt_dir() const {
-  return (fs::path(run_log_dir_) / fmt::format("attempt_{}", attempt_)).string();
-}
-
-std::string Agent::error_file_path(int local_rank) const {
-  return (fs::path(attempt_dir()) / std::to_string(local_rank) / "error.json").string();
+const std::string& Agent::run_log_dir() const {
+  static const std::string kNone;
+  return run_dirs_ ? run_dirs_->run_dir() : kNone;
 }
 
 Agent::CallOutcome Agent::call_interruptibly(const std::function<void()>& call,
@@ -203,53 +131,15 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
   // failure and a peer that only followed it into the new round would disagree, so
   // multi-node jobs use the shared round number. One node: the restarts spent (torchrun).
   attempt_ = config_.max_nodes > 1 ? info.round : restart_count_;
-  // With --log-dir /dev/null the run dir is a private temp dir that holds only error.json.
-  const fs::path logs = attempt_dir();
-  fs::remove_all(logs);
-  const AttemptFacts facts{info, handler_->run_id(), attempt_};
-  const auto prefix_template = agent_env_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-
-  std::vector<WorkerSpec> specs;
-  for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
-    fs::create_directories(logs / std::to_string(lr));
-    WorkerSpec w;
-    w.local_rank = lr;
-    w.global_rank = info.rank_base + lr;
-    w.argv = worker_argv(config_, lr);
-    w.env = to_env_strings(worker_env(config_, facts, agent_env_, lr, error_file_path(lr)));
-    if (lr < static_cast<int>(numa_plan_.size())) {
-      w.cpus.assign(numa_plan_[lr].cpus.begin(), numa_plan_[lr].cpus.end());
+  run_dirs_->prepare_attempt(attempt_, config_.nproc_per_node);
+  std::vector<WorkerSpec> specs =
+      make_worker_specs(config_, AttemptFacts{info, handler_->run_id(), attempt_}, agent_env_,
+                        *run_dirs_, numa_plan_);
+  for (const auto& w : specs) {
+    // Redirected only: the log file holds the sole copy of this output; keep it.
+    if (w.out.mode == StreamMode::kRedirect || w.err.mode == StreamMode::kRedirect) {
+      run_dirs_->keep_default_dir();
     }
-
-    const bool shown = !config_.local_ranks_filter || config_.local_ranks_filter->count(lr) > 0;
-    const int tee = config_.tee.for_rank(lr);
-    const int redirect = config_.redirects.for_rank(lr);
-    const auto stream = [&](int bit, const char* name) {
-      StreamSpec s;
-      if (tee & bit) {
-        s.mode = StreamMode::kTee;
-      } else if ((redirect & bit) || !shown) {
-        // A rank filtered off the console still keeps its output, in its log file.
-        s.mode = StreamMode::kRedirect;
-      }
-      // Redirected only: the log file holds the sole copy of this output; keep it.
-      if (s.mode == StreamMode::kRedirect && !files_disabled_) keep_default_log_dir_ = true;
-      if (s.mode != StreamMode::kConsole) {
-        s.file = files_disabled_
-                     ? "/dev/null"
-                     : (logs / std::to_string(lr) / (std::string(name) + ".log")).string();
-      }
-      s.show_on_console = shown;
-      return s;
-    };
-    w.out = stream(StdStreams::kOut, "stdout");
-    w.err = stream(StdStreams::kErr, "stderr");
-    if (prefix_template != agent_env_.end()) {
-      w.line_prefix = expand_prefix(prefix_template->second, config_.role, w.global_rank, lr);
-    } else if (tee != 0) {
-      w.line_prefix = fmt::format("[{}{}]:", config_.role, lr);
-    }
-    specs.push_back(std::move(w));
   }
   return specs;
 }
@@ -266,15 +156,13 @@ bool Agent::membership_changed(bool fresh) {
 }
 
 Agent::Step Agent::monitor(RunResult& result) {
-  auto next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
+  auto next_poll = Clock::now() + kMembershipPoll;
   while (true) {
-    const auto now = std::chrono::steady_clock::now();
-    const SupervisorEvent ev =
-        supervisor_.next_event(std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::max(next_poll - now, now - now)));
+    const SupervisorEvent ev = supervisor_.next_event(std::chrono::duration_cast<Ms>(
+        std::max(next_poll - Clock::now(), Clock::duration::zero())));
     switch (ev.kind) {
       case Kind::kTimeout: {
-        next_poll = std::chrono::steady_clock::now() + kMembershipPoll;
+        next_poll = Clock::now() + kMembershipPoll;
         if (membership_changed()) {
           spdlog::warn(
               "membership changed; restarting the workers in a new rendezvous round "
@@ -339,7 +227,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
             [](const WorkerExit& a, const WorkerExit& b) { return a.global_rank < b.global_rank; });
   std::vector<Failure> failures;
   for (const auto& e : failed) {
-    failures.push_back(make_failure(e, error_file_path(e.local_rank)));
+    failures.push_back(make_failure(e, run_dirs_->error_file(attempt_, e.local_rank)));
   }
   const Failure& root = failures[root_cause_index(failures)];
 
@@ -358,7 +246,9 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
     return Step::kRendezvous;
   }
   result.failures = std::move(failures);
-  report(result);
+  const auto own = agent_env_.find("TORCHELASTIC_ERROR_FILE");
+  report_failures(config_.training_script, result.failures,
+                  own == agent_env_.end() ? std::string() : own->second);
   try {
     handler_->set_closed();
   } catch (const std::exception& e) {
@@ -402,58 +292,18 @@ Agent::Step Agent::finish(RunResult& result, RunResult::Outcome outcome) {
 }
 
 void Agent::plan_numa_binding() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::set<int> allowed;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) allowed.insert(c);
-    }
-  }
   const auto cvd = agent_env_.find("CUDA_VISIBLE_DEVICES");
-  numa_plan_ =
-      plan_numa(config_.numa_binding, read_topology("/sys"), allowed, config_.nproc_per_node,
-                cvd == agent_env_.end() ? std::nullopt : std::optional<std::string>(cvd->second));
+  numa_plan_ = plan_for_this_process(
+      config_.numa_binding, config_.nproc_per_node,
+      cvd == agent_env_.end() ? std::nullopt : std::optional<std::string>(cvd->second));
   // Shown at the default level: the user asked for the binding.
   spdlog::warn("{}", describe_plan(config_.numa_binding, numa_plan_));
-}
-
-void Agent::remove_default_log_dir() {
-  if (default_log_dir_.empty()) return;
-  if (keep_default_log_dir_) {
-    spdlog::warn("worker logs kept in {} (redirected without --log-dir)", run_log_dir_);
-    return;
-  }
-  std::error_code ec;
-  fs::remove_all(default_log_dir_, ec);
-  if (ec) spdlog::warn("cannot remove log directory {}: {}", default_log_dir_, ec.message());
-}
-
-void Agent::report(const RunResult& result) {
-  const auto& failures = result.failures;
-  const std::string text = format_failure_report(config_.training_script, failures, host_fqdn());
-  std::fprintf(stderr, "%s\n", text.c_str());
-  const Failure& root = failures[root_cause_index(failures)];
-  if (const std::string hint = failure_hint(root); !hint.empty()) {
-    std::fprintf(stderr, "ddprun: hint: %s\n", hint.c_str());
-  }
-  std::fflush(stderr);
-
-  // torchrun's agent runs under @record too: its own error file gets the root cause.
-  const auto own = agent_env_.find("TORCHELASTIC_ERROR_FILE");
-  if (own == agent_env_.end() || own->second.empty()) return;
-  std::string why;
-  const bool ok = root.error_file == root.error_file_path
-                      ? copy_error_file(root.error_file_path, own->second, root.exitcode, &why)
-                      : write_error_file(own->second, root.summary, root.callstack, root.timestamp,
-                                         root.exitcode, &why);
-  if (!ok) spdlog::warn("could not write the agent error file: {}", why);
 }
 
 RunResult Agent::run() {
   RunResult result;
   try {
-    make_run_log_dir();
+    run_dirs_.emplace(config_.log_dir, handler_->run_id(), temp_base(agent_env_));
     if (defaults_omp_num_threads(config_, agent_env_)) {
       spdlog::warn(
           "\n*****************************************\n"
@@ -483,7 +333,7 @@ RunResult Agent::run() {
     result.exit_code = 1;
   }
   // The failure report (the only reader of the workers' error files) is printed by now.
-  remove_default_log_dir();
+  if (run_dirs_) run_dirs_->remove_default_dir();
   result.restart_count = restart_count_;
   return result;
 }

@@ -49,13 +49,11 @@
 #include "launcher/failure_report.h"
 #include "launcher/numa.h"
 #include "launcher/process/supervisor_interface.h"
+#include "launcher/run_dirs.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::launcher {
-
-// The rendezvous parameters the command line implies.
-rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config);
 
 struct RunResult {
   enum class Outcome { kSucceeded, kFailed, kStopped };
@@ -80,7 +78,7 @@ class Agent {
   RunResult run();
 
   // The run log directory (<log-dir>/<run_id>_XXXXXX), known once run() has started.
-  const std::string& run_log_dir() const { return run_log_dir_; }
+  const std::string& run_log_dir() const;
 
  private:
   enum class Step { kRendezvous, kDone };
@@ -108,30 +106,20 @@ class Agent {
   Step stopped_by(int signo, RunResult& result);
   // All workers exited 0: the exit barrier, then set_closed(), then kSucceeded.
   Step on_success(RunResult& result);
-  void report(const RunResult& result);
   // Ends the run: shuts the handler down (and the store it hosts) and sets the outcome.
   Step finish(RunResult& result, RunResult::Outcome outcome);
-  void make_run_log_dir();
-  // --numa-binding: the plan (numa.h) from /sys, shown in one line. Throws NumaError.
+  // --numa-binding: the plan (numa.h) for this process's CPUs, shown in one line. Throws
+  // NumaError.
   void plan_numa_binding();
-  // Removes the default torchelastic_XXXXXX directory at the end of the run (after the
-  // failure report, which reads the workers' error files), unless --log-dir was given or
-  // it holds the only copy of some worker output (a redirected, not tee'd, stream).
-  void remove_default_log_dir();
-  std::string attempt_dir() const;
-  std::string error_file_path(int local_rank) const;
 
   LaunchConfig config_;
   EnvMap agent_env_;
   Supervisor& supervisor_;
   std::unique_ptr<rdzv::RendezvousHandler> handler_;
   std::chrono::milliseconds grace_;
-  std::string run_log_dir_;
-  std::string default_log_dir_;        // the torchelastic_XXXXXX dir made here (no --log-dir)
-  bool keep_default_log_dir_ = false;  // a stream went only to a file in it
-  bool files_disabled_ = false;        // --log-dir /dev/null: run dir in TMPDIR, error.json only
-  int restart_count_ = 0;              // restarts spent on failures
-  int attempt_ = 0;                    // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt
+  std::optional<RunDirs> run_dirs_;  // made when run() starts
+  int restart_count_ = 0;            // restarts spent on failures
+  int attempt_ = 0;                  // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt
   int remaining_restarts_ = 0;
   int pending_signal_ = 0;                // a terminating signal seen while collecting failures
   std::vector<RankPlacement> numa_plan_;  // by local rank; empty: no --numa-binding

@@ -1,7 +1,7 @@
 // cli.h: ddprun's command line, torchrun-compatible: every torchrun option in both
 // spellings (--nproc-per-node / --nproc_per_node), each also read from PET_<NAME>, then
-// the training script and its arguments, untouched. The only file besides main.cpp that
-// knows CLI11. Used by main.cpp and tests. Thread-safety: pure (reads only `host`).
+// the training script and its arguments, untouched. cli.cpp is the launcher's only user
+// of CLI11. Used by main.cpp and tests. Thread-safety: pure (reads only `host`).
 #pragma once
 
 #include <string>

@@ -148,6 +148,11 @@ struct HostFacts {
 // UsageError (one line naming the flag or file).
 LaunchConfig build_config(const RawOptions& raw, const HostFacts& host);
 
+// The rendezvous parameters `config` implies. `env`: the agent's environment (USE_LIBUV=0
+// means use_agent_store=0 unless --rdzv-conf says otherwise).
+rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config,
+                                              const std::map<std::string, std::string>& env);
+
 // Parses --nnodes: "N" or "MIN:MAX" with 0 < MIN <= MAX. Throws UsageError.
 std::pair<int, int> parse_nnodes(const std::string& text);
 

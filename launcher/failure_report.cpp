@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <ctime>
 #include <sstream>
 #include <vector>
@@ -193,6 +195,24 @@ std::string host_fqdn() {
   }
   ::freeaddrinfo(res);
   return out;
+}
+
+void report_failures(const std::string& entrypoint, const std::vector<Failure>& failures,
+                     const std::string& agent_error_file) {
+  const std::string text = format_failure_report(entrypoint, failures, host_fqdn());
+  std::fprintf(stderr, "%s\n", text.c_str());
+  const Failure& root = failures[root_cause_index(failures)];
+  if (const std::string hint = failure_hint(root); !hint.empty()) {
+    std::fprintf(stderr, "ddprun: hint: %s\n", hint.c_str());
+  }
+  std::fflush(stderr);
+  if (agent_error_file.empty()) return;
+  std::string why;
+  const bool ok = root.error_file == root.error_file_path
+                      ? copy_error_file(root.error_file_path, agent_error_file, root.exitcode, &why)
+                      : write_error_file(agent_error_file, root.summary, root.callstack,
+                                         root.timestamp, root.exitcode, &why);
+  if (!ok) spdlog::warn("could not write the agent error file: {}", why);
 }
 
 }  // namespace ddprun::launcher

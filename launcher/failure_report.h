@@ -58,4 +58,10 @@ std::string failure_hint(const Failure& failure);
 // socket.getfqdn() of this host, computed the way Python does (so reports match torchrun).
 std::string host_fqdn();
 
+// The end of a failed run: prints the report (and failure_hint's line) to stderr and,
+// when `agent_error_file` is not empty (the agent's own TORCHELASTIC_ERROR_FILE: torchrun's
+// agent runs under @record), writes the root cause there; a failed write is logged.
+void report_failures(const std::string& entrypoint, const std::vector<Failure>& failures,
+                     const std::string& agent_error_file);
+
 }  // namespace ddprun::launcher

@@ -6,7 +6,6 @@
 
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,11 +13,9 @@
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/logging.h"
-#include "launcher/process/orphan_guard.h"
-#include "launcher/process/signals.h"
-#include "launcher/process/supervisor.h"
-#include "launcher/ssh_launch.h"
-#include "launcher/stdin_watch.h"
+#include "launcher/ssh/ssh_launch.h"
+#include "launcher/ssh/stdin_watch.h"
+#include "launcher/supervision.h"
 #include "rendezvous/registry.h"
 
 using namespace ddprun::launcher;
@@ -27,10 +24,7 @@ int main(int argc, char** argv) {
   HostFacts host = current_host_facts();
   CliOutcome cli = parse_command_line(std::vector<std::string>(argv + 1, argv + argc), host);
   if (cli.kind == CliOutcome::Kind::kPrint) return std::fputs(cli.text.c_str(), stdout) < 0;
-  if (cli.kind == CliOutcome::Kind::kError) {
-    std::fprintf(stderr, "ddprun: error: %s\n%s\n", cli.text.c_str(), usage_hint().c_str());
-    return 2;
-  }
+  if (cli.kind == CliOutcome::Kind::kError) return usage_error_exit(cli.text);
   setup_agent_logging(host.env);
   if (!cli.slurm.text.empty()) {  // what an srun step set (slurm_env.h)
     spdlog::log(cli.slurm.taken ? spdlog::level::warn : spdlog::level::info, "{}", cli.slurm.text);
@@ -46,28 +40,15 @@ int main(int argc, char** argv) {
   if (cli.config.ssh.active()) return run_ssh_launch(cli.config, host.env);
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> handler;
   try {  // only checks the parameters: nothing is bound or connected yet
-    handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config));
+    handler = ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(cli.config, host.env));
   } catch (const ddprun::rdzv::RendezvousError& e) {
-    std::fprintf(stderr, "ddprun: error: %s\n%s\n", e.what(), usage_hint().c_str());
-    return 2;
+    return usage_error_exit(e.what());
   }
-  try {
-    // Before any thread starts: every later thread inherits the mask (signals.h).
-    prepare_agent_signals(cli.config.signals_to_handle);
-    SupervisorOptions options;
-    options.handled_signals = cli.config.signals_to_handle;
-    options.orphan_guard = start_orphan_guard();
-    options.stall_timeout =
-        std::chrono::milliseconds(static_cast<std::int64_t>(cli.config.stall_timeout_s * 1000));
-    options.file_timer_path = cli.config.file_timer_path;
-    ProcessSupervisor supervisor(options);
-    // An agent started by an ssh launch stops when the launcher's end closes.
+  // An agent started by an ssh launch stops when the launcher's end closes.
+  return run_supervised(cli.config, Watchdogs::kFromConfig, [&](ProcessSupervisor& supervisor) {
     std::optional<StdinWatch> stdin_watch;
     if (cli.config.ssh.exit_on_stdin_eof) stdin_watch.emplace(0, SIGTERM);
     Agent agent(cli.config, host.env, supervisor, std::move(handler));
     return agent.run().exit_code;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -2,6 +2,7 @@
 #include "launcher/numa.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -281,6 +282,19 @@ std::string describe_plan(const std::string& mode, const std::vector<RankPlaceme
     if (p.gpu >= 0) out += fmt::format(" (GPU {})", p.gpu);
   }
   return out;
+}
+
+std::vector<RankPlacement> plan_for_this_process(
+    const std::string& mode, int nproc, const std::optional<std::string>& visible_devices) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::set<int> allowed;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) allowed.insert(c);
+    }
+  }
+  return plan_numa(mode, read_topology("/sys"), allowed, nproc, visible_devices);
 }
 
 }  // namespace ddprun::launcher

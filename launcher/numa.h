@@ -1,25 +1,8 @@
 // numa.h: --numa-binding: the machine's topology as sysfs shows it, and the pure plan
 // that gives each local rank the CPUs its worker is bound to (sched_setaffinity in the
-// child before exec, spawn.h), after newest torchrun's modes (torch.numa.binding.
-// AffinityMode; docs/usage.md "NUMA binding"):
-//   node          every allowed CPU of the NUMA node of the rank's GPU;
-//   socket        every allowed CPU of every NUMA node on that node's socket;
-//   exclusive     the node's physical cores split evenly among the node's GPUs (in GPU
-//                 order; the first GPUs get one more when they do not divide), all SMT
-//                 siblings of a core together; an error when a node has fewer cores
-//                 than GPUs;
-//   core-complex  one group of CPUs sharing the last-level cache (an L3 "core complex")
-//                 of the node, the largest groups first, the GPU's index among the
-//                 node's GPUs modulo the number of groups.
-// The rank's GPU is GPU <local rank> in CUDA's numbering: the NVIDIA display/3D PCI
-// devices (vendor 0x10de, class 0x03xxxx) in PCI address order, as with
-// CUDA_DEVICE_ORDER=PCI_BUS_ID, through a numeric CUDA_VISIBLE_DEVICES when set. A PCI
-// numa_node of -1 (single-node machines) means node 0. Like torch, only CPUs are bound
-// (no memory policy: first-touch places memory on the bound node). ddprun's addition for
-// hosts without NVIDIA GPUs (CPU jobs): local rank r is placed as if its GPU were on the
-// r-th NUMA node that has CPUs (modulo their number).
-// Used by the Agent (agent.cpp) to fill WorkerSpec::cpus. Thread-safety: pure functions,
-// except read_topology, which only reads files.
+// child before exec, spawn.h), after newest torchrun's modes (docs/usage.md "NUMA
+// binding"). Used by the Agent to fill WorkerSpec::cpus. Thread-safety: pure functions,
+// except read_topology and plan_for_this_process, which read sysfs and the affinity.
 #pragma once
 
 #include <map>
@@ -70,13 +53,34 @@ struct RankPlacement {
   std::set<int> cpus;
 };
 
-// The plan for `nproc` local ranks. `mode`: node, socket, exclusive or core-complex.
+// The plan for `nproc` local ranks, after torch.numa.binding.AffinityMode:
+//   node          every allowed CPU of the NUMA node of the rank's GPU;
+//   socket        every allowed CPU of every NUMA node on that node's socket;
+//   exclusive     the node's physical cores split evenly among the node's GPUs (in GPU
+//                 order; the first GPUs get one more when they do not divide), all SMT
+//                 siblings of a core together; an error when a node has fewer cores
+//                 than GPUs;
+//   core-complex  one group of CPUs sharing the last-level cache (an L3 "core complex")
+//                 of the node, the largest groups first, the GPU's index among the
+//                 node's GPUs modulo the number of groups.
+// The rank's GPU is GPU <local rank> in CUDA's numbering: the NVIDIA display/3D PCI
+// devices (vendor 0x10de, class 0x03xxxx) in PCI address order, as with
+// CUDA_DEVICE_ORDER=PCI_BUS_ID, through a numeric CUDA_VISIBLE_DEVICES when set. A PCI
+// numa_node of -1 (single-node machines) means node 0. Like torch, only CPUs are bound
+// (no memory policy: first-touch places memory on the bound node). ddprun's addition for
+// hosts without NVIDIA GPUs (CPU jobs): local rank r is placed as if its GPU were on the
+// r-th NUMA node that has CPUs (modulo their number).
+// `mode`: node, socket, exclusive or core-complex.
 // `allowed`: the CPUs this process may use (sched_getaffinity; every plan is within it).
 // `visible_devices`: CUDA_VISIBLE_DEVICES, or nullopt when unset. Throws NumaError (a rank
 // whose GPU does not exist, a NUMA node with no allowed CPU, too few cores for exclusive).
 std::vector<RankPlacement> plan_numa(const std::string& mode, const NumaTopology& topology,
                                      const std::set<int>& allowed, int nproc,
                                      const std::optional<std::string>& visible_devices);
+
+// plan_numa for this process: /sys's topology and the CPUs sched_getaffinity allows.
+std::vector<RankPlacement> plan_for_this_process(const std::string& mode, int nproc,
+                                                 const std::optional<std::string>& visible_devices);
 
 // The one line shown at start: "numa binding (node): rank 0 -> node 0 cpus 0-19,40-59 (GPU
 // 0), rank 1 -> ...".

@@ -1,6 +1,10 @@
 // worker_env.cpp: the worker environment and command line (see worker_env.h).
 #include "launcher/worker_env.h"
 
+#include <fmt/format.h>
+
+#include <filesystem>
+
 #include "base/text.h"
 
 namespace ddprun::launcher {
@@ -112,6 +116,72 @@ std::vector<std::string> to_env_strings(const EnvMap& env) {
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);
   return out;
+}
+
+namespace {
+
+std::string expand_prefix(std::string text, const std::string& role, int rank, int local_rank) {
+  const std::pair<std::string, std::string> macros[] = {
+      {"${role_name}", role},
+      {"${rank}", std::to_string(rank)},
+      {"${local_rank}", std::to_string(local_rank)}};
+  for (const auto& [macro, value] : macros) {
+    for (auto pos = text.find(macro); pos != std::string::npos;
+         pos = text.find(macro, pos + value.size())) {
+      text.replace(pos, macro.size(), value);
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const AttemptFacts& attempt,
+                                          const EnvMap& agent_env, const RunDirs& dirs,
+                                          const std::vector<RankPlacement>& numa_plan) {
+  const int n = attempt.restart_count;
+  const auto prefix_template = agent_env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  std::vector<WorkerSpec> specs;
+  for (int lr = 0; lr < config.nproc_per_node; ++lr) {
+    WorkerSpec w;
+    w.local_rank = lr;
+    w.global_rank = attempt.info.rank_base + lr;
+    w.argv = worker_argv(config, lr);
+    w.env = to_env_strings(worker_env(config, attempt, agent_env, lr, dirs.error_file(n, lr)));
+    if (lr < static_cast<int>(numa_plan.size())) {
+      w.cpus.assign(numa_plan[lr].cpus.begin(), numa_plan[lr].cpus.end());
+    }
+
+    const bool shown = !config.local_ranks_filter || config.local_ranks_filter->count(lr) > 0;
+    const int tee = config.tee.for_rank(lr);
+    const int redirect = config.redirects.for_rank(lr);
+    const auto stream = [&](int bit, const char* name) {
+      StreamSpec s;
+      if (tee & bit) {
+        s.mode = StreamMode::kTee;
+      } else if ((redirect & bit) || !shown) {
+        // A rank filtered off the console still keeps its output, in its log file.
+        s.mode = StreamMode::kRedirect;
+      }
+      if (s.mode != StreamMode::kConsole) {
+        s.file = dirs.files_disabled()
+                     ? "/dev/null"
+                     : (std::filesystem::path(dirs.rank_dir(n, lr)) / (std::string(name) + ".log"))
+                           .string();
+      }
+      s.show_on_console = shown;
+      return s;
+    };
+    w.out = stream(StdStreams::kOut, "stdout");
+    w.err = stream(StdStreams::kErr, "stderr");
+    if (prefix_template != agent_env.end()) {
+      w.line_prefix = expand_prefix(prefix_template->second, config.role, w.global_rank, lr);
+    } else if (tee != 0) {
+      w.line_prefix = fmt::format("[{}{}]:", config.role, lr);
+    }
+    specs.push_back(std::move(w));
+  }
+  return specs;
 }
 
 }  // namespace ddprun::launcher

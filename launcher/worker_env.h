@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "launcher/config.h"
+#include "launcher/numa.h"
+#include "launcher/process/supervisor_interface.h"
+#include "launcher/run_dirs.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::launcher {
@@ -39,5 +42,13 @@ std::vector<std::string> worker_argv(const LaunchConfig& config, int local_rank)
 
 // "NAME=value" strings for execve.
 std::vector<std::string> to_env_strings(const EnvMap& env);
+
+// The WorkerSpecs of one attempt (attempt number: `attempt.restart_count`): argv and
+// environment as above, the CPUs of `numa_plan` (by local rank; empty: none), and each
+// stream's route after --redirects/--tee/--local-ranks-filter, with log files in `dirs`'
+// rank folders ("/dev/null" when dirs.files_disabled()). Creates nothing.
+std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const AttemptFacts& attempt,
+                                          const EnvMap& agent_env, const RunDirs& dirs,
+                                          const std::vector<RankPlacement>& numa_plan);
 
 }  // namespace ddprun::launcher

@@ -5,7 +5,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 namespace ddprun::launcher {
 namespace {
@@ -65,6 +67,46 @@ void EventLoop::remove(Id id) {
   registrations_.erase(it);
 }
 
+EventLoop::TimerId EventLoop::add_timer(Clock::time_point when, std::function<void()> fn) {
+  const TimerId id = next_timer_++;
+  timers_.emplace(std::make_pair(when, id), std::move(fn));
+  timer_when_.emplace(id, when);
+  return id;
+}
+
+void EventLoop::cancel_timer(TimerId id) {
+  const auto it = timer_when_.find(id);
+  if (it == timer_when_.end()) return;
+  timers_.erase(std::make_pair(it->second, id));
+  timer_when_.erase(it);
+}
+
+int EventLoop::timeout_ms() const {
+  if (timers_.empty()) return -1;
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(timers_.begin()->first.first - Clock::now());
+  return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 3600 * 1000));
+}
+
+void EventLoop::run_due_timers() {
+  const auto now = Clock::now();
+  // Only the timers due now: one that a timer adds for `now` or earlier waits for the
+  // next round, so a part re-arming at once cannot starve the loop.
+  std::vector<TimerId> due;
+  for (auto it = timers_.begin(); it != timers_.end() && it->first.first <= now; ++it) {
+    due.push_back(it->first.second);
+  }
+  for (const TimerId id : due) {
+    const auto at = timer_when_.find(id);
+    if (at == timer_when_.end()) continue;  // cancelled by an earlier timer of this round
+    const auto node = timers_.find(std::make_pair(at->second, id));
+    std::function<void()> fn = std::move(node->second);
+    timers_.erase(node);
+    timer_when_.erase(at);
+    fn();
+  }
+}
+
 void EventLoop::post(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
@@ -94,8 +136,7 @@ void EventLoop::run() {
       std::lock_guard lock(mu_);
       if (quit_) return;
     }
-    const int timeout = hooks_.timeout_ms ? hooks_.timeout_ms() : -1;
-    const int n = ::epoll_wait(epoll_.get(), ready, 32, timeout);
+    const int n = ::epoll_wait(epoll_.get(), ready, 32, timeout_ms());
     if (n < 0) {
       if (errno == EINTR) continue;
       spdlog::critical("supervisor: epoll_wait: {}", errno_text(errno));
@@ -111,6 +152,7 @@ void EventLoop::run() {
       Handler handler = it->second.handler;      // a copy: the handler may remove itself
       handler(ready[i].events);
     }
+    run_due_timers();
     if (hooks_.after_wakeup) hooks_.after_wakeup();
   }
 }

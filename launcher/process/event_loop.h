@@ -1,21 +1,23 @@
 // event_loop.h: EventLoop, the process library's one epoll loop on its own thread: file
-// descriptors registered with a handler each, tasks posted from other threads (an
-// eventfd wakes the loop), and hooks for the owner's per-wakeup work and timeout.
-// Used by ProcessSupervisor, whose WorkerGroup and OutputRouter register their fds here.
-// Thread-safety: post(), call() and shutdown() may be called from any other thread;
-// add(), modify() and remove() only on the loop thread (from handlers, hooks or tasks)
-// or before start().
+// descriptors and one-shot timers (Redis ae-style) registered with a handler each, tasks
+// posted from other threads (an eventfd wakes the loop), a per-wakeup hook. Used by
+// ProcessSupervisor's parts. Thread-safety: post(), call() and shutdown() from any other
+// thread; add(), modify(), remove(), add_timer() and cancel_timer() only on the loop
+// thread (from handlers, timers, hooks or tasks) or before start().
 #pragma once
 
 #include <sys/epoll.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "launcher/process/unique_fd.h"
 
@@ -28,10 +30,13 @@ class EventLoop {
   // handler of the same batch removed (and maybe closed and reopened) is dropped.
   using Id = std::uint64_t;
 
+  using Clock = std::chrono::steady_clock;
+  // A timer. Ids are never reused (0 is never one), so cancelling a fired one is a no-op.
+  using TimerId = std::uint64_t;
+
   struct Hooks {
     std::function<void()> on_start;      // first thing on the loop thread (signal mask)
-    std::function<int()> timeout_ms;     // before each wait: -1 for none
-    std::function<void()> after_wakeup;  // after each batch of events
+    std::function<void()> after_wakeup;  // after each batch of events and due timers
   };
 
   // Creates the epoll instance and the wake eventfd. Throws std::system_error.
@@ -49,6 +54,11 @@ class EventLoop {
   Id add(int fd, std::uint32_t events, Handler handler);
   void modify(Id id, std::uint32_t events);
   void remove(Id id);
+  // Runs `fn` once on the loop thread at `when` (at once, after the current batch, when
+  // `when` has passed). Timers due together run in `when` order, then by id.
+  TimerId add_timer(Clock::time_point when, std::function<void()> fn);
+  // Unknown, fired or 0: a no-op.
+  void cancel_timer(TimerId id);
 
   // Runs `task` on the loop thread, soon.
   void post(std::function<void()> task);
@@ -73,6 +83,9 @@ class EventLoop {
 
   void run();
   void run_tasks();
+  // Milliseconds until the first timer (rounded up; 0 when due), or -1 when none.
+  int timeout_ms() const;
+  void run_due_timers();
   void quit();
   void wake();
 
@@ -82,6 +95,9 @@ class EventLoop {
   // Loop-thread state.
   std::unordered_map<Id, Registration> registrations_;
   Id next_id_ = 1;  // 0 is the wake eventfd
+  std::map<std::pair<Clock::time_point, TimerId>, std::function<void()>> timers_;
+  std::unordered_map<TimerId, Clock::time_point> timer_when_;
+  TimerId next_timer_ = 1;
   // Shared state, under mu_.
   std::mutex mu_;
   std::deque<std::function<void()>> tasks_;

@@ -143,6 +143,7 @@ FileTimerServer::FileTimerServer(EventLoop& loop, std::string path, IsJobProcess
 }
 
 FileTimerServer::~FileTimerServer() {
+  loop_.cancel_timer(timer_);
   loop_.remove(id_);
   ::unlink(path_.c_str());
 }
@@ -185,6 +186,7 @@ void FileTimerServer::on_line(std::string_view line) {
                 request->release() ? std::string("released")
                                    : fmt::format("expires at {:.3f}", request->expiration_time));
   table_.apply(*request);
+  rearm();
 }
 
 void FileTimerServer::tick() {
@@ -210,17 +212,34 @@ void FileTimerServer::tick() {
     }
     on_kill_(e.pid, e.signal, e.scope_id);
   }
+  drop_gone();
+}
+
+void FileTimerServer::drop_gone() {
   // Timers of processes that are gone can never be released (torch 2.6 drops them).
   for (pid_t pid : table_.pids()) {
     if (::kill(pid, 0) != 0 && errno == ESRCH) table_.drop(pid);
   }
+  rearm();
 }
 
-int FileTimerServer::timeout_ms() const {
+void FileTimerServer::clear() {
+  table_.clear();
+  rearm();
+}
+
+void FileTimerServer::rearm() {
+  loop_.cancel_timer(timer_);
+  timer_ = 0;
   const auto next = table_.next_expiration();
-  if (!next) return -1;
-  const double left_ms = (*next - epoch_now()) * 1000;
-  return static_cast<int>(std::clamp(std::ceil(left_ms), 0.0, 3600.0 * 1000));
+  if (!next) return;
+  const double left_ms = std::clamp(std::ceil((*next - epoch_now()) * 1000), 0.0, 3600.0 * 1000);
+  timer_ = loop_.add_timer(
+      EventLoop::Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(left_ms)),
+      [this] {
+        timer_ = 0;
+        tick();
+      });
 }
 
 }  // namespace ddprun::launcher

@@ -1,19 +1,8 @@
 // file_timer.h: the server side of torch.distributed.elastic.timer's FileTimerClient
-// (torchrun with TORCHELASTIC_ENABLE_FILE_TIMER=1), compatible with the clients of
-// PyTorch 1.13 and 2.6. The wire format, as those clients write it: the server makes a
-// named pipe; for every acquire/release a client opens it (O_WRONLY|O_NONBLOCK, which
-// fails while no reader has it open), writes one JSON object and '\n' (at most PIPE_BUF
-// bytes, so writes of several clients never interleave) and closes it:
-//   {"version": 1, "pid": <worker pid>, "scope_id": "<text>",
-//    "expiration_time": <seconds since the epoch, float>, "signal": <int>}
-// A negative expiration_time releases the scope. Timers are keyed by (pid, scope_id); a
-// new acquire of a key replaces it. When timers have expired (expiration_time <= now),
-// their pid gets the signal of its earliest expired timer whose signal is > 0 (none: the
-// pid is not signalled), and every timer of that pid is dropped. Timers of pids that no
-// longer exist are dropped too (2.6).
-// Parts: parse_timer_request and TimerTable are pure (table-tested); FileTimerServer owns
-// the pipe and is driven by the supervisor's EventLoop.
-// Used by ProcessSupervisor (SupervisorOptions::file_timer_path). Thread-safety: none;
+// (TORCHELASTIC_ENABLE_FILE_TIMER=1), compatible with PyTorch 1.13's and 2.6's clients:
+// parse_timer_request and TimerTable (pure, table-tested) and FileTimerServer, which owns
+// the named pipe and signals expired timers on its own EventLoop timer. Used by
+// ProcessSupervisor (SupervisorOptions::file_timer_path). Thread-safety: none;
 // FileTimerServer runs on the supervisor's EventLoop thread.
 #pragma once
 
@@ -32,6 +21,18 @@
 #include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
+
+// The wire format, as the clients write it: the server makes a named pipe; for every
+// acquire/release a client opens it (O_WRONLY|O_NONBLOCK, which fails while no reader has
+// it open), writes one JSON object and '\n' (at most PIPE_BUF bytes, so writes of several
+// clients never interleave) and closes it:
+//   {"version": 1, "pid": <worker pid>, "scope_id": "<text>",
+//    "expiration_time": <seconds since the epoch, float>, "signal": <int>}
+// A negative expiration_time releases the scope. Timers are keyed by (pid, scope_id); a
+// new acquire of a key replaces it. When timers have expired (expiration_time <= now),
+// their pid gets the signal of its earliest expired timer whose signal is > 0 (none: the
+// pid is not signalled), and every timer of that pid is dropped. Timers of pids that no
+// longer exist are dropped too (2.6).
 
 struct TimerRequest {
   pid_t pid = 0;
@@ -88,13 +89,11 @@ class FileTimerServer {
   FileTimerServer(const FileTimerServer&) = delete;
   FileTimerServer& operator=(const FileTimerServer&) = delete;
 
-  // Signals the pids whose timers expired; drops the timers of pids that are gone.
-  // Call after each wakeup.
-  void tick();
-  // Milliseconds until the next expiration (for the loop's timeout), or -1.
-  int timeout_ms() const;
+  // Drops the timers of pids that are gone (call when a worker exits). The server
+  // signals expired timers on its own EventLoop timer, re-armed as requests arrive.
+  void drop_gone();
   // The attempt ended: its workers' timers go.
-  void clear() { table_.clear(); }
+  void clear();
   const std::string& path() const { return path_; }
 
   // The longest line accepted (the clients refuse to send more than PIPE_BUF bytes).
@@ -103,6 +102,10 @@ class FileTimerServer {
  private:
   void on_readable();
   void on_line(std::string_view line);
+  // Signals the pids whose timers expired, then drop_gone().
+  void tick();
+  // The loop timer at the next expiration (none when no timer is set).
+  void rearm();
 
   EventLoop& loop_;
   std::string path_;
@@ -111,6 +114,7 @@ class FileTimerServer {
   UniqueFd read_fd_;
   UniqueFd keep_open_fd_;
   EventLoop::Id id_ = 0;
+  EventLoop::TimerId timer_ = 0;
   std::string partial_;
   bool skipping_ = false;  // inside an oversized line, until its '\n'
   TimerTable table_;

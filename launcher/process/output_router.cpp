@@ -37,7 +37,7 @@ OutputRouter::OutputRouter(EventLoop& loop, int console_stdout_fd, int console_s
                            Deliver deliver)
     : loop_(loop), out_(console_stdout_fd), err_(console_stderr_fd), deliver_(std::move(deliver)) {}
 
-OutputRouter::~OutputRouter() = default;
+OutputRouter::~OutputRouter() { loop_.cancel_timer(timer_); }
 
 OutputRouter::ChildEnds OutputRouter::add(const WorkerSpec& spec) {
   // Only tee'd streams carry the prefix on the console, as torchrun's (-t 1 prefixes
@@ -169,12 +169,19 @@ std::vector<SupervisorEvent> OutputRouter::take_held() {
   return taken;
 }
 
-int OutputRouter::timeout_ms() const {
+void OutputRouter::rearm() {
   auto next = std::min(out_.writer.wait_deadline(), err_.writer.wait_deadline());
   if (!held_.empty()) next = std::min(next, held_.front().deadline);
-  if (next == Clock::time_point::max()) return -1;
-  auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
-  return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
+  if (next == timer_at_) return;
+  loop_.cancel_timer(timer_);
+  timer_ = 0;
+  timer_at_ = next;
+  if (next == Clock::time_point::max()) return;
+  // The work is after_wakeup's (release_ready, sync): the timer only wakes the loop.
+  timer_ = loop_.add_timer(next, [this] {
+    timer_ = 0;
+    timer_at_ = Clock::time_point::max();
+  });
 }
 
 void OutputRouter::sync_console(Console& console) {
@@ -194,6 +201,7 @@ void OutputRouter::sync() {
   err_.writer.on_timer(now);
   sync_console(out_);
   sync_console(err_);
+  rearm();
   // Back-pressure: stop reading console-bound pipes while their console is over its mark.
   for (auto& pipe : pipes_) {
     if (!pipe->fd || !pipe->route->uses_console()) continue;

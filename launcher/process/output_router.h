@@ -64,13 +64,12 @@ class OutputRouter {
   void release_ready();
   // Removes and returns every held event.
   std::vector<SupervisorEvent> take_held();
-  // Milliseconds until the first held event's deadline or the time a console must let
-  // lines waiting behind a long line out, or -1 when there is neither.
-  int timeout_ms() const;
 
   // After each wakeup: let out console lines that waited their time behind a long line,
-  // watch the consoles for EPOLLOUT while they have a backlog, and pause or resume
-  // console-bound pipes as the consoles cross their high-water mark.
+  // watch the consoles for EPOLLOUT while they have a backlog, pause or resume
+  // console-bound pipes as the consoles cross their high-water mark, and set the loop
+  // timer at the first held event's deadline or the time a console must let lines
+  // waiting behind a long line out.
   void sync();
   // Blocks until the console backlogs are written or `limit` passes (see ConsoleWriter).
   void flush_consoles(std::chrono::milliseconds limit);
@@ -107,6 +106,7 @@ class OutputRouter {
   static void keep_tail(Pipe& pipe, std::string_view chunk);
   void watch(Pipe& pipe);
   void sync_console(Console& console);
+  void rearm();
 
   EventLoop& loop_;
   Console out_;
@@ -114,6 +114,8 @@ class OutputRouter {
   Deliver deliver_;
   std::vector<std::unique_ptr<Pipe>> pipes_;  // worker i: 2i is stdout, 2i+1 stderr
   std::deque<Held> held_;
+  EventLoop::TimerId timer_ = 0;
+  std::chrono::steady_clock::time_point timer_at_ = std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace ddprun::launcher

@@ -1,19 +1,6 @@
-// stall_watch.h: the stall watchdog's parts (--stall-timeout): what "progress" of a worker
-// is, read cheaply from /proc and the worker's output, and the decision of which workers
-// have made none for too long.
-//
-// Progress (docs/usage.md, "Stall watchdog"): between two samples, a worker made progress
-// when it wrote any byte to stdout or stderr, or when the CPU time of its process tree
-// (the worker and every descendant, /proc/<pid>/stat utime+stime plus the cutime+cstime
-// of children already reaped) grew by more than kMinBusyFraction of the wall time between
-// the samples. A rank blocked in a gloo collective, in time.sleep or on a lock uses ~0;
-// a rank that computes silently uses ~100 %. A host thread spinning on a hung GPU
-// (cudaStreamSynchronize with spin-wait) looks busy and is not detected.
-//
-// Used by ProcessSupervisor (supervisor.cpp), which samples every sample_interval() on its
-// EventLoop thread; when all_stalled() it dumps the workers' Python stacks and ends the
-// attempt; a worker in stalled() while others progress is only logged (a rank waiting for
-// a slower peer, e.g. one still importing torch, looks just like a stuck one).
+// stall_watch.h: the stall watchdog's pure parts (--stall-timeout): what progress of a
+// worker is, read cheaply from /proc and its output, and which workers have made none for
+// too long (StallDetector). The policy that acts on it is StallWatchdog (stall_watchdog.h).
 // Thread-safety: StallDetector is a plain value (one thread); the free functions share no
 // state.
 #pragma once
@@ -27,6 +14,19 @@
 #include <vector>
 
 namespace ddprun::launcher {
+
+// Progress (docs/usage.md, "Stall watchdog"): between two samples, a worker made progress
+// when it wrote any byte to stdout or stderr, or when the CPU time of its process tree
+// (the worker and every descendant, /proc/<pid>/stat utime+stime plus the cutime+cstime
+// of children already reaped) grew by more than kMinBusyFraction of the wall time between
+// the samples. A rank blocked in a gloo collective, in time.sleep or on a lock uses ~0;
+// a rank that computes silently uses ~100 %. A host thread spinning on a hung GPU
+// (cudaStreamSynchronize with spin-wait) looks busy and is not detected. A worker idle
+// while others progress is only logged (a rank waiting for a slower peer, e.g. one still
+// importing torch, looks just like a stuck one).
+
+// How long the stall watchdog waits for the workers it sent SIGABRT before SIGKILL.
+inline constexpr std::chrono::milliseconds kStallDumpWait{5000};
 
 // The fields of /proc/<pid>/stat the watchdog needs.
 struct ProcStat {

@@ -1,11 +1,7 @@
-// supervisor.cpp: ProcessSupervisor (see supervisor.h).
-//
-// The parts, each with its own state, all driven by one EventLoop thread:
-//   EventLoop     epoll, the request eventfd, post/call from the agent thread;
-//   WorkerGroup   the attempt's processes: spawn, pidfds, reaping, signals, SIGKILL;
-//   OutputRouter  the workers' pipes, console back-pressure, events held behind output.
-// Here: the signalfd, the event queue next_event() reads, and the attempt's life cycle
-// (start, stop with its grace period, end_attempt shared by start, stop and shutdown).
+// supervisor.cpp: ProcessSupervisor (see supervisor.h): composes the parts on one
+// EventLoop thread, each registering its own fds and timers (WorkerGroup, OutputRouter,
+// StallWatchdog, FileTimerServer). Here: the signalfd, the event queue next_event() reads,
+// and the attempt's life cycle (start, stop with its grace period, end_attempt).
 #include "launcher/process/supervisor.h"
 
 #include <fmt/format.h>
@@ -15,21 +11,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <set>
 
 #include "launcher/process/descendants.h"
 #include "launcher/process/event_loop.h"
 #include "launcher/process/file_timer.h"
 #include "launcher/process/output_router.h"
 #include "launcher/process/signals.h"
-#include "launcher/process/stall_watch.h"
+#include "launcher/process/stall_watchdog.h"
 #include "launcher/process/worker_group.h"
 
 namespace ddprun::launcher {
@@ -37,13 +30,6 @@ namespace {
 
 // How long stop() and the destructor wait for a console that does not accept output.
 constexpr std::chrono::milliseconds kConsoleFlushLimit{2000};
-
-using Clock = std::chrono::steady_clock;
-
-int ms_until(Clock::time_point when, Clock::time_point now) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(when - now).count();
-  return static_cast<int>(std::clamp<std::int64_t>(left, 0, 3600 * 1000));
-}
 
 }  // namespace
 
@@ -60,12 +46,6 @@ struct ProcessSupervisor::Impl {
   // workers. kSignal events stay queued.
   std::vector<WorkerExit> end_attempt();
   void update_attempt_done();
-  int timeout_ms() const;
-  // The stall watchdog, after each wakeup: samples when due, fires, escalates to SIGKILL.
-  void stall_tick();
-  void stall_fire(const std::vector<std::size_t>& stalled, Clock::time_point now);
-  // A dumped worker's exit; true when it was one (then it is not reported on its own).
-  bool stall_collect(std::size_t index, const WorkerExit& exit);
 
   // --- shared ---
   void push_event(const SupervisorEvent& ev);
@@ -78,18 +58,7 @@ struct ProcessSupervisor::Impl {
 
   // Loop-thread state.
   bool stopping = false;  // inside stop(): no kAllSucceeded, signals may cut the grace
-  // The stall watchdog (options.stall_timeout > 0).
-  std::optional<StallDetector> stall;
-  Clock::time_point next_sample{};
-  std::set<std::size_t> stall_warned;  // idle workers already said so (peers progress)
-  struct Dump {
-    bool active = false;
-    bool killed = false;
-    Clock::time_point deadline{};
-    std::vector<std::size_t> pending;  // signalled, not yet exited
-    std::vector<std::string> notes;    // by worker index
-    std::vector<WorkerExit> exits;
-  } dump;
+  std::unique_ptr<StallWatchdog> stall;  // options.stall_timeout > 0
   // torch's file timer (options.file_timer_path), and the notes for the exits it caused.
   std::unique_ptr<FileTimerServer> timer_server;
   std::map<pid_t, std::string> kill_notes;
@@ -124,7 +93,9 @@ ProcessSupervisor::Impl::Impl(SupervisorOptions opts)
   if (!group.use_pidfd()) spdlog::debug("pidfd_open unavailable; reaping workers on SIGCHLD");
   signal_fd = make_signalfd(sigs);
   loop.add(signal_fd.get(), EPOLLIN, [this](std::uint32_t) { on_signalfd(); });
-  if (options.stall_timeout.count() > 0) stall.emplace(options.stall_timeout);
+  if (options.stall_timeout.count() > 0) {
+    stall = std::make_unique<StallWatchdog>(loop, group, router, options.stall_timeout);
+  }
   if (!options.file_timer_path.empty()) {
     timer_server = std::make_unique<FileTimerServer>(
         loop, options.file_timer_path, [this](pid_t pid) { return group.owns(pid); },
@@ -147,11 +118,9 @@ ProcessSupervisor::Impl::Impl(SupervisorOptions opts)
       spdlog::error("supervisor: {}", e.what());
     }
   };
-  hooks.timeout_ms = [this] { return timeout_ms(); };
+  // Output progress has no deadline of its own: held events and console flow are
+  // checked after every wakeup. The other parts' deadlines are loop timers.
   hooks.after_wakeup = [this] {
-    if (!group.use_pidfd()) group.reap_all();
-    stall_tick();
-    if (timer_server) timer_server->tick();
     router.release_ready();
     router.sync();
   };
@@ -172,109 +141,6 @@ ProcessSupervisor::Impl::~Impl() {
   }
   // The thread must end before the parts it drives (declared after the loop) go.
   loop.shutdown();
-}
-
-int ProcessSupervisor::Impl::timeout_ms() const {
-  int out = -1;
-  const auto take = [&](int ms) {
-    if (ms >= 0) out = out < 0 ? ms : std::min(out, ms);
-  };
-  take(group.poll_interval_ms());
-  take(router.timeout_ms());
-  if (timer_server) take(timer_server->timeout_ms());
-  if (stall && group.alive() > 0) {
-    const auto now = Clock::now();
-    take(ms_until(dump.active ? dump.deadline : next_sample, now));
-  }
-  return out;
-}
-
-void ProcessSupervisor::Impl::stall_tick() {
-  if (!stall || group.alive() == 0) return;
-  const auto now = Clock::now();
-  if (dump.active) {
-    if (now < dump.deadline || dump.killed) return;
-    dump.killed = true;
-    spdlog::warn("stall: {} worker(s) still alive {} s after SIGABRT; killing them",
-                 dump.pending.size(), kStallDumpWait.count() / 1000);
-    for (std::size_t i : dump.pending) ::kill(-group.pid(i), SIGKILL);
-    return;
-  }
-  if (now < next_sample || stopping) return;
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    if (group.reaped(i)) continue;
-    stall->observe(i, now, process_tree_cpu_seconds(group.pid(i)), router.bytes_read(i));
-  }
-  next_sample = now + stall->sample_interval();
-  const auto stalled = stall->stalled(now);
-  if (!stalled.empty() && stall->all_stalled(now)) {
-    stall_fire(stalled, now);
-    return;
-  }
-  // Some workers idle while others still progress: most often ranks waiting for a slower
-  // peer (a long import, a checkpoint), so it is said once per idle spell, not acted on.
-  for (std::size_t i : stalled) {
-    if (!stall_warned.insert(i).second) continue;
-    spdlog::warn(
-        "stall: local rank {} (pid {}) has made no progress (CPU time or output) for {:g} s "
-        "while other workers still progress",
-        group.local_rank(i), group.pid(i),
-        std::round(static_cast<double>(stall->idle_for(i, now).count()) / 100) / 10);
-  }
-  for (auto it = stall_warned.begin(); it != stall_warned.end();) {
-    it = std::find(stalled.begin(), stalled.end(), *it) == stalled.end() ? stall_warned.erase(it)
-                                                                         : std::next(it);
-  }
-}
-
-void ProcessSupervisor::Impl::stall_fire(const std::vector<std::size_t>& stalled,
-                                         Clock::time_point now) {
-  // "30", "0.3": seconds to a tenth.
-  const auto seconds = [](std::chrono::milliseconds ms) {
-    return fmt::format("{:g}", std::round(static_cast<double>(ms.count()) / 100) / 10);
-  };
-  std::string who;
-  dump = Dump{};
-  dump.notes.assign(group.size(), "");
-  for (std::size_t i : stalled) {  // every live worker (all_stalled)
-    who += fmt::format("{}local rank {} (pid {})", who.empty() ? "" : ", ", group.local_rank(i),
-                       group.pid(i));
-    dump.notes[i] = fmt::format(
-        "stalled: no progress (CPU time or output) for {} s; stacks dumped by the stall "
-        "watchdog (SIGABRT)",
-        seconds(stall->idle_for(i, now)));
-    dump.pending.push_back(i);
-  }
-  spdlog::error(
-      "stall: no worker made progress (CPU time or output) for {} s: {}; dumping their Python "
-      "stacks (SIGABRT) and ending the attempt",
-      seconds(options.stall_timeout), who);
-  dump.active = true;
-  dump.deadline = now + kStallDumpWait;
-  // The worker process only, not its group: faulthandler prints its own stacks, and its
-  // children (data loaders) would add theirs to the same stderr. The group dies at the
-  // attempt's end.
-  for (std::size_t i : dump.pending) ::kill(group.pid(i), SIGABRT);
-}
-
-bool ProcessSupervisor::Impl::stall_collect(std::size_t index, const WorkerExit& exit) {
-  if (stall) stall->forget(index);
-  if (!dump.active) return false;
-  const auto it = std::find(dump.pending.begin(), dump.pending.end(), index);
-  if (it == dump.pending.end()) return false;
-  dump.pending.erase(it);
-  WorkerExit e = exit;
-  router.take_stderr_tail(index, e);
-  e.note = dump.notes[index];
-  dump.exits.push_back(std::move(e));
-  if (dump.pending.empty()) {
-    SupervisorEvent ev;
-    ev.kind = SupervisorEvent::Kind::kStalled;
-    ev.exits = std::move(dump.exits);
-    router.hold(ev);
-    dump = Dump{};
-  }
-  return true;
 }
 
 void ProcessSupervisor::Impl::push_event(const SupervisorEvent& ev) {
@@ -301,14 +167,17 @@ void ProcessSupervisor::Impl::on_signalfd() {
     if (stopping) cut = true;
     push_event(ev);
   }
-  if (child_exited) group.reap_adopted();
+  if (!child_exited) return;
+  group.reap_adopted();
+  if (!group.use_pidfd()) group.reap_all();
 }
 
 void ProcessSupervisor::Impl::on_exit(std::size_t index, const WorkerExit& exit) {
   // Everything the worker wrote before exiting is in its pipes now; take it all before
   // reporting the exit.
   router.drain(index);
-  if (stall_collect(index, exit)) {
+  if (timer_server) timer_server->drop_gone();
+  if (stall && stall->collect(index, exit)) {
     update_attempt_done();
     return;
   }
@@ -360,7 +229,7 @@ std::vector<WorkerExit> ProcessSupervisor::Impl::end_attempt() {
   }
   group.clear();
   stopping = false;
-  dump = Dump{};
+  if (stall) stall->end_attempt();
   kill_notes.clear();
   if (timer_server) timer_server->clear();
   update_attempt_done();
@@ -384,11 +253,7 @@ void ProcessSupervisor::Impl::do_start(std::vector<WorkerSpec>& specs) {
     end_attempt();
     throw SpawnError(e.what());
   }
-  if (stall) {
-    stall->reset(specs.size(), Clock::now());
-    stall_warned.clear();
-    next_sample = Clock::now();  // the baseline sample
-  }
+  if (stall) stall->start_attempt(specs.size());
   update_attempt_done();
 }
 
@@ -422,6 +287,7 @@ std::vector<WorkerExit> ProcessSupervisor::stop(int signo, std::chrono::millisec
   m.cut = false;
   m.loop.call([&] {
     m.stopping = true;
+    if (m.stall) m.stall->stop_sampling();
     m.group.signal_groups(signo);
   });
   {

@@ -1,18 +1,9 @@
-// supervisor.h: ProcessSupervisor, the real Supervisor (supervisor_interface.h): spawns
-// one attempt's worker processes, carries their stdout/stderr to the console and log
-// files line by line, reaps them, forwards signals to their process groups and stops
-// them (signal, grace period, SIGKILL). It makes the process a child subreaper, so that
-// daemons that leave a worker's process group re-parent to it and are reaped and, at the
-// attempt's end, killed (WorkerGroup). It composes an EventLoop (event_loop.h), a
-// WorkerGroup (worker_group.h) and an OutputRouter (output_router.h), and owns the
-// signalfd and the event queue the agent reads.
-// Used by main.cpp, for the Agent (agent.cpp), which sees only events and never a pid
-// loop of its own. Thread-safety: start/stop/forward_signal/next_event are called from
-// one thread (the agent's); cut_short from any. The supervisor runs its own event-loop
-// thread (signalfd, pidfds or SIGCHLD, worker pipes), which is also the thread that
-// forks, because PR_SET_PDEATHSIG fires when the forking *thread* exits.
-// REQUIRES: main blocked the handled signals and SIGCHLD before starting any thread
-// (prepare_agent_signals / block_signals in signals.h).
+// supervisor.h: ProcessSupervisor, the real Supervisor (supervisor_interface.h): spawns an
+// attempt's workers, carries their output line by line, reaps them (as child subreaper,
+// daemons too), forwards signals and stops them. Composes EventLoop, WorkerGroup,
+// OutputRouter, StallWatchdog and FileTimerServer. Used by main.cpp and the ssh launch
+// (supervision.h). Thread-safety: start/stop/forward_signal/next_event from one thread,
+// cut_short from any; its own loop thread forks (PR_SET_PDEATHSIG follows the thread).
 #pragma once
 
 #include <chrono>
@@ -23,6 +14,7 @@
 
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/spawn.h"
+#include "launcher/process/stall_watch.h"
 #include "launcher/process/supervisor_interface.h"
 
 namespace ddprun::launcher {
@@ -53,9 +45,8 @@ struct SupervisorOptions {
   std::string file_timer_path;
 };
 
-// How long the stall watchdog waits for the workers it sent SIGABRT before SIGKILL.
-inline constexpr std::chrono::milliseconds kStallDumpWait{5000};
-
+// REQUIRES: main blocked the handled signals and SIGCHLD before starting any thread
+// (prepare_agent_signals / block_signals in signals.h).
 class ProcessSupervisor final : public Supervisor {
  public:
   explicit ProcessSupervisor(SupervisorOptions options);

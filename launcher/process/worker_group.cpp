@@ -67,7 +67,7 @@ WorkerGroup::WorkerGroup(EventLoop& loop, bool use_pidfd, OrphanGuard guard, OnE
   use_pidfd_ = self.valid();
 }
 
-WorkerGroup::~WorkerGroup() = default;
+WorkerGroup::~WorkerGroup() { loop_.cancel_timer(poll_timer_); }
 
 void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
   workers_.push_back(std::make_unique<Worker>());
@@ -98,7 +98,10 @@ void WorkerGroup::spawn(WorkerSpec& spec, int stdout_fd, int stderr_fd) {
     if (w.pid != 0) guard(GuardRecord::kRemove, w.pid);
     throw;
   }
-  if (!use_pidfd_) return;
+  if (!use_pidfd_) {
+    if (poll_timer_ == 0) poll();
+    return;
+  }
   w.pidfd = open_pidfd(w.pid);
   if (!w.pidfd) throw_errno("pidfd_open");
   w.pidfd_id = loop_.add(w.pidfd.get(), EPOLLIN, [this, &w](std::uint32_t) { reap(w); });
@@ -140,6 +143,14 @@ void WorkerGroup::record_exit(Worker& w, WorkerExit exit) {
 
 void WorkerGroup::reap_all() {
   for (auto& w : workers_) reap(*w);
+}
+
+void WorkerGroup::poll() {
+  poll_timer_ = loop_.add_timer(Clock::now() + std::chrono::milliseconds(kFallbackPollMs), [this] {
+    poll_timer_ = 0;
+    reap_all();
+    if (alive() > 0) poll();
+  });
 }
 
 void WorkerGroup::signal_groups(int signo) {
@@ -251,10 +262,6 @@ std::size_t WorkerGroup::alive() const {
 bool WorkerGroup::all_succeeded() const {
   return std::all_of(workers_.begin(), workers_.end(),
                      [](auto& w) { return w->reaped && !w->exit.failed(); });
-}
-
-int WorkerGroup::poll_interval_ms() const {
-  return !use_pidfd_ && alive() > 0 ? kFallbackPollMs : -1;
 }
 
 std::vector<pid_t> WorkerGroup::live_pids() const {

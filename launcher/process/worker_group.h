@@ -29,9 +29,9 @@ class WorkerGroup {
   using OnExit = std::function<void(std::size_t index, const WorkerExit& exit)>;
 
   // `use_pidfd` false, or a kernel without pidfd_open (< 5.3): the owner must call
-  // reap_all() after SIGCHLD and every needs_polling() interval. `guard`: the orphan
-  // guard (orphan_guard.h; fd -1 for none): its pipe gets the process groups, its token
-  // goes into every worker's environment, its pid is never taken for an adopted process.
+  // reap_all() after SIGCHLD; the group also polls on a loop timer while one is alive. `guard`: the
+  // orphan guard (orphan_guard.h; fd -1 for none): its pipe gets the process groups, its token goes
+  // into every worker's environment, its pid is never taken for an adopted process.
   WorkerGroup(EventLoop& loop, bool use_pidfd, OrphanGuard guard, OnExit on_exit);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
@@ -67,8 +67,6 @@ class WorkerGroup {
   bool all_reaped() const { return alive() == 0; }
   // Every worker reaped and none failed.
   bool all_succeeded() const;
-  // The owner's loop must wake this often to reap (no pidfds and a worker alive), or -1.
-  int poll_interval_ms() const;
   std::vector<pid_t> live_pids() const;
   // Workers added so far, and worker `index`'s pid and state (the stall watchdog).
   std::size_t size() const { return workers_.size(); }
@@ -83,6 +81,8 @@ class WorkerGroup {
   struct Worker;
 
   void reap(Worker& w);
+  // Without pidfds: reap_all() every kFallbackPollMs while a worker is alive.
+  void poll();
   void record_exit(Worker& w, WorkerExit exit);
   void guard(int op, pid_t pgid);
   // The agent's children that are neither a worker of this group nor the guard.
@@ -94,6 +94,7 @@ class WorkerGroup {
   bool guard_warned_ = false;
   OnExit on_exit_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  EventLoop::TimerId poll_timer_ = 0;
 };
 
 }  // namespace ddprun::launcher

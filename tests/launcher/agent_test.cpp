@@ -71,7 +71,7 @@ SupervisorOptions options() {
 }
 
 std::unique_ptr<ddprun::rdzv::RendezvousHandler> local_handler(const LaunchConfig& c) {
-  return ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(c));
+  return ddprun::rdzv::make_rendezvous_handler(make_rendezvous_params(c, {}));
 }
 
 // Delegates to the real handler; can ask for one new round, fail a rendezvous, or block
@@ -329,7 +329,7 @@ TEST_CASE("agent: rendezvous parameters from the command line", "[agent]") {
   c.node_rank = 1;
   c.master_port = 29511;
   c.rdzv_conf = ddprun::rdzv::parse_rdzv_conf("timeout=5");
-  const auto p = make_rendezvous_params(c);
+  const auto p = make_rendezvous_params(c, {});
   CHECK(p.backend == ddprun::rdzv::Backend::kStatic);
   CHECK(p.run_id == "j");
   CHECK(p.min_nodes == 2);
@@ -339,38 +339,20 @@ TEST_CASE("agent: rendezvous parameters from the command line", "[agent]") {
   CHECK(p.master_port == 29511);
   CHECK_FALSE(p.master_addr);
   CHECK(p.conf.timeout == 5s);
-  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}).node_rank);
+  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}, {}).node_rank);
 }
 
 TEST_CASE("USE_LIBUV=0 selects use_agent_store=0 unless --rdzv-conf says otherwise") {
   LaunchConfig c;
-  ::setenv("USE_LIBUV", "0", 1);
-  CHECK(make_rendezvous_params(c).conf.use_agent_store == false);
+  const EnvMap off = {{"USE_LIBUV", "0"}};
+  CHECK(make_rendezvous_params(c, off).conf.use_agent_store == false);
   c.rdzv_conf.use_agent_store = true;
-  CHECK(make_rendezvous_params(c).conf.use_agent_store == true);
-  ::setenv("USE_LIBUV", "1", 1);
-  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}).conf.use_agent_store);
-  ::unsetenv("USE_LIBUV");
-  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}).conf.use_agent_store);
+  CHECK(make_rendezvous_params(c, off).conf.use_agent_store == true);
+  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}, {{"USE_LIBUV", "1"}}).conf.use_agent_store);
+  CHECK_FALSE(make_rendezvous_params(LaunchConfig{}, {}).conf.use_agent_store);
 }
 
 namespace {
-
-// TMPDIR set for one test (the Agent makes its default torchelastic_XXXXXX there).
-struct ScopedTmpdir {
-  explicit ScopedTmpdir(const fs::path& dir) {
-    if (const char* old = std::getenv("TMPDIR")) saved = old;
-    ::setenv("TMPDIR", dir.c_str(), 1);
-  }
-  ~ScopedTmpdir() {
-    if (saved) {
-      ::setenv("TMPDIR", saved->c_str(), 1);
-    } else {
-      ::unsetenv("TMPDIR");
-    }
-  }
-  std::optional<std::string> saved;
-};
 
 std::vector<std::string> torchelastic_dirs(const fs::path& dir) {
   std::vector<std::string> found;
@@ -386,7 +368,6 @@ std::vector<std::string> torchelastic_dirs(const fs::path& dir) {
 TEST_CASE("agent: the default torchelastic_ directory goes at the end, after the report",
           "[agent]") {
   TempDir dir;
-  ScopedTmpdir tmpdir(dir.path);
   const bool fail = GENERATE(false, true);
   INFO((fail ? "a failing run" : "a successful run"));
   LaunchConfig c = program_job(2, dir);
@@ -403,6 +384,7 @@ TEST_CASE("agent: the default torchelastic_ directory goes at the end, after the
     return 3;
   });
   EnvMap env = base_env();
+  env["TMPDIR"] = dir.path.string();  // the Agent makes its torchelastic_XXXXXX there
   const fs::path agent_error = dir.path / "agent_error.json";
   env["TORCHELASTIC_ERROR_FILE"] = agent_error.string();
   Agent agent(c, env, sup, local_handler(c));
@@ -417,13 +399,14 @@ TEST_CASE("agent: the default torchelastic_ directory goes at the end, after the
 
 TEST_CASE("agent: a default log directory holding the only copy of output is kept", "[agent]") {
   TempDir dir;
-  ScopedTmpdir tmpdir(dir.path);
   LaunchConfig c = program_job(1, dir);
   c.log_dir.clear();
   c.redirects.all = StdStreams::kOut;  // -r 1: stdout only in stdout.log
   ThreadSupervisor sup;
   sup.install("program", [](ThreadSupervisor::Worker&) { return 0; });
-  Agent agent(c, base_env(), sup, local_handler(c));
+  EnvMap env = base_env();
+  env["TMPDIR"] = dir.path.string();
+  Agent agent(c, env, sup, local_handler(c));
   CHECK(agent.run().exit_code == 0);
   CHECK(torchelastic_dirs(dir.path).size() == 1);
   CHECK(fs::is_directory(agent.run_log_dir()));

@@ -1,7 +1,11 @@
 // The worker environment and command line, table-tested against torchrun's (reference C).
 #include "launcher/worker_env.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <set>
+
+#include "tests/support/temp_dir.h"
 
 using namespace ddprun::launcher;
 
@@ -185,4 +189,33 @@ TEST_CASE("GLOO_SOCKET_IFNAME: the rendezvous' choice, a user's value kept", "[w
   CHECK(worker_env(config(1), spanning, {{"GLOO_SOCKET_IFNAME", "ib0"}}, 0, "e")
             .at("GLOO_SOCKET_IFNAME") == "ib0");
   CHECK(worker_env(config(1), attempt(), {}, 0, "e").count("GLOO_SOCKET_IFNAME") == 0);
+}
+
+TEST_CASE("one attempt's worker specs: ranks, CPUs and stream routes", "[worker_env]") {
+  ddprun::test::TempDir dir;
+  const RunDirs dirs(dir.path.string(), "job/1", dir.path.string());
+  CHECK(dirs.run_dir().rfind((dir.path / "job_1_").string(), 0) == 0);
+  LaunchConfig c = config(3);
+  c.tee.per_rank = {{0, StdStreams::kOut}};  // -t 0:1
+  c.redirects.all = StdStreams::kErr;        // -r 2
+  c.local_ranks_filter = std::set<int>{0, 1};
+  RankPlacement p0;
+  p0.cpus = {2, 3};
+  const auto specs = make_worker_specs(c, attempt(), {{"PATH", "/bin"}}, dirs, {p0});
+  REQUIRE(specs.size() == 3);
+  CHECK(specs[1].global_rank == 5);
+  CHECK(specs[0].cpus == std::vector<int>{2, 3});
+  CHECK(specs[1].cpus.empty());
+  CHECK(specs[0].out.mode == StreamMode::kTee);
+  CHECK(specs[0].out.file == dirs.rank_dir(2, 0) + "/stdout.log");
+  CHECK(specs[0].line_prefix == "[default0]:");
+  CHECK(specs[1].out.mode == StreamMode::kConsole);
+  CHECK(specs[1].line_prefix.empty());
+  CHECK(specs[1].err.mode == StreamMode::kRedirect);
+  CHECK(specs[1].err.file == dirs.rank_dir(2, 1) + "/stderr.log");
+  // Filtered off the console: both streams kept in files, none shown.
+  CHECK(specs[2].out.mode == StreamMode::kRedirect);
+  CHECK_FALSE(specs[2].out.show_on_console);
+  const auto error_file = "TORCHELASTIC_ERROR_FILE=" + dirs.error_file(2, 2);
+  CHECK(std::find(specs[2].env.begin(), specs[2].env.end(), error_file) != specs[2].env.end());
 }

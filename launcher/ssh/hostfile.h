@@ -1,9 +1,7 @@
-// hostfile.h: the hosts of a multi-host launch (`ddprun --hostfile FILE` / `--hosts LIST`),
-// in DeepSpeed's forms: hostfile lines "host [slots=N]" with '#' comments, the list
-// "a,b:2,c" (":N" = slots), and --include / --exclude filters "host[:gpu,gpu][@host...]".
-// A host's slots are its worker count; a filter naming GPUs turns into the worker count
-// and CUDA_VISIBLE_DEVICES for that host.
-// Used by ssh_launch.cpp (and tests). Thread-safety: pure functions.
+// hostfile.h: the hosts of a multi-host launch in DeepSpeed's forms: hostfile lines
+// "host [slots=N]" with '#' comments, --hosts "a,b:2,c" (":N" = slots), and --include /
+// --exclude "host[:gpu,gpu][@host...]" (named GPUs become the host's worker count and
+// CUDA_VISIBLE_DEVICES). Used by ssh_launch.cpp (and tests). Thread-safety: pure functions.
 #pragma once
 
 #include <optional>

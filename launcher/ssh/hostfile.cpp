@@ -1,5 +1,5 @@
 // hostfile.cpp: see hostfile.h.
-#include "launcher/hostfile.h"
+#include "launcher/ssh/hostfile.h"
 
 #include <fmt/format.h>
 

@@ -1,10 +1,10 @@
 // The host list of a multi-host launch: hostfile lines, --hosts, --include/--exclude, and
 // one-line errors naming the file and line (or the flag).
-#include "launcher/hostfile.h"
+#include "launcher/ssh/hostfile.h"
 
 #include <catch2/catch.hpp>
 
-#include "launcher/config.h"
+#include "launcher/usage_error.h"
 #include "tests/launcher/usage_error_text.h"
 
 using namespace ddprun::launcher;

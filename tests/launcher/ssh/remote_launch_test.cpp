@@ -2,7 +2,7 @@
 // hostile strings, --ssh-command splitting, the environment allow-list, each host's ssh
 // argv, and the plan from a parsed command line (options passed through, job options
 // appended).
-#include "launcher/remote_launch.h"
+#include "launcher/ssh/remote_launch.h"
 
 #include <sys/wait.h>
 
@@ -10,7 +10,7 @@
 #include <cstdio>
 
 #include "launcher/cli.h"
-#include "launcher/ssh_launch.h"
+#include "launcher/ssh/ssh_launch.h"
 #include "tests/launcher/usage_error_text.h"
 
 using namespace ddprun::launcher;

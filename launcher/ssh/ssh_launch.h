@@ -1,13 +1,9 @@
-// ssh_launch.h: the multi-host launch, `ddprun --hostfile FILE` / `--hosts a,b:2,c`: one
-// ddprun agent per host started over the system's ssh client (c10d rendezvous with the
-// first host as endpoint, a generated run id, node ranks in host order), every host's
-// output back on this terminal line by line under a "[host]:" prefix, and one exit status
-// for the job. The ssh processes are supervised by the process library's
-// ProcessSupervisor, like workers; each gets a pipe as stdin whose write end only this
-// process holds, so that when it ends for any reason (SIGKILL included) every remote
-// agent sees end of file and stops (StdinWatch, --exit-on-stdin-eof).
+// ssh_launch.h: the multi-host launch (`--hostfile FILE` / `--hosts a,b:2,c`): one ddprun
+// agent per host over ssh (c10d, first host as endpoint, node ranks in host order), every
+// host's output under a "[host]:" prefix, one exit status. The ssh clients are supervised
+// like workers; each stdin is a pipe only this process holds (remote StdinWatch).
 // Used by main.cpp. Thread-safety: make_ssh_plan is pure; run_ssh_launch runs on main's
-// thread, before any other thread exists (it blocks the signals and forks the orphan guard).
+// thread before any other exists (run_supervised, supervision.h).
 #pragma once
 
 #include <map>
@@ -15,8 +11,8 @@
 #include <vector>
 
 #include "launcher/config.h"
-#include "launcher/hostfile.h"
-#include "launcher/remote_launch.h"
+#include "launcher/ssh/hostfile.h"
+#include "launcher/ssh/remote_launch.h"
 
 namespace ddprun::launcher {
 

@@ -1,5 +1,5 @@
 // ssh_launch.cpp: see ssh_launch.h.
-#include "launcher/ssh_launch.h"
+#include "launcher/ssh/ssh_launch.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -14,9 +14,9 @@
 #include <set>
 #include <string_view>
 
-#include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/supervisor.h"
+#include "launcher/supervision.h"
 #include "store/core/host_port.h"
 
 namespace ddprun::launcher {
@@ -291,21 +291,12 @@ int run_ssh_launch(const LaunchConfig& config, const std::map<std::string, std::
     hosts = filter_hosts(std::move(hosts), config.ssh.include, config.ssh.exclude);
     plan = make_ssh_plan(config, env, hosts, self_path(), current_dir(), generated_run_id());
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
-    return 2;
+    return usage_error_exit(e.what());
   }
-  try {
-    prepare_agent_signals(config.signals_to_handle);
-    SupervisorOptions options;
-    options.handled_signals = config.signals_to_handle;
-    options.orphan_guard = start_orphan_guard();
-    ProcessSupervisor supervisor(options);
+  return run_supervised(config, Watchdogs::kNone, [&](ProcessSupervisor& supervisor) {
     SshLaunch launch(config, std::move(plan), env);
     return launch.run(supervisor);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace ddprun::launcher

@@ -1,8 +1,6 @@
-// remote_launch.h: the commands of a multi-host launch: for each host, the ssh argv that
-// starts its ddprun agent (c10d rendezvous, node rank, worker count, the user's other
-// options) in the user's working directory with the forwarded environment. Also the two
-// text helpers this needs: POSIX shell quoting (the remote command is one string that the
-// remote login shell splits again) and the word splitting of --ssh-command.
+// remote_launch.h: the commands of a multi-host launch: per host, the ssh argv that starts
+// its ddprun agent in the user's working directory with the forwarded environment; and
+// the two text helpers this needs, POSIX shell quoting and --ssh-command word splitting.
 // Used by ssh_launch.cpp (and tests). Thread-safety: pure functions.
 #pragma once
 

@@ -1,5 +1,5 @@
 // stdin_watch.cpp: see stdin_watch.h.
-#include "launcher/stdin_watch.h"
+#include "launcher/ssh/stdin_watch.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
 // remote_launch.cpp: see remote_launch.h.
-#include "launcher/remote_launch.h"
+#include "launcher/ssh/remote_launch.h"
 
 #include <fmt/format.h>
 

@@ -1,0 +1,138 @@
+// stall_watchdog.cpp: the --stall-timeout policy (see stall_watchdog.h).
+#include "launcher/process/stall_watchdog.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <iterator>
+
+namespace ddprun::launcher {
+namespace {
+
+// "30", "0.3": seconds to a tenth.
+std::string seconds(std::chrono::milliseconds ms) {
+  return fmt::format("{:g}", std::round(static_cast<double>(ms.count()) / 100) / 10);
+}
+
+}  // namespace
+
+StallWatchdog::StallWatchdog(EventLoop& loop, WorkerGroup& group, OutputRouter& router,
+                             std::chrono::milliseconds timeout)
+    : loop_(loop), group_(group), router_(router), timeout_(timeout), detector_(timeout) {}
+
+StallWatchdog::~StallWatchdog() { loop_.cancel_timer(timer_); }
+
+void StallWatchdog::arm(Clock::time_point when) {
+  loop_.cancel_timer(timer_);
+  timer_ = loop_.add_timer(when, [this] {
+    timer_ = 0;
+    tick();
+  });
+}
+
+void StallWatchdog::start_attempt(std::size_t workers) {
+  const auto now = Clock::now();
+  detector_.reset(workers, now);
+  warned_.clear();
+  sampling_ = true;
+  next_sample_ = now;  // the baseline sample
+  arm(next_sample_);
+}
+
+void StallWatchdog::end_attempt() {
+  dump_ = Dump{};
+  sampling_ = false;
+  loop_.cancel_timer(timer_);
+  timer_ = 0;
+}
+
+void StallWatchdog::tick() {
+  if (group_.alive() == 0) return;
+  const auto now = Clock::now();
+  if (dump_.active) {
+    if (dump_.killed) return;
+    if (now < dump_.deadline) return arm(dump_.deadline);
+    dump_.killed = true;
+    spdlog::warn("stall: {} worker(s) still alive {} s after SIGABRT; killing them",
+                 dump_.pending.size(), kStallDumpWait.count() / 1000);
+    for (std::size_t i : dump_.pending) ::kill(-group_.pid(i), SIGKILL);
+    return;
+  }
+  if (!sampling_) return;
+  if (now < next_sample_) return arm(next_sample_);
+  for (std::size_t i = 0; i < group_.size(); ++i) {
+    if (group_.reaped(i)) continue;
+    detector_.observe(i, now, process_tree_cpu_seconds(group_.pid(i)), router_.bytes_read(i));
+  }
+  next_sample_ = now + detector_.sample_interval();
+  const auto stalled = detector_.stalled(now);
+  if (!stalled.empty() && detector_.all_stalled(now)) {
+    fire(stalled, now);
+    return arm(dump_.deadline);
+  }
+  arm(next_sample_);
+  // Some workers idle while others still progress: most often ranks waiting for a slower
+  // peer (a long import, a checkpoint), so it is said once per idle spell, not acted on.
+  for (std::size_t i : stalled) {
+    if (!warned_.insert(i).second) continue;
+    spdlog::warn(
+        "stall: local rank {} (pid {}) has made no progress (CPU time or output) for {} s "
+        "while other workers still progress",
+        group_.local_rank(i), group_.pid(i), seconds(detector_.idle_for(i, now)));
+  }
+  for (auto it = warned_.begin(); it != warned_.end();) {
+    it = std::find(stalled.begin(), stalled.end(), *it) == stalled.end() ? warned_.erase(it)
+                                                                         : std::next(it);
+  }
+}
+
+void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_point now) {
+  std::string who;
+  dump_ = Dump{};
+  dump_.notes.assign(group_.size(), "");
+  for (std::size_t i : stalled) {  // every live worker (all_stalled)
+    who += fmt::format("{}local rank {} (pid {})", who.empty() ? "" : ", ", group_.local_rank(i),
+                       group_.pid(i));
+    dump_.notes[i] = fmt::format(
+        "stalled: no progress (CPU time or output) for {} s; stacks dumped by the stall "
+        "watchdog (SIGABRT)",
+        seconds(detector_.idle_for(i, now)));
+    dump_.pending.push_back(i);
+  }
+  spdlog::error(
+      "stall: no worker made progress (CPU time or output) for {} s: {}; dumping their Python "
+      "stacks (SIGABRT) and ending the attempt",
+      seconds(timeout_), who);
+  dump_.active = true;
+  dump_.deadline = now + kStallDumpWait;
+  // The worker process only, not its group: faulthandler prints its own stacks, and its
+  // children (data loaders) would add theirs to the same stderr. The group dies at the
+  // attempt's end.
+  for (std::size_t i : dump_.pending) ::kill(group_.pid(i), SIGABRT);
+}
+
+bool StallWatchdog::collect(std::size_t index, const WorkerExit& exit) {
+  detector_.forget(index);
+  if (!dump_.active) return false;
+  const auto it = std::find(dump_.pending.begin(), dump_.pending.end(), index);
+  if (it == dump_.pending.end()) return false;
+  dump_.pending.erase(it);
+  WorkerExit e = exit;
+  router_.take_stderr_tail(index, e);
+  e.note = dump_.notes[index];
+  dump_.exits.push_back(std::move(e));
+  if (dump_.pending.empty()) {
+    SupervisorEvent ev;
+    ev.kind = SupervisorEvent::Kind::kStalled;
+    ev.exits = std::move(dump_.exits);
+    router_.hold(ev);
+    dump_ = Dump{};
+    if (sampling_) arm(next_sample_);
+  }
+  return true;
+}
+
+}  // namespace ddprun::launcher

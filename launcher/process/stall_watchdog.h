@@ -1,0 +1,70 @@
+// stall_watchdog.h: StallWatchdog, the --stall-timeout policy of ProcessSupervisor: on its
+// own EventLoop timer it samples each live worker (StallDetector, stall_watch.h), logs once
+// a worker idle while others progress, and when all are stuck sends SIGABRT (Python dumps
+// its stacks), SIGKILL after kStallDumpWait (stall_watch.h), and holds one kStalled event with
+// every stopped worker's exit. Thread-safety: the loop thread only, like the other parts.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/process/event_loop.h"
+#include "launcher/process/output_router.h"
+#include "launcher/process/stall_watch.h"
+#include "launcher/process/worker_group.h"
+
+namespace ddprun::launcher {
+
+class StallWatchdog {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `group`'s workers are watched; their output counts as progress (`router`), which
+  // also gets the kStalled event. All must outlive the watchdog.
+  StallWatchdog(EventLoop& loop, WorkerGroup& group, OutputRouter& router,
+                std::chrono::milliseconds timeout);
+  ~StallWatchdog();
+  StallWatchdog(const StallWatchdog&) = delete;
+  StallWatchdog& operator=(const StallWatchdog&) = delete;
+
+  // An attempt of `workers` workers started: the baseline sample now.
+  void start_attempt(std::size_t workers);
+  // stop() began: no more sampling (a dump already under way still escalates).
+  void stop_sampling() { sampling_ = false; }
+  // Worker `index` exited. True when the watchdog had stopped it: its exit then goes into
+  // the kStalled event instead of being reported on its own.
+  bool collect(std::size_t index, const WorkerExit& exit);
+  // The attempt ended: forget the dump and the timer.
+  void end_attempt();
+
+ private:
+  struct Dump {
+    bool active = false;
+    bool killed = false;
+    Clock::time_point deadline{};
+    std::vector<std::size_t> pending;  // signalled, not yet exited
+    std::vector<std::string> notes;    // by worker index
+    std::vector<WorkerExit> exits;
+  };
+
+  void arm(Clock::time_point when);
+  // The timer: samples when due, fires, escalates to SIGKILL.
+  void tick();
+  void fire(const std::vector<std::size_t>& stalled, Clock::time_point now);
+
+  EventLoop& loop_;
+  WorkerGroup& group_;
+  OutputRouter& router_;
+  std::chrono::milliseconds timeout_;
+  StallDetector detector_;
+  EventLoop::TimerId timer_ = 0;
+  bool sampling_ = false;
+  Clock::time_point next_sample_{};
+  std::set<std::size_t> warned_;  // idle workers already said so (peers progress)
+  Dump dump_;
+};
+
+}  // namespace ddprun::launcher
