@@ -63,10 +63,11 @@ struct RendezvousParams {
   std::optional<std::string> local_addr;   // --local-addr, when given
   int local_world_size = 1;                // this node's --nproc-per-node, >= 1
   RdzvConf conf;                           // --rdzv-conf
-  // What the workers run, as the user wrote it after the launcher's options: the entry
+  // The job's entry point, as the user wrote it after the launcher's options: the entry
   // form ("-m" for a module, "--no-python" for an executable, nothing for a script),
-  // then the script / module / executable and its arguments. The job's fingerprint:
-  // nodes of one run id must agree on it (docs/multinode.md, "Same job").
+  // then the script / module / executable (the launcher leaves out its arguments, which
+  // may differ per node). The job's fingerprint: nodes of one run id must agree on it
+  // (docs/multinode.md, "Same job").
   std::vector<std::string> job_command;
 };
 

@@ -342,6 +342,21 @@ TEST_CASE("agent: rendezvous parameters from the command line", "[agent]") {
   CHECK_FALSE(make_rendezvous_params(LaunchConfig{}, {}).node_rank);
 }
 
+TEST_CASE("the job's fingerprint is its entry point, without the script's arguments") {
+  // Nodes of one job may pass per-node arguments (`--output_dir=$(hostname)`, issue 21).
+  LaunchConfig c;
+  c.training_script = "train.py";
+  c.script_args = {"--out=/logs/node0"};
+  using Cmd = std::vector<std::string>;
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"train.py"});
+  c.entry = EntryKind::kPythonModule;
+  c.training_script = "pkg.train";
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"-m", "pkg.train"});
+  c.entry = EntryKind::kExecutable;
+  c.training_script = "./run.sh";
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"--no-python", "./run.sh"});
+}
+
 TEST_CASE("USE_LIBUV=0 selects use_agent_store=0 unless --rdzv-conf says otherwise") {
   LaunchConfig c;
   const EnvMap off = {{"USE_LIBUV", "0"}};

@@ -12,6 +12,7 @@ The harness (registry, check/poll, processes, ports, cleanup) is tests/support/b
 shared with the integration suite.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
+import cluster  # noqa: E402
 from cluster import Cluster  # noqa: E402
 from netns import Netns, netns_or_skip  # noqa: E402
 
@@ -208,21 +210,41 @@ def store_host_stopped(c):
 @test
 def other_job_same_rdzv_id(c):
     """A second job's node with the same --rdzv-id and endpoint but another program is
-    refused with one line naming both commands; the running job goes on undisturbed."""
+    refused with one line naming both programs; the running job goes on undisturbed."""
     port = c.reserve_port()
     wargs = ["--steps", "60", "--step-sleep", "0.1"]
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "shared_id", ["--max-restarts=0"]),
                       wargs) for i in range(2)]
     poll(lambda: all(a.records() for a in agents), 90, "two nodes running", c.logs)
-    other = c.start("other", c10d_args(2, port, "2:3", "shared_id"), ["--steps", "7"])
+    other_script = os.path.join(c.dir, "other_worker.py")
+    shutil.copyfile(cluster.WORKER, other_script)
+    other = c.start("other", c10d_args(2, port, "2:3", "shared_id"), ["--steps", "7"],
+                    script=other_script)
     check(other.wait(60) == 1, "the other job's node exits 1", c.logs())
     errors = [l for l in other.text().splitlines() if "belongs to another job" in l]
-    check(len(errors) == 1 and "'shared_id'" in errors[0] and "--steps 60 --step-sleep 0.1`"
-          in errors[0] and "mn_worker.py --steps 7`" in errors[0],
-          "one line naming the run id and both commands", other.text())
+    check(len(errors) == 1 and "'shared_id'" in errors[0] and "mn_worker.py`" in errors[0]
+          and "other_worker.py`" in errors[0],
+          "one line naming the run id and both programs", other.text())
     for a in agents:
         check(a.wait(120) == 0, f"{a.name} failed", c.logs())
         check(len(a.records()) == 1, f"{a.name}: one attempt, undisturbed", c.logs())
+
+
+@test
+def per_node_script_arguments(c):
+    """Nodes of one job may pass different arguments to the same script (a per-node output
+    directory, `--output_dir=$(hostname)`): the job is identified by its entry point, not
+    by the arguments, so both nodes join and finish (issue 21 item 3)."""
+    port = c.reserve_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "per_node_args"), [f"--tag=node{i}"])
+              for i in range(2)]
+    for a in agents:
+        check(a.wait(90) == 0, f"{a.name} failed", c.logs())
+    for i, a in enumerate(agents):
+        (r,) = a.records()
+        check(r["allreduce_ok"] and r["WORLD_SIZE"] == "2", "one world of two nodes", r)
+        check(r["tag"] == f"node{i}", f"{a.name} ran with its own arguments", r)
+        check("another job" not in a.text(), f"{a.name} refused", c.logs())
 
 
 @test
