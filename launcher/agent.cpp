@@ -37,8 +37,6 @@ std::string temp_base(const EnvMap& env) {
   return it != env.end() && !it->second.empty() ? it->second : "/tmp";
 }
 
-bool forward_only(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
-
 std::string what_of(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -93,7 +91,7 @@ Agent::CallOutcome Agent::call_interruptibly(const std::function<void()>& call,
     }
     // No worker is alive here, so the only events are signals (and timeouts).
     const SupervisorEvent ev = supervisor_.next_event(0ms);
-    if (ev.kind != Kind::kSignal || forward_only(ev.signo) || outcome.signo != 0) continue;
+    if (ev.kind != Kind::kSignal || outcome.signo != 0) continue;
     outcome.signo = ev.signo;
     spdlog::warn("received {} during {}; leaving it", signal_name(ev.signo), during);
     handler_->interrupt();
@@ -191,11 +189,8 @@ Agent::Step Agent::monitor(RunResult& result) {
       case Kind::kStalled:  // the stall watchdog stopped them (--stall-timeout)
         return on_failure(ev.exits, result);
       case Kind::kSignal:
-        if (forward_only(ev.signo)) {
-          spdlog::info("forwarding {} to the workers", signal_name(ev.signo));
-          supervisor_.forward_signal(ev.signo);
-          break;
-        }
+        // Every handled signal, SIGUSR1/SIGUSR2 included, ends the run (torchrun 2.11:
+        // SignalException): forwarded to the workers, which are then stopped.
         spdlog::warn(
             "received {}; forwarding it to the workers and stopping them "
             "(SIGKILL after {} s)",
@@ -213,13 +208,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
     const SupervisorEvent ev = supervisor_.next_event(0ms);
     if (ev.kind == Kind::kTimeout) break;
     if (ev.kind == Kind::kWorkerExited && ev.exit.failed()) failed.push_back(ev.exit);
-    if (ev.kind == Kind::kSignal) {
-      if (forward_only(ev.signo)) {
-        supervisor_.forward_signal(ev.signo);
-      } else {
-        pending_signal_ = ev.signo;
-      }
-    }
+    if (ev.kind == Kind::kSignal) pending_signal_ = ev.signo;
   }
   stop_workers(pending_signal_ != 0 ? pending_signal_ : SIGTERM);
 

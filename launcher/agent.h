@@ -29,8 +29,8 @@
 //   HEALTHY    | needs_new_round() (polled every 1 s)| stop TERM, same restart_cnt | RENDEZVOUS
 //   HEALTHY    | a worker failed and                 | stop TERM, same restart_cnt | RENDEZVOUS
 //              | needs_new_round_now()               |                             |
-//   HEALTHY    | SIGUSR1/SIGUSR2 (if handled)        | forward to the workers      | HEALTHY
-//   HEALTHY    | other handled signal (TERM/INT/HUP) | stop(that signal), shutdown | STOPPED
+//   HEALTHY    | a handled signal (--signals-to-     | stop(that signal), shutdown | STOPPED
+//              | handle, SIGUSR1/SIGUSR2 included)   |                             |
 //
 //   Exit codes: SUCCEEDED 0; FAILED and STOPPED 1 (as torchrun).
 //   TORCHELASTIC_RESTART_COUNT: restarts spent (one node, as torchrun); the rendezvous

@@ -216,8 +216,9 @@ void read_signals(const RawOptions& raw, const HostFacts& host, LaunchConfig& c)
   const auto& v = raw.values;
   const std::string* sig = find(v, "signals_to_handle");
   if (!sig) sig = find(host.env, "TORCHELASTIC_SIGNALS_TO_HANDLE");
+  if (sig) c.signals_to_handle_text = *sig;
   try {
-    c.signals_to_handle = parse_signal_list(sig ? *sig : "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    c.signals_to_handle = parse_signal_list(c.signals_to_handle_text);
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--signals-to-handle: {}", e.what()));
   }

@@ -580,14 +580,29 @@ def sigint_reaches_workers_and_grandchildren(job):
 
 
 @test()
-def sigusr1_forwarded_without_teardown(job):
-    p = start_sleepers(job, ["--signals-to-handle=SIGTERM,SIGINT,SIGUSR1"],
-                       modes=("usr1-exit", "sleep"))
+def sigusr1_forwarded_then_workers_stopped(job):
+    """torchrun 2.11's --signals-to-handle: a handled SIGUSR1 is forwarded to every worker,
+    then the workers are stopped (SIGKILL after --shutdown-timeout for one that keeps
+    running) and ddprun exits 1 without restarting; the workers see the list as given in
+    TORCHELASTIC_SIGNALS_TO_HANDLE."""
+    handled = "SIGTERM,SIGINT,SIGUSR1"
+    p = start_sleepers(job, [f"--signals-to-handle={handled}", "--shutdown-timeout=1",
+                             "--max-restarts=2"], modes=("usr1-exit", "usr1-note", "sleep"))
     p.send_signal(signal.SIGUSR1)
+    t0 = time.monotonic()
     out, err = p.communicate(timeout=60)
-    check(p.returncode == 0, f"ddprun exited {p.returncode}: workers exited 0 on SIGUSR1", err)
+    check(p.returncode == 1, f"ddprun exited {p.returncode} after SIGUSR1, expected 1", err)
+    check(time.monotonic() - t0 < 15, "stopped within the shutdown timeout", err)
     for r in (0, 1):
         check(os.path.exists(os.path.join(job.out, f"got.{r}.SIGUSR1")), f"worker {r}", err)
+    check("stopped by SIGUSR1" in err, "the agent names SIGUSR1", err)
+    with open(os.path.join(job.out, "pids")) as f:
+        check(len(f.read().split("\n")) == 3, "two workers started, no restart", err)
+    for r, e in job.envs().items():
+        check(e["env"].get("TORCHELASTIC_SIGNALS_TO_HANDLE") == handled,
+              f"rank {r}: TORCHELASTIC_SIGNALS_TO_HANDLE "
+              f"{e['env'].get('TORCHELASTIC_SIGNALS_TO_HANDLE')!r}", err)
+    poll(lambda: not job.job_processes(), 10, "no process of the job left")
 
 
 @test()
