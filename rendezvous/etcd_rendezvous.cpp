@@ -147,6 +147,7 @@ void EtcdRendezvous::ensure_lease() {
   d.pid = static_cast<long>(::getpid());
   d.node_rank = config_.node_rank;
   d.nproc = config_.local_world_size;
+  d.restarts = restarts_spent_;
   if (config_.job_check) d.job = job_fingerprint(config_.job_command);
   {
     std::lock_guard lock(mu_);

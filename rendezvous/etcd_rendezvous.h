@@ -88,6 +88,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::string backend_name() const override { return "etcd-v3"; }
   void shutdown() override;
   void interrupt() override;
+  void set_restarts_spent(int restarts) override { restarts_spent_ = restarts; }
 
   std::string new_round_reason();
 
@@ -135,6 +136,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::atomic<std::int64_t> lease_{0};
   std::atomic<int> nodes_seen_{0};  // the round's size at the last look (settle())
   std::string me_;                  // lease id in hex
+  int restarts_spent_ = 0;          // set_restarts_spent(): in this node's descriptor
   std::thread thread_;
 
   std::mutex mu_;  // guards what follows; with cv_ for the background thread's waits

@@ -35,6 +35,7 @@ NodeDesc StoreRendezvous::this_node() const {
   d.node_rank = config_.node_rank;
   d.node_rank_defaulted = config_.node_rank_defaulted;
   d.nproc = config_.local_world_size;
+  d.restarts = restarts_spent_;
   d.rdzv_host = hosts_store();
   if (config_.job_check) d.job = job_fingerprint(config_.job_command);
   return d;
@@ -309,8 +310,8 @@ void StoreRendezvous::publish_workers_store(int r) {
     port = WorkersStore::port_for_worker_rank0(config_.workers_port, config_.bind_addr);
   } else if (config_.shared_store_port > 0) {
     // The workers share the rendezvous store: never reset it (the rendezvous keys live
-    // there). The round number in 1.13 workers' key prefix separates the attempts;
-    // newer workers do not prefix, so earlier workers' keys are erased.
+    // there). 1.13 workers prefix their keys with the restart count, which a membership
+    // change keeps, and newer workers do not prefix: earlier workers' keys are erased.
     if (clear_worker_keys_) clear_worker_keys_();
     port = static_cast<std::uint16_t>(config_.shared_store_port);
   } else {

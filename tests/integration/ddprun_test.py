@@ -153,7 +153,8 @@ def failure_report_with_traceback(job):
     check("  rank      : 1 (local_rank: 1)" in lines, "root cause rank", err)
     check(any(l.startswith("  exitcode  : 1 (pid: ") for l in lines), "exitcode line", err)
     check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
-    ef = [l for l in lines if l.startswith("  error_file: ")]
+    root = lines[lines.index("Root Cause (first observed failure):"):]
+    ef = [l for l in root if l.startswith("  error_file: ")]
     # Read for the report (the traceback above), then removed with the default log dir.
     check(ef and ef[0].endswith("/attempt_0/1/error.json") and not os.path.exists(ef[0][14:]),
           "error_file", err)
@@ -267,7 +268,10 @@ def failure_report_plain_script_traceback(job):
         lines = err.splitlines()
         check("Root Cause (first observed failure):" in lines, f"{args}: no report", err)
         root = lines[lines.index("Root Cause (first observed failure):"):]
-        check("  <NO_OTHER_FAILURES>" in lines, f"{args}: rank 0 listed as failed", err)
+        others = lines[lines.index("Failures:"):lines.index("Root Cause (first observed failure):")]
+        check("  rank      : 0 (local_rank: 0)" in others and
+              any(l.startswith("  exitcode  : -15 (pid: ") for l in others),
+              f"{args}: rank 0, stopped by the agent, listed with -15 (torchrun 2.x)", err)
         check("  rank      : 1 (local_rank: 1)" in root, f"{args}: root cause rank", err)
         check(any(l.startswith("  exitcode  : 1 (pid: ") for l in root), f"{args}: exitcode", err)
         check("  error_file: <N/A>" in root, f"{args}: error_file", err)

@@ -131,7 +131,8 @@ def elastic_three_nodes_of_2_to_4(c):
 @test
 def late_node_joins_running_job(c):
     """2:3 with two nodes running; a third arrives; all restart into a world of 3 without
-    spending --max-restarts (it is 0)."""
+    spending --max-restarts (it is 0): TORCHELASTIC_RESTART_COUNT stays 0, as torchrun's
+    (it counts restarts, not rendezvous rounds)."""
     port = c.reserve_port()
     wargs = ["--until-world", "3"]
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "late", ["--max-restarts=0"]), wargs)
@@ -145,6 +146,25 @@ def late_node_joins_running_job(c):
     finals = [r for a in agents for r in a.records() if r["WORLD_SIZE"] == "3"]
     check(sorted(int(r["RANK"]) for r in finals) == [0, 1, 2], "ranks of the world of 3",
           c.logs())
+    counts = {r["TORCHELASTIC_RESTART_COUNT"] for a in agents for r in a.records()}
+    check(counts == {"0"}, f"a membership change spends no restart: counts {counts}", c.logs())
+
+
+@test
+def c10d_restart_counts_once_on_every_node(c):
+    """A worker fails once on one node (c10d, --max-restarts=1): that node spends a
+    restart, the other only follows it into the new round, and both tell their workers
+    TORCHELASTIC_RESTART_COUNT=1 (PyTorch 1.13 workers put it into their store keys)."""
+    port = c.reserve_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "once", ["--max-restarts=1",
+                                                               f"--node-rank={i}"]),
+                      ["--fail-rank=1", "--fail-once", "--steps=20"]) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    for a in agents:
+        last = max(a.records(), key=lambda r: r["t"])
+        check(last["TORCHELASTIC_RESTART_COUNT"] == "1" and last["allreduce_ok"],
+              f"{a.name}: the second attempt is restart 1", a.records())
 
 
 @test(every_tier=True)

@@ -43,7 +43,7 @@ def main():
     dist.all_reduce(t)
     ok = t.item() == world * (world + 1) / 2
     rec = {k: os.environ.get(k) for k in KEYS}
-    rec.update(pid=os.getpid(), tag=a.tag, allreduce_ok=ok, dist_rank=rank, dist_world=world)
+    rec.update(pid=os.getpid(), t=time.time(), tag=a.tag, allreduce_ok=ok, dist_rank=rank, dist_world=world)
     name = f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}_{rank}_{os.getpid()}.json"
     with open(os.path.join(os.environ["MN_OUT"], name), "w") as f:
         json.dump(rec, f)
