@@ -37,8 +37,6 @@ std::string temp_base(const EnvMap& env) {
   return it != env.end() && !it->second.empty() ? it->second : "/tmp";
 }
 
-bool forward_only(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
-
 std::string what_of(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -93,7 +91,7 @@ Agent::CallOutcome Agent::call_interruptibly(const std::function<void()>& call,
     }
     // No worker is alive here, so the only events are signals (and timeouts).
     const SupervisorEvent ev = supervisor_.next_event(0ms);
-    if (ev.kind != Kind::kSignal || forward_only(ev.signo) || outcome.signo != 0) continue;
+    if (ev.kind != Kind::kSignal || outcome.signo != 0) continue;
     outcome.signo = ev.signo;
     spdlog::warn("received {} during {}; leaving it", signal_name(ev.signo), during);
     handler_->interrupt();
@@ -104,6 +102,7 @@ Agent::CallOutcome Agent::call_interruptibly(const std::function<void()>& call,
 
 std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
   std::optional<rdzv::RendezvousInfo> info;
+  handler_->set_restarts_spent(restart_count_);
   const CallOutcome call =
       call_interruptibly([&] { info = handler_->next_rendezvous(); }, "the rendezvous");
   if (call.signo != 0) {
@@ -125,12 +124,21 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
 }
 
 std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info) {
-  // TORCHELASTIC_RESTART_COUNT must be equal on every node of a round: PyTorch 1.13
-  // workers prefix their store keys with it (/worker/attempt_<n>/), so nodes that
+  // TORCHELASTIC_RESTART_COUNT and attempt_<N> count restarts, as torchrun's: a
+  // membership change spends none and keeps them. They must be equal on every node of a
+  // round: PyTorch 1.13 workers prefix their store keys with the count, so nodes that
   // disagree wait for each other's keys forever. A node that spent a restart on a real
-  // failure and a peer that only followed it into the new round would disagree, so
-  // multi-node jobs use the shared round number. One node: the restarts spent (torchrun).
-  attempt_ = config_.max_nodes > 1 ? info.round : restart_count_;
+  // failure and a peer that only followed it into the new round (its workers broke with
+  // the round, needs_new_round_now()) would disagree, so the round's count is the most
+  // any of its nodes has spent, and a node behind adopts it with the budget it leaves
+  // (under torchrun such a peer usually sees its workers fail and spends one too).
+  if (info.restart_count > restart_count_) {
+    spdlog::info("a node of this round has spent {} restart(s); this node follows its count",
+                 info.restart_count);
+    restart_count_ = info.restart_count;
+    remaining_restarts_ = std::max(0, config_.max_restarts - restart_count_);
+  }
+  attempt_ = restart_count_;
   run_dirs_->prepare_attempt(attempt_, config_.nproc_per_node);
   std::vector<WorkerSpec> specs =
       make_worker_specs(config_, AttemptFacts{info, handler_->run_id(), attempt_}, agent_env_,
@@ -191,11 +199,8 @@ Agent::Step Agent::monitor(RunResult& result) {
       case Kind::kStalled:  // the stall watchdog stopped them (--stall-timeout)
         return on_failure(ev.exits, result);
       case Kind::kSignal:
-        if (forward_only(ev.signo)) {
-          spdlog::info("forwarding {} to the workers", signal_name(ev.signo));
-          supervisor_.forward_signal(ev.signo);
-          break;
-        }
+        // Every handled signal, SIGUSR1/SIGUSR2 included, ends the run (torchrun 2.11:
+        // SignalException): forwarded to the workers, which are then stopped.
         spdlog::warn(
             "received {}; forwarding it to the workers and stopping them "
             "(SIGKILL after {} s)",
@@ -207,24 +212,24 @@ Agent::Step Agent::monitor(RunResult& result) {
 }
 
 Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result) {
-  // List every worker that had already failed when the first failure was seen (torchrun
-  // lists the failed workers of one poll), not the ones we are about to terminate.
+  // Every worker that had already failed when the first failure was seen (torchrun's
+  // failed workers of one poll), then, as torchrun 2.x, the peers stopped because of it
+  // (exitcode -15, or -9 after the shutdown timeout); each part by global rank.
   while (true) {
     const SupervisorEvent ev = supervisor_.next_event(0ms);
     if (ev.kind == Kind::kTimeout) break;
     if (ev.kind == Kind::kWorkerExited && ev.exit.failed()) failed.push_back(ev.exit);
-    if (ev.kind == Kind::kSignal) {
-      if (forward_only(ev.signo)) {
-        supervisor_.forward_signal(ev.signo);
-      } else {
-        pending_signal_ = ev.signo;
-      }
-    }
+    if (ev.kind == Kind::kSignal) pending_signal_ = ev.signo;
   }
-  stop_workers(pending_signal_ != 0 ? pending_signal_ : SIGTERM);
-
-  std::sort(failed.begin(), failed.end(),
-            [](const WorkerExit& a, const WorkerExit& b) { return a.global_rank < b.global_rank; });
+  std::vector<WorkerExit> stopped = stop_workers(pending_signal_ != 0 ? pending_signal_ : SIGTERM);
+  const auto by_rank = [](const WorkerExit& a, const WorkerExit& b) {
+    return a.global_rank < b.global_rank;
+  };
+  std::sort(failed.begin(), failed.end(), by_rank);
+  std::sort(stopped.begin(), stopped.end(), by_rank);
+  for (auto& e : stopped) {
+    if (e.failed()) failed.push_back(std::move(e));
+  }
   std::vector<Failure> failures;
   for (const auto& e : failed) {
     failures.push_back(make_failure(e, run_dirs_->error_file(attempt_, e.local_rank)));

@@ -29,12 +29,14 @@
 //   HEALTHY    | needs_new_round() (polled every 1 s)| stop TERM, same restart_cnt | RENDEZVOUS
 //   HEALTHY    | a worker failed and                 | stop TERM, same restart_cnt | RENDEZVOUS
 //              | needs_new_round_now()               |                             |
-//   HEALTHY    | SIGUSR1/SIGUSR2 (if handled)        | forward to the workers      | HEALTHY
-//   HEALTHY    | other handled signal (TERM/INT/HUP) | stop(that signal), shutdown | STOPPED
+//   HEALTHY    | a handled signal (--signals-to-     | stop(that signal), shutdown | STOPPED
+//              | handle, SIGUSR1/SIGUSR2 included)   |                             |
 //
 //   Exit codes: SUCCEEDED 0; FAILED and STOPPED 1 (as torchrun).
-//   TORCHELASTIC_RESTART_COUNT: restarts spent (one node, as torchrun); the rendezvous
-//   round with several nodes, so that it is equal on every node of a round.
+//   TORCHELASTIC_RESTART_COUNT and attempt_<N>: restarts spent (as torchrun: a membership
+//   change spends none); several nodes: the most any node of the round has spent
+//   (RendezvousInfo::restart_count), adopted by the others, so that it is equal on every
+//   node of a round.
 #pragma once
 
 #include <chrono>
@@ -118,7 +120,7 @@ class Agent {
   std::unique_ptr<rdzv::RendezvousHandler> handler_;
   std::chrono::milliseconds grace_;
   std::optional<RunDirs> run_dirs_;  // made when run() starts
-  int restart_count_ = 0;            // restarts spent on failures
+  int restart_count_ = 0;            // restarts spent on failures (or adopted from the round)
   int attempt_ = 0;                  // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt
   int remaining_restarts_ = 0;
   int pending_signal_ = 0;                // a terminating signal seen while collecting failures

@@ -126,12 +126,12 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config,
   p.local_addr = config.local_addr;
   p.local_world_size = config.nproc_per_node;
   p.conf = config.rdzv_conf;
-  // The job's fingerprint: the program and its arguments as written, not the python
-  // executable or --nproc-per-node, which may differ per node (docs/multinode.md).
+  // The job's fingerprint: its entry point (the script, -m module or --no-python program
+  // as written), not its arguments, the python executable or --nproc-per-node, which may
+  // all differ per node (`--output_dir=$(hostname)`; docs/multinode.md, "Same job").
   if (config.entry == EntryKind::kPythonModule) p.job_command.push_back("-m");
   if (config.entry == EntryKind::kExecutable) p.job_command.push_back("--no-python");
   p.job_command.push_back(config.training_script);
-  p.job_command.insert(p.job_command.end(), config.script_args.begin(), config.script_args.end());
   // USE_LIBUV=0 is PyTorch's switch to its non-libuv TCPStore, which (2.6) workers ignore
   // when told to use the agent's store; a build without libuv (Debian's 2.6) then cannot
   // initialise. So it also means: worker rank 0 hosts the store (docs/usage.md).
@@ -243,8 +243,9 @@ void read_signals(const RawOptions& raw, const HostFacts& host, LaunchConfig& c)
   const auto& v = raw.values;
   const std::string* sig = find(v, "signals_to_handle");
   if (!sig) sig = find(host.env, "TORCHELASTIC_SIGNALS_TO_HANDLE");
+  if (sig) c.signals_to_handle_text = *sig;
   try {
-    c.signals_to_handle = parse_signal_list(sig ? *sig : "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    c.signals_to_handle = parse_signal_list(c.signals_to_handle_text);
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--signals-to-handle: {}", e.what()));
   }

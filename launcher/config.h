@@ -95,6 +95,8 @@ struct LaunchConfig {
   std::optional<std::string> local_addr;
 
   std::vector<int> signals_to_handle;  // default SIGTERM,SIGINT,SIGHUP,SIGQUIT
+  // The list as given (workers' TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun sets it).
+  std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   double shutdown_timeout_s = 30;
   bool virtual_local_rank = false;
 

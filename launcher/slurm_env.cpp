@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -115,8 +116,22 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
   } else {
     number(nnodes_var);  // throws, naming the variable
   }
+  const std::string backend = given("rdzv_backend");
+  const bool master_given = has("master_addr") || has("master_port");
+  const bool static_style = backend == "static" || (backend.empty() && master_given);
+  // More tasks than nodes means one agent per task, each starting a node's workers: a
+  // mistake, unless the command line gives every option Slurm would fill (the user set
+  // the job up: Slurm stands aside).
+  std::vector<const char*> fillable = {"nnodes", "node_rank", "rdzv_id", "nproc_per_node"};
+  if (static_style && !has("rdzv_endpoint")) {
+    fillable.insert(fillable.end(), {"master_addr", "master_port"});
+  } else if (!static_style && (backend.empty() || backend == "c10d")) {
+    fillable.insert(fillable.end(), {"rdzv_backend", "rdzv_endpoint"});
+  }
+  const bool all_given = std::all_of(fillable.begin(), fillable.end(), has);
   const auto tasks_var = first_set(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
-  if (!tasks_var.first.empty() && nnodes && *nnodes > 0 && number(tasks_var) > *nnodes) {
+  if (!all_given && !tasks_var.first.empty() && nnodes && *nnodes > 0 &&
+      number(tasks_var) > *nnodes) {
     const auto per_node = first_set(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
     throw UsageError(fmt::format(
         "srun started {} tasks on {} nodes ({}={}{}): ddprun starts a node's workers itself "
@@ -138,9 +153,6 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
     }
     if (!node_id_var.first.empty()) warnings.push_back(unused_because(fault, "--node-rank"));
   }
-  const std::string backend = given("rdzv_backend");
-  const bool master_given = has("master_addr") || has("master_port");
-  const bool static_style = backend == "static" || (backend.empty() && master_given);
   // The flag that the first host of the node list would fill, or nullptr when none is open.
   const char* host_flag = nullptr;
   if (static_style) {

@@ -39,7 +39,8 @@ int slurm_port(unsigned long long job_id, unsigned long long step_id);
 // asked for, master_addr / master_port, rdzv_id ("slurm-<job>.<step>") and
 // nproc_per_node (the step's GPUs: SLURM_GPUS_ON_NODE, else the SLURM_STEP_GPUS /
 // SLURM_JOB_GPUS list, else 1). Throws UsageError (one line) when srun started more
-// tasks than nodes (ddprun must run once per node) or a SLURM_* value that an option
+// tasks than nodes (ddprun must run once per node), unless the command line gives every
+// option this would fill (Slurm stands aside), or a SLURM_* value that an option
 // left open needs is malformed (the message asks only for flags that were not given); a
 // malformed value that a given flag made unnecessary is a warning (SlurmNotice::warnings).
 // With SLURM_JOB_ID but no step (an salloc shell, a batch script) it changes nothing

@@ -68,6 +68,7 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config.max_restarts);
   env["TORCHELASTIC_RUN_ID"] = attempt.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = info.use_agent_store ? "True" : "False";
+  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle_text;  // torchrun 2.9+
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
   // The name that version reads (2.2+ warns about the old one); both when unknown. A
   // user's value is kept.

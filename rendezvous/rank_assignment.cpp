@@ -107,6 +107,7 @@ RendezvousInfo round_layout(const std::vector<NodeDesc>& descs, const std::vecto
     const NodeDesc& d = *by_rank[static_cast<std::size_t>(g)];
     if (g < info.group_rank) info.rank_base += d.nproc;
     info.world_size += d.nproc;
+    info.restart_count = std::max(info.restart_count, d.restarts);
   }
   return info;
 }

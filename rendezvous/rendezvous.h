@@ -19,11 +19,12 @@ namespace ddprun::rdzv {
 
 // Everything the agent needs to start one attempt's workers.
 struct RendezvousInfo {
-  int round = 0;             // rendezvous round (changes on membership changes)
-                             // Identical on every node of a round (and = the restart
-                             // count of a one-node job): the safe value for workers'
-                             // TORCHELASTIC_RESTART_COUNT, which PyTorch 1.13 workers
-                             // put into their store keys, so nodes must agree on it.
+  int round = 0;  // rendezvous round (changes on membership changes)
+  // The most restarts any node of the round had spent when it joined (each agent's
+  // set_restarts_spent()); 0 for one node. Identical on every node of a round: the
+  // agents' TORCHELASTIC_RESTART_COUNT, which PyTorch 1.13 workers put into their store
+  // keys, so nodes must agree on it.
+  int restart_count = 0;
   int group_rank = 0;        // this node's rank, 0..group_world_size-1 (GROUP_RANK)
   int group_world_size = 1;  // number of nodes (GROUP_WORLD_SIZE)
   int rank_base = 0;         // global rank of this node's local rank 0
@@ -63,10 +64,11 @@ struct RendezvousParams {
   std::optional<std::string> local_addr;   // --local-addr, when given
   int local_world_size = 1;                // this node's --nproc-per-node, >= 1
   RdzvConf conf;                           // --rdzv-conf
-  // What the workers run, as the user wrote it after the launcher's options: the entry
+  // The job's entry point, as the user wrote it after the launcher's options: the entry
   // form ("-m" for a module, "--no-python" for an executable, nothing for a script),
-  // then the script / module / executable and its arguments. The job's fingerprint:
-  // nodes of one run id must agree on it (docs/multinode.md, "Same job").
+  // then the script / module / executable (the launcher leaves out its arguments, which
+  // may differ per node). The job's fingerprint: nodes of one run id must agree on it
+  // (docs/multinode.md, "Same job").
   std::vector<std::string> job_command;
 };
 
@@ -105,6 +107,11 @@ class RendezvousHandler {
   // workers' store, that store is (re)started empty for the new attempt, so no key of a
   // previous attempt survives. Throws a RendezvousError subclass.
   virtual RendezvousInfo next_rendezvous() = 0;
+
+  // The restarts this node's agent has spent (--max-restarts), published with its next
+  // join, so that RendezvousInfo::restart_count is the round's most. Multi-node handlers
+  // keep it; a one-node handler has nobody to tell.
+  virtual void set_restarts_spent(int restarts) { (void)restarts; }
 
   // Nodes that arrived after the current round completed and wait for the next one;
   // the agent restarts its workers into a new round when this is > 0.

@@ -22,6 +22,7 @@ std::string encode_node_desc(const NodeDesc& desc) {
   j["node_rank"] = desc.node_rank;
   j["node_rank_defaulted"] = desc.node_rank_defaulted;
   j["nproc"] = desc.nproc;
+  j["restarts"] = desc.restarts;
   j["rdzv_host"] = desc.rdzv_host;
   if (desc.job) j["job"] = nlohmann::json::parse(*desc.job, nullptr, false);
   return j.dump();
@@ -40,6 +41,7 @@ std::optional<NodeDesc> decode_node_desc(std::string_view json, int slot) {
     d.node_rank = j.value("node_rank", -1);
     d.node_rank_defaulted = j.value("node_rank_defaulted", false);
     d.nproc = j.value("nproc", 1);
+    d.restarts = j.value("restarts", 0);
     d.rdzv_host = j.value("rdzv_host", false);
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

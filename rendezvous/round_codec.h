@@ -28,6 +28,7 @@ struct NodeDesc {
   int node_rank = -1;                // -1 = no --node-rank given (c10d)
   bool node_rank_defaulted = false;  // static: --node-rank absent, 0 assumed
   int nproc = 1;
+  int restarts = 0;                // restarts its agent had spent when it joined
   std::optional<std::string> job;  // the "job" value as JSON text, when present
   // This agent hosts the rendezvous store (the --rdzv-endpoint's node): first in the
   // automatic rank order, so group rank 0 lands where the user pointed the endpoint.

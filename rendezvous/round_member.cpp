@@ -18,7 +18,8 @@ long long secs_left(RoundConfig::Clock::time_point now, RoundConfig::Clock::time
   return std::max<long long>(left, 0);
 }
 
-NodeDesc this_node_desc(const RoundConfig& c, bool rdzv_host, bool node_rank_defaulted) {
+NodeDesc this_node_desc(const RoundConfig& c, bool rdzv_host, bool node_rank_defaulted,
+                        int restarts) {
   NodeDesc d;
   d.addr = c.advertise_addr;
   d.host = c.hostname;
@@ -26,6 +27,7 @@ NodeDesc this_node_desc(const RoundConfig& c, bool rdzv_host, bool node_rank_def
   d.node_rank = c.node_rank;
   d.node_rank_defaulted = node_rank_defaulted;
   d.nproc = c.local_world_size;
+  d.restarts = restarts;
   d.rdzv_host = rdzv_host;
   if (c.job_check) d.job = job_fingerprint(c.job_command);
   return d;
@@ -40,7 +42,8 @@ std::string another_job_error(const std::string& where, const RoundConfig& c,
   }
   return where + " belongs to another job: its nodes run `" + command_line(*theirs) +
          "`, this node would run `" + command_line(c.job_command) +
-         "`; give each job its own --rdzv-id (the nodes of one job run the same command)";
+         "`; give each job its own --rdzv-id (the nodes of one job run the same program; its "
+         "arguments may differ per node)";
 }
 
 void check_member_jobs(const std::vector<NodeDesc>& descs, int round, const RoundConfig& c,

@@ -24,9 +24,10 @@ std::string rendezvous_where(const std::string& run_id, const std::string& detai
 // Whole seconds from `now` to `deadline`, >= 0.
 long long secs_left(RoundConfig::Clock::time_point now, RoundConfig::Clock::time_point deadline);
 
-// This node's descriptor: address, host, pid, node rank, nproc, and the job's
-// fingerprint when job_check is on.
-NodeDesc this_node_desc(const RoundConfig& c, bool rdzv_host, bool node_rank_defaulted = false);
+// This node's descriptor: address, host, pid, node rank, nproc, the restarts its agent
+// has spent, and the job's fingerprint when job_check is on.
+NodeDesc this_node_desc(const RoundConfig& c, bool rdzv_host, bool node_rank_defaulted = false,
+                        int restarts = 0);
 
 // The one message for "this run id is taken by another job": `published` is the
 // fingerprint found under the run id (job_fingerprint's JSON). Returns the

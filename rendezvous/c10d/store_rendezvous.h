@@ -49,9 +49,8 @@ class StoreRendezvous final : public RendezvousHandler {
     std::function<std::string()> find_address;
     // static: > 0 = no store of the workers' own: they use the rendezvous store (hosted
     // by group rank 0 on this port), as torchrun's static backend does, so a firewall
-    // that opens only --master-port suffices. Attempts are kept apart by the workers'
-    // key prefix (/worker/attempt_<round>/), so the store is never reset (newer workers
-    // that do not prefix are served by clear_worker_keys, see below). The workers
+    // that opens only --master-port suffices. The store is never reset: earlier
+    // attempts' worker keys are erased by clear_worker_keys (see below). The workers
     // reach it where the agents do: shared_store_addr (the endpoint's host).
     std::string shared_store_addr;
     int shared_store_port = 0;
@@ -95,6 +94,7 @@ class StoreRendezvous final : public RendezvousHandler {
   std::string backend_name() const override { return config_.backend; }
   void shutdown() override;
   void interrupt() override;
+  void set_restarts_spent(int restarts) override { restarts_spent_ = restarts; }
 
   // Why needs_new_round() became true ("" while it is false).
   std::string new_round_reason();
@@ -183,6 +183,7 @@ class StoreRendezvous final : public RendezvousHandler {
   bool announced_ = false;  // "left" already published for the current round
   bool shut_down_ = false;
   bool job_checked_ = false;       // check_same_job() passed once
+  int restarts_spent_ = 0;         // set_restarts_spent(): this node's descriptor says it
   bool node_rank_warned_ = false;  // c10d: "--node-rank ignored" said once per agent
   bool gloo_warned_ = false;       // "the workers get GLOO_SOCKET_IFNAME" said once
 };

@@ -131,10 +131,10 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
 
 int StoreRendezvous::take_slot(int r) {
   const int slot = static_cast<int>(store_->add(keys::joined(r), 1)) - 1;
-  store_->multi_set(
-      {keys::node(r, slot), keys::heartbeat(r, slot)},
-      {encode_node_desc(this_node_desc(config_.round, hosts_store(), config_.node_rank_defaulted)),
-       "1"});
+  store_->multi_set({keys::node(r, slot), keys::heartbeat(r, slot)},
+                    {encode_node_desc(this_node_desc(config_.round, hosts_store(),
+                                                     config_.node_rank_defaulted, restarts_spent_)),
+                     "1"});
   spdlog::debug("{}: joined round {} in slot {}", where(), r, slot);
   return slot;
 }

@@ -53,6 +53,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::string backend_name() const override { return "etcd-v3"; }
   void shutdown() override;
   void interrupt() override;
+  void set_restarts_spent(int restarts) override { restarts_spent_ = restarts; }
 
   std::string new_round_reason();
 
@@ -81,7 +82,8 @@ class EtcdRendezvous final : public RendezvousHandler {
 
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> closed_{false};
-  std::string me_;  // the session's lease id in hex (agent thread)
+  std::string me_;          // the session's lease id in hex (agent thread)
+  int restarts_spent_ = 0;  // set_restarts_spent(): in this node's descriptor (agent thread)
   bool node_rank_warned_ = false;
 };
 

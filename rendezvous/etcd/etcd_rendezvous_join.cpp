@@ -38,7 +38,8 @@ void EtcdRendezvous::ensure_lease() {
   if (!session_.ensure_lease(client_)) return;
   me_ = session_.id();
   client_.put(keys_.key("node/" + me_),
-              encode_node_desc(this_node_desc(config_.round, /*rdzv_host=*/false)),
+              encode_node_desc(this_node_desc(config_.round, /*rdzv_host=*/false,
+                                              /*node_rank_defaulted=*/false, restarts_spent_)),
               session_.lease());
 }
 

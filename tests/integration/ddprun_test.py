@@ -157,7 +157,8 @@ def failure_report_with_traceback(job):
     check("  rank      : 1 (local_rank: 1)" in lines, "root cause rank", err)
     check(any(l.startswith("  exitcode  : 1 (pid: ") for l in lines), "exitcode line", err)
     check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
-    ef = [l for l in lines if l.startswith("  error_file: ")]
+    root = lines[lines.index("Root Cause (first observed failure):"):]
+    ef = [l for l in root if l.startswith("  error_file: ")]
     # Read for the report (the traceback above), then removed with the default log dir.
     check(ef and ef[0].endswith("/attempt_0/1/error.json") and not os.path.exists(ef[0][14:]),
           "error_file", err)
@@ -276,7 +277,10 @@ def failure_report_plain_script_traceback(job):
         lines = err.splitlines()
         check("Root Cause (first observed failure):" in lines, f"{args}: no report", err)
         root = lines[lines.index("Root Cause (first observed failure):"):]
-        check("  <NO_OTHER_FAILURES>" in lines, f"{args}: rank 0 listed as failed", err)
+        others = lines[lines.index("Failures:"):lines.index("Root Cause (first observed failure):")]
+        check("  rank      : 0 (local_rank: 0)" in others and
+              any(l.startswith("  exitcode  : -15 (pid: ") for l in others),
+              f"{args}: rank 0, stopped by the agent, listed with -15 (torchrun 2.x)", err)
         check("  rank      : 1 (local_rank: 1)" in root, f"{args}: root cause rank", err)
         check(any(l.startswith("  exitcode  : 1 (pid: ") for l in root), f"{args}: exitcode", err)
         check("  error_file: <N/A>" in root, f"{args}: error_file", err)
@@ -641,14 +645,29 @@ def sigint_reaches_workers_and_grandchildren(job):
 
 
 @test()
-def sigusr1_forwarded_without_teardown(job):
-    p = start_sleepers(job, ["--signals-to-handle=SIGTERM,SIGINT,SIGUSR1"],
-                       modes=("usr1-exit", "sleep"))
+def sigusr1_forwarded_then_workers_stopped(job):
+    """torchrun 2.11's --signals-to-handle: a handled SIGUSR1 is forwarded to every worker,
+    then the workers are stopped (SIGKILL after --shutdown-timeout for one that keeps
+    running) and ddprun exits 1 without restarting; the workers see the list as given in
+    TORCHELASTIC_SIGNALS_TO_HANDLE."""
+    handled = "SIGTERM,SIGINT,SIGUSR1"
+    p = start_sleepers(job, [f"--signals-to-handle={handled}", "--shutdown-timeout=1",
+                             "--max-restarts=2"], modes=("usr1-exit", "usr1-note", "sleep"))
     p.send_signal(signal.SIGUSR1)
+    t0 = time.monotonic()
     out, err = p.communicate(timeout=60)
-    check(p.returncode == 0, f"ddprun exited {p.returncode}: workers exited 0 on SIGUSR1", err)
+    check(p.returncode == 1, f"ddprun exited {p.returncode} after SIGUSR1, expected 1", err)
+    check(time.monotonic() - t0 < 15, "stopped within the shutdown timeout", err)
     for r in (0, 1):
         check(os.path.exists(os.path.join(job.out, f"got.{r}.SIGUSR1")), f"worker {r}", err)
+    check("stopped by SIGUSR1" in err, "the agent names SIGUSR1", err)
+    with open(os.path.join(job.out, "pids")) as f:
+        check(len(f.read().split("\n")) == 3, "two workers started, no restart", err)
+    for r, e in job.envs().items():
+        check(e["env"].get("TORCHELASTIC_SIGNALS_TO_HANDLE") == handled,
+              f"rank {r}: TORCHELASTIC_SIGNALS_TO_HANDLE "
+              f"{e['env'].get('TORCHELASTIC_SIGNALS_TO_HANDLE')!r}", err)
+    poll(lambda: not job.job_processes(), 10, "no process of the job left")
 
 
 @test()

@@ -86,8 +86,12 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
     if (block_rendezvous && !block_until_interrupted("rendezvous")) {
       throw ddprun::rdzv::RendezvousInterruptedError("test: interrupted");
     }
-    return real_->next_rendezvous();
+    ddprun::rdzv::RendezvousInfo info = real_->next_rendezvous();
+    // A peer's count, as a multi-node handler reports the round's most.
+    if (rounds == peer_restarts_at_round) info.restart_count = peer_restarts;
+    return info;
   }
+  void set_restarts_spent(int restarts) override { published.push_back(restarts); }
   int num_nodes_waiting() override { return 0; }
   bool needs_new_round() override {
     if (!want_new_round || asked) return false;
@@ -127,6 +131,9 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
 
   int rounds = 0;
   int fail_at_round = 0;
+  int peer_restarts_at_round = 0;  // that round's RendezvousInfo::restart_count is ...
+  int peer_restarts = 0;           // ... this (0: the real handler's)
+  std::vector<int> published;      // set_restarts_spent() before each round
   bool block_rendezvous = false;
   bool block_exit_barrier = false;
   std::function<void()> raise_on_block;
@@ -182,9 +189,13 @@ TEST_CASE("agent: failures restart within the budget, then report", "[agent]") {
   CHECK(r.outcome == RunResult::Outcome::kFailed);
   CHECK(r.exit_code == 1);
   CHECK(r.restart_count == 2);
-  REQUIRE(r.failures.size() == 1);  // rank 0 was stopped by the agent: not a failure
+  // The failed worker first, then (torchrun 2.x) rank 0, which the agent stopped.
+  REQUIRE(r.failures.size() == 2);
   CHECK(r.failures[0].global_rank == 1);
   CHECK(r.failures[0].exitcode == 4);
+  CHECK(r.failures[1].global_rank == 0);
+  CHECK(r.failures[1].exitcode == -SIGTERM);
+  CHECK(r.failures[root_cause_index(r.failures)].global_rank == 1);
   CHECK(counts == std::multiset<std::string>{"0", "0", "1", "1", "2", "2"});
   for (const char* a : {"attempt_0", "attempt_1", "attempt_2"}) {
     CHECK(fs::is_directory(fs::path(agent.run_log_dir()) / a / "1"));
@@ -226,6 +237,41 @@ TEST_CASE("agent: a membership change restarts without spending a restart", "[ag
 TEST_CASE("agent: a failure during a membership change spends no restart", "[agent]") {
   // As if a peer had already left for the new round and broke a collective.
   check_new_round_spends_no_restart(true);
+}
+
+TEST_CASE("agent: the round's restart count is adopted, with the budget it leaves", "[agent]") {
+  // Two nodes: a peer spent a restart on a real failure; this node only followed it into
+  // the new round (no restart of its own). Both must tell the workers the same count
+  // (1.13 workers put it into their store keys), and it counts restarts, not rounds.
+  TempDir dir;
+  LaunchConfig c = program_job(1, dir);
+  c.max_restarts = 2;
+  auto handler = std::make_unique<Steered>(local_handler(c));
+  handler->peer_restarts_at_round = 2;
+  handler->peer_restarts = 1;
+  Steered* steered = handler.get();
+  std::vector<std::string> counts;  // one worker at a time
+  std::vector<std::string> error_files;
+  ThreadSupervisor sup;
+  sup.install("program", [&](ThreadSupervisor::Worker& w) {
+    counts.push_back(w.env("TORCHELASTIC_RESTART_COUNT"));
+    error_files.push_back(w.env("TORCHELASTIC_ERROR_FILE"));
+    if (counts.size() == 1) {
+      steered->want_new_round = true;  // the peer left for a new round
+      return -w.wait_for_stop();
+    }
+    return 1;  // fails in every later attempt: the budget left is 2 - 1 = 1 restart
+  });
+  Agent agent(c, base_env(), sup, std::move(handler));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kFailed);
+  CHECK(r.restart_count == 2);
+  CHECK(steered->rounds == 3);
+  CHECK(counts == std::vector<std::string>{"0", "1", "2"});
+  CHECK(steered->published == std::vector<int>{0, 0, 2});
+  REQUIRE(error_files.size() == 3);
+  CHECK(error_files[1].find("/attempt_1/0/") != std::string::npos);
+  CHECK(error_files[2].find("/attempt_2/0/") != std::string::npos);
 }
 
 TEST_CASE("agent: a rendezvous error fails the run with exit 1", "[agent]") {
@@ -286,24 +332,31 @@ TEST_CASE("agent: a signal during the exit barrier interrupts it - stopped, not 
   CHECK(steered->shut_down);
 }
 
-TEST_CASE("agent: SIGUSR1 is forwarded, SIGTERM stops the workers", "[agent]") {
+TEST_CASE("agent: a handled SIGUSR1 is forwarded by stopping the workers with it", "[agent]") {
+  // torchrun 2.11: every handled signal (SignalException) stops the workers with that
+  // signal and ends the run; no restart is spent on it.
   TempDir dir;
   LaunchConfig c = program_job(2, dir);
+  c.max_restarts = 3;
   ThreadSupervisor sup;
   std::atomic<int> running{0};
+  std::mutex mu;
+  std::vector<int> got;
   sup.install("program", [&](ThreadSupervisor::Worker& w) {
-    if (++running == 2) {
-      sup.raise(SIGUSR1);
-      sup.raise(SIGTERM);
-    }
-    return -w.wait_for_stop();
+    if (++running == 2) sup.raise(SIGUSR1);
+    const int signo = w.wait_for_stop();
+    std::lock_guard lock(mu);
+    got.push_back(signo);
+    return -signo;
   });
   Agent agent(c, base_env(), sup, local_handler(c));
   const RunResult r = agent.run();
   CHECK(r.outcome == RunResult::Outcome::kStopped);
   CHECK(r.exit_code == 1);
   CHECK(r.failures.empty());
-  CHECK(sup.forwarded() == std::vector<int>{SIGUSR1});
+  CHECK(r.restart_count == 0);
+  CHECK(sup.starts() == 1);
+  CHECK(got == std::vector<int>{SIGUSR1, SIGUSR1});
 }
 
 TEST_CASE("agent: an unstartable worker fails the run", "[agent]") {
@@ -340,6 +393,21 @@ TEST_CASE("agent: rendezvous parameters from the command line", "[agent]") {
   CHECK_FALSE(p.master_addr);
   CHECK(p.conf.timeout == 5s);
   CHECK_FALSE(make_rendezvous_params(LaunchConfig{}, {}).node_rank);
+}
+
+TEST_CASE("the job's fingerprint is its entry point, without the script's arguments") {
+  // Nodes of one job may pass per-node arguments (`--output_dir=$(hostname)`, issue 21).
+  LaunchConfig c;
+  c.training_script = "train.py";
+  c.script_args = {"--out=/logs/node0"};
+  using Cmd = std::vector<std::string>;
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"train.py"});
+  c.entry = EntryKind::kPythonModule;
+  c.training_script = "pkg.train";
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"-m", "pkg.train"});
+  c.entry = EntryKind::kExecutable;
+  c.training_script = "./run.sh";
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"--no-python", "./run.sh"});
 }
 
 TEST_CASE("USE_LIBUV=0 selects use_agent_store=0 unless --rdzv-conf says otherwise") {

@@ -49,6 +49,7 @@ TEST_CASE("defaults match torchrun's", "[cli]") {
   CHECK(!c.master_port);
   CHECK(c.shutdown_timeout_s == 30);
   CHECK(c.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(c.signals_to_handle_text == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   CHECK(c.training_script == "train.py");
   CHECK(c.script_args.empty());
   // Single node, static defaults: the newest torchrun's switch to a free local port.
@@ -199,12 +200,14 @@ TEST_CASE("torchrun's own environment knobs", "[cli]") {
   venv.env.clear();
   CHECK(parse_command_line({"train.py"}, venv).config.python_exec == "/opt/venv/bin/python3");
   CHECK(c.signals_to_handle == std::vector<int>{SIGUSR2, SIGTERM});
+  CHECK(c.signals_to_handle_text == "SIGUSR2,SIGTERM");  // the workers' copy, as given
   CHECK(c.shutdown_timeout_s == 3);
   const LaunchConfig d =
       ok({"--shutdown-timeout=9", "--signals-to-handle=SIGINT", "train.py"},
          {{"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGUSR2"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "3"}});
   CHECK(d.shutdown_timeout_s == 9);
   CHECK(d.signals_to_handle == std::vector<int>{SIGINT});
+  CHECK(d.signals_to_handle_text == "SIGINT");
 }
 
 TEST_CASE("value forms: nnodes, nproc, redirects, tee, rdzv-conf", "[cli]") {

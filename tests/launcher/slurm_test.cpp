@@ -276,6 +276,39 @@ TEST_CASE("srun with several tasks per node is refused with the fix", "[slurm]")
   CHECK(ok({"--no-slurm", "train.py"}, env).max_nodes == 1);
 }
 
+TEST_CASE("every option Slurm would fill given: Slurm stands aside, whatever the tasks",
+          "[slurm]") {
+  Env env = srun_env();
+  env["SLURM_NTASKS"] = "8";
+  env["SLURM_STEP_NUM_TASKS"] = "8";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x4)";
+  const std::vector<std::string> c10d = {"--nnodes=2",          "--node-rank=1",
+                                         "--rdzv-backend=c10d", "--rdzv-endpoint=head:29400",
+                                         "--rdzv-id=mine",      "--nproc-per-node=2"};
+  const auto with = [](std::vector<std::string> args) {
+    args.emplace_back("train.py");
+    return args;
+  };
+  std::string notice;
+  const LaunchConfig c = ok(with(c10d), env, &notice);
+  CHECK(c.max_nodes == 2);
+  CHECK(c.node_rank == 1);
+  CHECK(c.rdzv_endpoint == "head:29400");
+  CHECK(notice.find("nothing taken from SLURM_*") != std::string::npos);
+  // Static: the master address and port instead of the endpoint; etcd: no endpoint filled.
+  CHECK(ok({"--nnodes=2", "--node-rank=0", "--master-addr=head", "--master-port=29511",
+            "--rdzv-id=mine", "--nproc-per-node=1", "train.py"},
+           env)
+            .master_addr == "head");
+  // One option left to Slurm (each in turn): the step is refused as before.
+  for (std::size_t i = 0; i < c10d.size(); ++i) {
+    std::vector<std::string> args = c10d;
+    args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+    CAPTURE(c10d[i]);
+    CHECK(error(with(args), env).find("srun started 8 tasks on 4 nodes") == 0);
+  }
+}
+
 TEST_CASE("malformed SLURM_* values get one line naming the variable", "[slurm]") {
   struct Row {
     const char* var;

@@ -58,6 +58,7 @@ TEST_CASE("torchrun's worker variables", "[worker_env]") {
       {"TORCHELASTIC_MAX_RESTARTS", "3"},
       {"TORCHELASTIC_RUN_ID", "job"},
       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},  // torchrun 2.9+
       {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/3/error.json"},
       {"NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},

@@ -12,6 +12,7 @@ The harness (registry, check/poll, processes, ports, cleanup) is tests/support/b
 shared with the integration suite.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
+import cluster  # noqa: E402
 from cluster import Cluster  # noqa: E402
 from netns import Netns, netns_or_skip  # noqa: E402
 
@@ -129,7 +131,8 @@ def elastic_three_nodes_of_2_to_4(c):
 @test
 def late_node_joins_running_job(c):
     """2:3 with two nodes running; a third arrives; all restart into a world of 3 without
-    spending --max-restarts (it is 0)."""
+    spending --max-restarts (it is 0): TORCHELASTIC_RESTART_COUNT stays 0, as torchrun's
+    (it counts restarts, not rendezvous rounds)."""
     port = c.reserve_port()
     wargs = ["--until-world", "3"]
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "late", ["--max-restarts=0"]), wargs)
@@ -143,6 +146,25 @@ def late_node_joins_running_job(c):
     finals = [r for a in agents for r in a.records() if r["WORLD_SIZE"] == "3"]
     check(sorted(int(r["RANK"]) for r in finals) == [0, 1, 2], "ranks of the world of 3",
           c.logs())
+    counts = {r["TORCHELASTIC_RESTART_COUNT"] for a in agents for r in a.records()}
+    check(counts == {"0"}, f"a membership change spends no restart: counts {counts}", c.logs())
+
+
+@test
+def c10d_restart_counts_once_on_every_node(c):
+    """A worker fails once on one node (c10d, --max-restarts=1): that node spends a
+    restart, the other only follows it into the new round, and both tell their workers
+    TORCHELASTIC_RESTART_COUNT=1 (PyTorch 1.13 workers put it into their store keys)."""
+    port = c.reserve_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "once", ["--max-restarts=1",
+                                                               f"--node-rank={i}"]),
+                      ["--fail-rank=1", "--fail-once", "--steps=20"]) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    for a in agents:
+        last = max(a.records(), key=lambda r: r["t"])
+        check(last["TORCHELASTIC_RESTART_COUNT"] == "1" and last["allreduce_ok"],
+              f"{a.name}: the second attempt is restart 1", a.records())
 
 
 @test(every_tier=True)
@@ -208,21 +230,41 @@ def store_host_stopped(c):
 @test
 def other_job_same_rdzv_id(c):
     """A second job's node with the same --rdzv-id and endpoint but another program is
-    refused with one line naming both commands; the running job goes on undisturbed."""
+    refused with one line naming both programs; the running job goes on undisturbed."""
     port = c.reserve_port()
     wargs = ["--steps", "60", "--step-sleep", "0.1"]
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "shared_id", ["--max-restarts=0"]),
                       wargs) for i in range(2)]
     poll(lambda: all(a.records() for a in agents), 90, "two nodes running", c.logs)
-    other = c.start("other", c10d_args(2, port, "2:3", "shared_id"), ["--steps", "7"])
+    other_script = os.path.join(c.dir, "other_worker.py")
+    shutil.copyfile(cluster.WORKER, other_script)
+    other = c.start("other", c10d_args(2, port, "2:3", "shared_id"), ["--steps", "7"],
+                    script=other_script)
     check(other.wait(60) == 1, "the other job's node exits 1", c.logs())
     errors = [l for l in other.text().splitlines() if "belongs to another job" in l]
-    check(len(errors) == 1 and "'shared_id'" in errors[0] and "--steps 60 --step-sleep 0.1`"
-          in errors[0] and "mn_worker.py --steps 7`" in errors[0],
-          "one line naming the run id and both commands", other.text())
+    check(len(errors) == 1 and "'shared_id'" in errors[0] and "mn_worker.py`" in errors[0]
+          and "other_worker.py`" in errors[0],
+          "one line naming the run id and both programs", other.text())
     for a in agents:
         check(a.wait(120) == 0, f"{a.name} failed", c.logs())
         check(len(a.records()) == 1, f"{a.name}: one attempt, undisturbed", c.logs())
+
+
+@test
+def per_node_script_arguments(c):
+    """Nodes of one job may pass different arguments to the same script (a per-node output
+    directory, `--output_dir=$(hostname)`): the job is identified by its entry point, not
+    by the arguments, so both nodes join and finish (issue 21 item 3)."""
+    port = c.reserve_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "per_node_args"), [f"--tag=node{i}"])
+              for i in range(2)]
+    for a in agents:
+        check(a.wait(90) == 0, f"{a.name} failed", c.logs())
+    for i, a in enumerate(agents):
+        (r,) = a.records()
+        check(r["allreduce_ok"] and r["WORLD_SIZE"] == "2", "one world of two nodes", r)
+        check(r["tag"] == f"node{i}", f"{a.name} ran with its own arguments", r)
+        check("another job" not in a.text(), f"{a.name} refused", c.logs())
 
 
 @test

@@ -192,5 +192,10 @@ TEST_CASE("round layout: rank base, world size and names follow the group ranks"
     CHECK(info.rank_base == row.rank_base);
     CHECK(info.group_world_size == 4);
     CHECK(info.world_size == 8);
+    CHECK(info.restart_count == 0);
   }
+  // The round's restart count: the most any node had spent, the same on every node.
+  descs[1].restarts = 2;
+  descs[3].restarts = 1;
+  for (int slot = 0; slot < 4; ++slot) CHECK(round_layout(descs, ranks, slot).restart_count == 2);
 }

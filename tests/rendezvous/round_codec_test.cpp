@@ -46,6 +46,7 @@ TEST_CASE("node descriptor: what is encoded decodes the same", "[codec]") {
              .node_rank = 1,
              .node_rank_defaulted = true,
              .nproc = 8,
+             .restarts = 2,
              .job = job_fingerprint({"train.py", "--lr", "0.1"}),
              .rdzv_host = true};
   auto back = decode_node_desc(encode_node_desc(d), 5);
@@ -57,6 +58,7 @@ TEST_CASE("node descriptor: what is encoded decodes the same", "[codec]") {
   CHECK(back->node_rank == d.node_rank);
   CHECK(back->node_rank_defaulted);
   CHECK(back->nproc == 8);
+  CHECK(back->restarts == 2);
   CHECK(back->job == d.job);
   CHECK(back->rdzv_host);
   d.job.reset();  // job_check=0: no "job" field at all

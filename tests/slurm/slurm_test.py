@@ -315,5 +315,26 @@ def explicit_flags_pass_bad_slurm_values(c):
           "limit of 65536 workers per node" in err, "names Slurm and the limit", err)
 
 
+
+@test(needs_torch=False)
+def explicit_flags_pass_many_tasks(c):
+    """A step with more tasks than nodes (srun -n 8 on 4 nodes) runs when the command line
+    gives every option Slurm would fill: Slurm stands aside (issue 21). With one of them
+    left to Slurm, the step is still refused in one line (exit 2)."""
+    flags = ["--nnodes=1", "--node-rank=0", "--rdzv-backend=c10d",
+             "--rdzv-endpoint=127.0.0.1:0", "--rdzv-id=mine", "--nproc-per-node=1"]
+    env = blackbox.job_environment(TMPDIR=c.dir, **{
+        **SRUN_TASK_ENV, "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "8",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x4)"})
+    marker = os.path.join(c.dir, "ran")
+    code, out, err = c.run_process([c.ddprun, *flags, "--no-python", "touch", marker], env, 60)
+    check(code == 0 and os.path.exists(marker), f"every option given: runs, exit {code}",
+          out, err)
+    check("tasks on" not in err, "no word about the tasks", err)
+    code, out, err = c.run_process([c.ddprun, *flags[:-2], "--no-python", "true"], env, 60)
+    refused = [line for line in err.splitlines() if "srun started 8 tasks on 4 nodes" in line]
+    check(code == 2 and len(refused) == 1, f"--rdzv-id left to Slurm: refused, exit {code}",
+          err)
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, SlurmCluster))

@@ -1,7 +1,8 @@
 """cluster.py: several `ddprun` agents of one test on one machine, each in its own session
 with its own output directory and log (Agent), in one blackbox.Workspace (Cluster). Used
 by tests/multinode/multinode_test.py and etcd_test.py. Agents run the shared rank worker
-tests/multinode/workers/mn_worker.py (WORKER), which records each rank's run as JSON.
+tests/multinode/workers/mn_worker.py (WORKER, or `script`), which records each rank's run
+as JSON.
 """
 import os
 import signal
@@ -15,7 +16,8 @@ WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 
 class Agent:
-    def __init__(self, cluster, name, args, worker_args, prefix=(), gloo_ifname=True):
+    def __init__(self, cluster, name, args, worker_args, prefix=(), gloo_ifname=True,
+                 script=WORKER):
         self.name = name
         self.out = os.path.join(cluster.dir, name)
         os.makedirs(self.out, exist_ok=True)
@@ -25,7 +27,7 @@ class Agent:
                                        TMPDIR=cluster.dir, MN_OUT=self.out)
         if prefix and gloo_ifname:
             env["GLOO_SOCKET_IFNAME"] = "mn0"  # gloo would resolve the host name otherwise
-        self.proc = cluster.start_process([*prefix, cluster.ddprun, *args, WORKER, *worker_args],
+        self.proc = cluster.start_process([*prefix, cluster.ddprun, *args, script, *worker_args],
                                           env, log=self.log, new_session=True)
 
     def records(self):
@@ -52,8 +54,8 @@ class Cluster(blackbox.Workspace):
         super().__init__(ddprun, "ddprun_mn_")
         self.agents = []
 
-    def start(self, name, args, worker_args=(), prefix=(), gloo_ifname=True):
-        a = Agent(self, name, args, list(worker_args), prefix, gloo_ifname)
+    def start(self, name, args, worker_args=(), prefix=(), gloo_ifname=True, script=WORKER):
+        a = Agent(self, name, args, list(worker_args), prefix, gloo_ifname, script)
         self.agents.append(a)
         return a
 

@@ -6,6 +6,7 @@ Modes, applied in order:
   grandchild       start a `python -c sleep` grandchild carrying <token> in its argv
   trap             on SIGTERM/SIGINT/SIGHUP: write <out_dir>/got.<RANK>.<SIGNAME>, exit 0
   usr1-exit        on SIGUSR1: write <out_dir>/got.<RANK>.SIGUSR1 and exit 0
+  usr1-note        on SIGUSR1: write <out_dir>/got.<RANK>.SIGUSR1 and keep running
   sleep            sleep until killed
   exit=<code>      exit with <code> if this is rank --rank (see rank=)
   rank=<r>         restrict the exit= / fail-first modes to rank r
@@ -40,9 +41,13 @@ for m in modes:
 mine = only_rank is None or only_rank == rank
 
 
-def on_signal(signo, _frame):
+def note_signal(signo, _frame):
     name = signal.Signals(signo).name
     open(os.path.join(out_dir, f"got.{rank}.{name}"), "w").close()
+
+
+def on_signal(signo, frame):
+    note_signal(signo, frame)
     sys.exit(0)
 
 
@@ -55,6 +60,8 @@ for m in modes:
             signal.signal(s, on_signal)
     elif m == "usr1-exit":
         signal.signal(signal.SIGUSR1, on_signal)
+    elif m == "usr1-note":
+        signal.signal(signal.SIGUSR1, note_signal)
     elif m.startswith("print="):
         print(m[6:], flush=True)
         print("err:" + m[6:], file=sys.stderr, flush=True)

@@ -2,14 +2,13 @@
 """A gloo worker for the multi-node tests.
 
     MN_OUT=OUT_DIR mn_worker.py [--until-world N] [--steps K] [--step-sleep S] [--fail-rank R]
-                 [--fail-once]
+                 [--fail-once] [--tag T]
 
 Joins the process group (env://), checks an all_reduce of the ranks, records its
 environment in OUT_DIR/<restart>_<rank>.json, then runs K steps (all_reduce + sleep).
 With --until-world N it keeps stepping (for up to 90 s) while the world size is not N,
 so that an elastic test can add or remove nodes while it runs; it exits 0 after K steps in
-a world of N. OUT_DIR comes from the environment, so that every node runs the same
-command (ddprun refuses nodes of one run id whose commands differ).
+a world of N. --tag T (a per-node argument, e.g. --tag=node0) is only recorded.
 """
 import argparse
 import faulthandler
@@ -34,6 +33,7 @@ def main():
     ap.add_argument("--fail-rank", type=int, default=-1, help="this rank exits 3 after init")
     ap.add_argument("--fail-once", action="store_true",
                     help="--fail-rank fails in the first attempt only")
+    ap.add_argument("--tag", default="", help="recorded only: a per-node argument")
     a = ap.parse_args()
     # A hung worker prints where it hangs (and exits) instead of stalling a test silently.
     faulthandler.dump_traceback_later(60, exit=True)
@@ -43,7 +43,7 @@ def main():
     dist.all_reduce(t)
     ok = t.item() == world * (world + 1) / 2
     rec = {k: os.environ.get(k) for k in KEYS}
-    rec.update(pid=os.getpid(), allreduce_ok=ok, dist_rank=rank, dist_world=world)
+    rec.update(pid=os.getpid(), t=time.time(), tag=a.tag, allreduce_ok=ok, dist_rank=rank, dist_world=world)
     name = f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}_{rank}_{os.getpid()}.json"
     with open(os.path.join(os.environ["MN_OUT"], name), "w") as f:
         json.dump(rec, f)
