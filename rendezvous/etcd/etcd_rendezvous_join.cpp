@@ -13,14 +13,6 @@
 #include "store/store.h"
 
 namespace ddprun::rdzv {
-namespace {
-
-bool contains(const std::vector<std::string>& v, const std::string& s) {
-  return std::find(v.begin(), v.end(), s) != v.end();
-}
-
-}  // namespace
-
 void EtcdRendezvous::check_same_job() {
   if (!config_.round.job_check) return;
   const std::string mine = job_fingerprint(config_.round.job_command);
@@ -215,7 +207,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     if (!now_s || now_s->round != s.round || !now_s->final) return std::nullopt;
     const auto live = live_members();
     for (const auto& m : s.members) {
-      if (!contains(live, m)) return std::nullopt;
+      if (std::find(live.begin(), live.end(), m) == live.end()) return std::nullopt;
     }
     throw_if_stopped();
     if (now() >= deadline) {
