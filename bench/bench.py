@@ -8,6 +8,7 @@ median with min and max.
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -28,9 +29,20 @@ BENCH = ROOT / "bench"
 PY = "/usr/bin/python3"  # Debian's interpreter with python3-torch (1.13)
 # Debian 13's python3-torch 2.6 (built without libuv), in the chroot of scripts/torch-chroot trixie.
 PY26 = str(ROOT / "scripts" / "python-torch26")
+# Debian sid's python3-torch 2.14 (Python 3.14, no libuv either), in the chroot of
+# scripts/torch-chroot sid: the newest anchor.
+PY214 = str(ROOT / "scripts" / "python-torch214")
+# The PyTorch 2.x tiers: (version, interpreter, chroot suite). Their torchrun runs through
+# bench/torchrun26.py (TCPStore without libuv), their store server through pytorch_store.py.
+NEW_TORCH = (("2.6", PY26, "trixie"), ("2.14", PY214, "sid"))
+# Launcher tools after ddprun, with their column names.
+TORCHRUNS = (("torchrun", "torchrun 1.13"),) + tuple(
+    (f"torchrun-{v}", f"torchrun {v}") for v, _, _ in NEW_TORCH)
 
 
+@functools.lru_cache(maxsize=None)
 def has_torch(python):
+    """Whether `python` imports torch (asked once per run: a chroot's import takes seconds)."""
     return subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
 
 
@@ -143,8 +155,10 @@ def machine():
             return f"unavailable ({e.__class__.__name__})"
 
     torch = cmd([PY, "-c", "import torch; print(torch.__version__)"])
-    torch26 = cmd([PY26, "-c", "import torch, sys; print(torch.__version__, 'on Python', "
-                   "sys.version.split()[0])"])
+    newer = {f"torch{v.replace('.', '')}": cmd([py, "-c", "import torch, sys; print("
+                                                  "torch.__version__, 'on Python', "
+                                                  "sys.version.split()[0])"])
+             for v, py, _ in NEW_TORCH}
     redis = cmd(["redis-server", "--version"])
     m = re.search(r"v=(\S+)", redis)
     version = re.search(r"project\(ddprun VERSION (\S+)", (ROOT / "CMakeLists.txt").read_text())
@@ -158,7 +172,7 @@ def machine():
         "kernel": platform.release(),
         "ddprun": f"{version.group(1) if version else '?'} (git {commit}{', modified' if dirty else ''})",
         "torch": torch,
-        "torch26": torch26,
+        **newer,
         "redis": m.group(1) if m else redis,
         "python": cmd([PY, "-c", "import sys; print(sys.version.split()[0])"]),
         "nofile": cmd(["sh", "-c", "ulimit -n"]),
@@ -240,13 +254,15 @@ def make_servers(bins, tmp):
                                       read_line_port(r"^(\d+)$", 120), tmp), ["legacy"])
     else:
         out["pytorch-1.13"] = ("skipped: python3-torch not installed", ["legacy"])
-    # 2.6's non-libuv server (the build has no libuv) speaks the 2.2+ dialect.
-    if has_torch(PY26):
-        out["pytorch-2.6"] = (Server("pytorch-2.6", [PY26, str(BENCH / "pytorch_store.py")],
-                                     read_line_port(r"^(\d+)$", 120), tmp), ["modern"])
-    else:
-        out["pytorch-2.6"] = ("skipped: no PyTorch 2.6 chroot (scripts/torch-chroot trixie)",
-                              ["modern"])
+    # 2.6's and 2.14's non-libuv servers (their builds have no libuv) speak the 2.2+ dialect.
+    for v, py, suite in NEW_TORCH:
+        name = f"pytorch-{v}"
+        if has_torch(py):
+            out[name] = (Server(name, [py, str(BENCH / "pytorch_store.py")],
+                                read_line_port(r"^(\d+)$", 120), tmp), ["modern"])
+        else:
+            out[name] = (f"skipped: no PyTorch {v} chroot (scripts/torch-chroot {suite})",
+                         ["modern"])
     if shutil.which("redis-server"):
         port = free_port()
 
@@ -370,10 +386,11 @@ def launchers(bins):
         out["torchrun"] = [PY, str(BENCH / "torchrun_py311.py")]
     else:
         out["torchrun"] = "skipped: python3-torch not installed"
-    if has_torch(PY26):
-        out["torchrun-2.6"] = [PY26, str(BENCH / "torchrun26.py")]
-    else:
-        out["torchrun-2.6"] = "skipped: no PyTorch 2.6 chroot (scripts/torch-chroot trixie)"
+    for v, py, suite in NEW_TORCH:
+        if has_torch(py):
+            out[f"torchrun-{v}"] = [py, str(BENCH / "torchrun26.py")]
+        else:
+            out[f"torchrun-{v}"] = f"skipped: no PyTorch {v} chroot (scripts/torch-chroot {suite})"
     return out
 
 
@@ -619,7 +636,6 @@ def report(results, cfg, m):
     head = []
     dd_l, dd_m, pt, rd = ("ddprun-store (legacy)", "ddprun-store (modern)", "pytorch-1.13",
                           "redis")
-    pt26 = "pytorch-2.6"
     for op in cfg.ops:
         for lab in (dd_m, dd_l):
             r = ratio(ops_med(lab, op, 64), ops_med(rd, op, 64))
@@ -633,13 +649,15 @@ def report(results, cfg, m):
             r = ratio(cpu_med(other, op, 64), cpu_med(lab, op, 64))
             head.append([f"store {op}, 64 conns: server CPU per op, {other} / {lab}", "-",
                          fmt_ratio(r), ""])
-    for op in cfg.ops:
-        r = ratio(ops_med(dd_m, op, 64), ops_med(pt26, op, 64))
-        head.append([f"store {op}, 64 conns: ddprun-store / PyTorch 2.6 server (2.2+ dialect, "
-                     "ops/s)", "-", fmt_ratio(r), ""])
-        r = ratio(cpu_med(pt26, op, 64), cpu_med(dd_m, op, 64))
-        head.append([f"store {op}, 64 conns: server CPU per op, {pt26} / {dd_m}", "-",
-                     fmt_ratio(r), ""])
+    for v, _, _ in NEW_TORCH:
+        ptv = f"pytorch-{v}"
+        for op in cfg.ops:
+            r = ratio(ops_med(dd_m, op, 64), ops_med(ptv, op, 64))
+            head.append([f"store {op}, 64 conns: ddprun-store / PyTorch {v} server (2.2+ "
+                         "dialect, ops/s)", "-", fmt_ratio(r), ""])
+            r = ratio(cpu_med(ptv, op, 64), cpu_med(dd_m, op, 64))
+            head.append([f"store {op}, 64 conns: server CPU per op, {ptv} / {dd_m}", "-",
+                         fmt_ratio(r), ""])
     bar = results.get("barrier", {})
     bmax = max(cfg.barrier_n)
     for lab in (dd_m, dd_l):
@@ -650,15 +668,20 @@ def report(results, cfg, m):
     vd = med(ok_values(field(bar.get(f"{dd_l}|{bmax}", []), "barrier_s")))
     head.append([f"{bmax:,}-client barrier: PyTorch 1.13 / ddprun-store (legacy), time",
                  "-", fmt_ratio(ratio(vp, vd)) if vp else pt_status(bar.get(f"{pt}|{bmax}")), ""])
-    vp26 = med(ok_values(field(bar.get(f"{pt26}|{bmax}", []), "barrier_s")))
-    vd26 = med(ok_values(field(bar.get(f"{dd_m}|{bmax}", []), "barrier_s")))
-    head.append([f"{bmax:,}-client barrier: PyTorch 2.6 / ddprun-store (modern), time", "-",
-                 fmt_ratio(ratio(vp26, vd26)) if vp26 else pt_status(bar.get(f"{pt26}|{bmax}")),
-                 ""])
-    cp = med(ok_values(field(bar.get(f"{pt}|{bmax}", []), "connect_s")))
-    cd = med(ok_values(field(bar.get(f"{dd_l}|{bmax}", []), "connect_s")))
-    head.append([f"{bmax:,}-client connect storm: PyTorch 1.13 / ddprun-store (legacy), time",
-                 "-", fmt_ratio(ratio(cp, cd)) if cp else pt_status(bar.get(f"{pt}|{bmax}")), ""])
+    vdm = med(ok_values(field(bar.get(f"{dd_m}|{bmax}", []), "barrier_s")))
+    for v, _, _ in NEW_TORCH:
+        ptv = f"pytorch-{v}"
+        vpv = med(ok_values(field(bar.get(f"{ptv}|{bmax}", []), "barrier_s")))
+        head.append([f"{bmax:,}-client barrier: PyTorch {v} / ddprun-store (modern), time", "-",
+                     fmt_ratio(ratio(vpv, vdm)) if vpv else pt_status(bar.get(f"{ptv}|{bmax}")),
+                     ""])
+    for ptv, v, lab in ((pt, "1.13", dd_l),) + tuple((f"pytorch-{v}", v, dd_m)
+                                                     for v, _, _ in NEW_TORCH):
+        cp = med(ok_values(field(bar.get(f"{ptv}|{bmax}", []), "connect_s")))
+        cd = med(ok_values(field(bar.get(f"{lab}|{bmax}", []), "connect_s")))
+        head.append([f"{bmax:,}-client connect storm: PyTorch {v} / {lab}, time", "-",
+                     fmt_ratio(ratio(cp, cd)) if cp else pt_status(bar.get(f"{ptv}|{bmax}")),
+                     ""])
     for other in (pt, rd):
         cp = med(ok_values(field(bar.get(f"{other}|{bmax}", []), "server_cpu_s")))
         cd = med(ok_values(field(bar.get(f"{dd_l if other == pt else dd_m}|{bmax}", []),
@@ -678,7 +701,7 @@ def report(results, cfg, m):
         r = ratio(st_med("ddprun", k), st_med("floor", k))
         head.append([f"launch K={k}: ddprun / shell floor", "≤ 2x", fmt_ratio(r),
                      verdict(r, lambda x: x <= 2.0)])
-    torchruns = (("torchrun", "torchrun 1.13"), ("torchrun-2.6", "torchrun 2.6"))
+    torchruns = TORCHRUNS
     for k in cfg.ks:
         for t, name in torchruns:
             head.append([f"launch K={k}: {name} / ddprun", "-",
@@ -709,7 +732,8 @@ def report(results, cfg, m):
                          fmt_ratio(ratio(a, b)), ""])
 
     out("# Benchmarks: ddprun vs torchrun, PyTorch's TCPStore server and Redis\n")
-    out(f"Generated by `bench/run{' --quick' if cfg.quick else ''}` on {m['date']}. "
+    flag = " --smoke" if cfg.smoke else " --quick" if cfg.quick else ""
+    out(f"Generated by `bench/run{flag}` on {m['date']}. "
         "Ratios are the headline: absolute numbers hold only for the machine below. "
         "Each cell is the median of the repetitions, with (min-max). "
         "`bench/run` regenerates this file; do not edit it by hand.\n")
@@ -731,12 +755,14 @@ def report(results, cfg, m):
         ["kernel", m["kernel"]], ["ddprun", m["ddprun"]], ["torch (Debian python3-torch)",
                                                           m["torch"]],
         ["torch 2.6 (Debian 13 python3-torch, chroot)", m.get("torch26", "-")],
+        ["torch 2.14 (Debian sid python3-torch, chroot)", m.get("torch214", "-")],
         ["Python", m["python"]], ["redis-server", m["redis"]],
         ["RLIMIT_NOFILE (soft)", m["nofile"]],
         ["load average (1 min) at start / end", f"{la0[0]:.2f} / {la1[0]:.2f}"],
         ["other work during the run (CPUs, average)",
          f"{m['other_cpus']:.2f}" if "other_cpus" in m else "not measured"],
-        ["mode", ("--quick: " if cfg.quick else "full: ") + cfg.describe()],
+        ["mode", ("--smoke: " if cfg.smoke else "--quick: " if cfg.quick else "full: ") +
+         cfg.describe()],
     ]))
     out("")
     skips = dict(results.get("store_skip_reasons", {}))
@@ -762,8 +788,10 @@ def report(results, cfg, m):
     out("Servers: `ddprun-store` driven in both dialects; `pytorch-1.13` is the TCPStore server "
         "inside Debian 12's torch 1.13 (legacy dialect only); `pytorch-2.6` is the one inside "
         "Debian 13's torch 2.6 (`bench/pytorch_store.py` in the chroot of "
-        "`scripts/torch-chroot trixie`): its non-libuv server, since that build has no libuv, driven "
-        "with the 2.2+ dialect.\n")
+        "`scripts/torch-chroot trixie`) and `pytorch-2.14` the one inside Debian sid's torch "
+        "2.14 (the same script in the chroot of `scripts/torch-chroot sid`, through "
+        "`scripts/python-torch214`): their non-libuv servers, since neither build has libuv "
+        "(`use_libuv=False`, as `USE_LIBUV=0` asks), driven with the 2.2+ dialect.\n")
     out("On a machine with few cores the single-threaded servers and the load generator share "
         "the CPUs, so ops/s is capped by the client as much as by the server; **server CPU per "
         "op** (the server process's user + system time over the run divided by the ops it "
@@ -828,16 +856,19 @@ def report(results, cfg, m):
         "`-r 0 -t 0`), with `--monitor_interval=0.1` (the newest default). torchrun 2.6 is "
         "Debian 13's (Python 3.13, in the chroot of `scripts/torch-chroot trixie`, through "
         "`bench/torchrun26.py`, which only makes TCPStore default to `use_libuv=False`, since "
-        "that build has no libuv); its times include entering the chroot (`chroot` + `sh`, "
-        "about a millisecond). The floor is "
+        "that build has no libuv). torchrun 2.14, the newest anchor, is Debian sid's "
+        "(PyTorch 2.14.1 on Python 3.14, in the chroot of `scripts/torch-chroot sid`, run by "
+        "`scripts/python-torch214`, which enters it in a private mount namespace), through the "
+        "same `bench/torchrun26.py`, since sid's build has no libuv either. The 2.x times "
+        "include entering the chroot (`unshare -m`, the mounts, `chroot` + `sh`). The floor is "
         "`sh -c 'for i in ...; do /bin/true & done; wait'` (exec'ing /bin/true as the "
         f"launchers do, not the shell builtin). {cfg.launch_reps} repetitions "
         f"({cfg.torchrun_reps} for torchrun).\n")
     rows = []
     for k in cfg.ks:
         rows.append([k] + [fmt_stat(st.get(f"{t}|{k}", []), " ms", 1e3)
-                           for t in ("floor", "ddprun", "torchrun", "torchrun-2.6")])
-    out(table(["K", "shell floor", "ddprun", "torchrun 1.13", "torchrun 2.6"], rows))
+                           for t in ("floor", "ddprun") + tuple(t for t, _ in TORCHRUNS)])
+    out(table(["K", "shell floor", "ddprun"] + [n for _, n in TORCHRUNS], rows))
     out("")
     out("## Launcher: worker failure → peers signalled, and agent memory\n")
     out("K = 4 workers (`bench/fail_worker.sh`): after a start barrier rank 0 stamps "
@@ -847,8 +878,8 @@ def report(results, cfg, m):
         "sleeping workers, rank 0 also starts a `setsid` daemon; the agent process alone gets "
         "SIGKILL (as from the OOM killer or `kill -9`), and the row counts the workers and the "
         f"daemon still alive {ORPHAN_GRACE_S:g} s later (worst of the repetitions).\n")
-    tools = ("ddprun", "torchrun", "torchrun-2.6")
-    out(table(["", "ddprun", "torchrun 1.13", "torchrun 2.6"], [
+    tools = ("ddprun",) + tuple(t for t, _ in TORCHRUNS)
+    out(table(["", "ddprun"] + [n for _, n in TORCHRUNS], [
         ["failure → all peers signalled"] + [fmt_stat(fl.get(t, []), " ms", 1e3)
                                              for t in tools],
         ["agent peak RSS (VmHWM)"] + [fmt_stat(rs.get(t, []), " MiB") for t in tools],
@@ -873,15 +904,17 @@ def report(results, cfg, m):
         rows.append([n] + [fmt_stat(rz.get(f"{t}|{n}", []), " ms", 1e3)
                            if (t == "ddprun" or n <= cfg.torchrun_rdzv_max) else "not run"
                            for t in tools] + [fmt_stat(rz.get(f"ddprun-etcd|{n}", []), " ms", 1e3)])
-    out(table(["N agents", "ddprun", "torchrun 1.13", "torchrun 2.6",
+    out(table(["N agents", "ddprun"] + [n for _, n in TORCHRUNS] + [
                "ddprun etcd-v3 (3-member etcd)"], rows))
     out("")
     out("## How to reproduce\n")
     out("```\nbench/run            # full run (about 15 minutes on 2 cores)\n"
-        "bench/run --quick    # under 3 minutes: fewer connection counts and repetitions\n```\n")
+        "bench/run --quick    # under 3 minutes: fewer connection counts and repetitions\n"
+        "bench/run --smoke    # each column once, into build/bench/smoke.md: does it run?\n"
+        "```\n")
     out("`bench/run` installs what is missing from Debian (the build dependencies via "
-        "scripts/install-deps, python3-torch, redis-server) and, as root, the PyTorch 2.6 chroot "
-        "(scripts/torch-chroot trixie), builds Release into build/bench, "
+        "scripts/install-deps, python3-torch, redis-server) and, as root, the PyTorch 2.6 and 2.14 "
+        "chroots (scripts/torch-chroot trixie, scripts/torch-chroot sid), builds Release into build/bench, "
         "raises RLIMIT_NOFILE to the hard limit, runs `bench/bench.py` and rewrites this file. "
         "Raw results: build/bench/results.json. The store benchmark alone: "
         "`build/bench/bench/ddprun-loadgen --help`; server CPU per request against PyTorch "
@@ -916,10 +949,16 @@ def verdict(v, pred):
 
 
 class Config:
-    def __init__(self, quick, nofile):
-        self.quick = quick
+    def __init__(self, quick, nofile, smoke=False):
+        self.quick, self.smoke = quick, smoke
         self.ops = ["set", "get", "add"]
-        if quick:
+        if smoke:  # one repetition of one size each: checks that every column runs
+            self.conns, self.store_reps, self.seconds, self.warmup = [64], 1, 0.25, 0.05
+            self.barrier_n, self.barrier_reps, self.barrier_timeout = [1000], 1, 15
+            self.ks, self.launch_reps, self.torchrun_reps = [2], 1, 1
+            self.failure_reps, self.rss_reps = 1, 1
+            self.rdzv_n, self.rdzv_reps, self.torchrun_rdzv_max, self.rdzv_timeout = [4], 1, 4, 60
+        elif quick:
             self.conns, self.store_reps, self.seconds, self.warmup = [1, 64, 1000], 3, 0.25, 0.05
             self.barrier_n, self.barrier_reps, self.barrier_timeout = [100, 1000, 10000], 2, 15
             self.ks, self.launch_reps, self.torchrun_reps = [1, 2, 8, 32], 5, 2
@@ -948,18 +987,23 @@ class Config:
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one repetition of one size per table, to check that every column "
+                    "runs; writes BUILD/smoke.md and BUILD/smoke-results.json unless --out")
     ap.add_argument("--build", default=str(ROOT / "build" / "bench"))
-    ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    ap.add_argument("--out")
     ap.add_argument("--only", choices=["store", "launch", "rendezvous"],
                     help="run one part; 'rendezvous' re-runs the rendezvous tables into the "
                     "last full run's results.json (the report says so)")
     ap.add_argument("--from-json", help="rewrite the report from a results.json, run nothing")
     a = ap.parse_args()
     build = Path(a.build)
+    if a.out is None:
+        a.out = str(build / "smoke.md") if a.smoke else str(ROOT / "docs" / "benchmarks.md")
     if a.from_json:
         results = json.loads(Path(a.from_json).read_text())
         m = results["machine"]
-        cfg = Config(results.get("quick", a.quick), 1 << 30)
+        cfg = Config(results.get("quick", a.quick), 1 << 30, results.get("smoke", False))
         text = report(results, cfg, m) + f"\nThis run took {results['elapsed_s']:.0f} s.\n"
         Path(a.out).write_text(text)
         print(text)
@@ -972,7 +1016,7 @@ def main():
             "ddprun-store": binary("store/ddprun-store"),
             "ddprun": binary("launcher/ddprun")}
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    cfg = Config(a.quick, nofile)
+    cfg = Config(a.quick, nofile, a.smoke)
     m = machine()
     results = {}
     t0 = time.monotonic()
@@ -986,7 +1030,7 @@ def main():
         results["rdzv_rerun"] = {
             "date": m["date"], "ddprun": m["ddprun"],
             "other_cpus": max(0.0, (busy1 - busy0) - (own1 - own0)) / (time.monotonic() - t0)}
-        write_report(results, cfg, build, a.out)
+        write_report(results, cfg, build, a.out, a.smoke)
         return
     with tempfile.TemporaryDirectory(prefix="ddprun-bench-") as tmpname:
         tmp = Path(tmpname)
@@ -998,17 +1042,18 @@ def main():
     busy1, own1 = cpu_seconds()
     m["other_cpus"] = max(0.0, (busy1 - busy0) - (own1 - own0)) / (time.monotonic() - t0)
     results["machine"] = m
-    results["quick"] = a.quick
+    results["quick"], results["smoke"] = a.quick, a.smoke
     results["elapsed_s"] = time.monotonic() - t0
-    write_report(results, cfg, build, a.out)
+    write_report(results, cfg, build, a.out, a.smoke)
 
 
 HAND_MARKER = "## Measured by hand"
 
 
-def write_report(results, cfg, build, out):
-    """Saves results.json in the build directory and writes the report to `out`."""
-    (build / "results.json").write_text(json.dumps(results, indent=1, default=str))
+def write_report(results, cfg, build, out, smoke=False):
+    """Saves results.json (smoke-results.json for --smoke, so a smoke run never replaces the
+    full run's) in the build directory and writes the report to `out`."""
+    (build / ("smoke-results.json" if smoke else "results.json")).write_text(json.dumps(results, indent=1, default=str))
     text = report(results, cfg, results["machine"])
     text += f"\nThis run took {results['elapsed_s']:.0f} s.\n"
     # Sections measured by hand (bench/store_cpu.py ...) stay below the generated report.

@@ -1,6 +1,7 @@
-"""Runs Debian 13's torchrun (PyTorch 2.6, built without libuv) with one default changed.
+"""Runs Debian 13's torchrun (PyTorch 2.6) or sid's (2.14), both built without libuv, with
+one default changed.
 
-torch 2.6's TCPStore defaults to use_libuv=True, and torchrun's own c10d rendezvous store
+torch 2.x's TCPStore defaults to use_libuv=True, and torchrun's own c10d rendezvous store
 ignores USE_LIBUV=0, so on a build without libuv torchrun fails before it starts a worker
 ("use_libuv was requested but PyTorch was build without libuv support"). This wrapper
 makes TCPStore default to use_libuv=False (an explicit argument still wins) and then calls
