@@ -1,5 +1,5 @@
 """blackbox.py: the one harness of the black-box suites that run the built binaries as
-real processes (tests/integration/ddprun_test.py, tests/multinode/multinode_test.py): the
+real processes (tests/integration, tests/multinode (etcd_test.py too), ssh, slurm): the
 test registry and main() that ctest runs, check() and poll(), the interpreter choice,
 workspaces (a temporary directory, processes started with timeouts and captured output,
 ports reserved until the code under test binds them) and their cleanup.
