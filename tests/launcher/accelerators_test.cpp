@@ -88,7 +88,7 @@ TEST_CASE("ROCm's and Level Zero's visibility variables", "[accelerators]") {
   CHECK(visible_intel_count(4, Env{{"ZE_AFFINITY_MASK", "7"}}) == 0);
 }
 
-TEST_CASE("--nproc-per-node gpu, xpu and auto count AMD and Intel GPUs", "[accelerators]") {
+TEST_CASE("nproc-per-node gpu, xpu and auto count AMD and Intel GPUs", "[accelerators]") {
   auto nproc = [](const std::string& spec, int nvidia, int amd, int intel) {
     HostFacts h;
     h.cpu_count = 16;

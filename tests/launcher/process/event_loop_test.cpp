@@ -14,7 +14,7 @@ using namespace ddprun::launcher;
 using namespace std::chrono_literals;
 using Clock = EventLoop::Clock;
 
-TEST_CASE("event loop timers fire in deadline order; a cancelled one never", "[event_loop]") {
+TEST_CASE("event loop timers fire in deadline order - a cancelled one never", "[event_loop]") {
   EventLoop loop;
   loop.start({});
   std::promise<std::string> done;
@@ -39,7 +39,7 @@ TEST_CASE("event loop timers fire in deadline order; a cancelled one never", "[e
   CHECK(result.get() == "abc");
 }
 
-TEST_CASE("event loop timer in the past runs at once; re-arming itself repeats", "[event_loop]") {
+TEST_CASE("event loop timer in the past runs at once - re-arming itself repeats", "[event_loop]") {
   EventLoop loop;
   loop.start({});
   std::promise<int> done;

@@ -510,7 +510,7 @@ TEST_CASE("supervisor: prefix_all prefixes every console line - stdin_fd is the 
   CHECK(h.err->finish() == "[host-a]:err one\n[host-a]:err two\n");
 }
 
-TEST_CASE("console: a piece ended by a lone \\r is not glued to another stream's line",
+TEST_CASE("console: a piece ended by a lone carriage return is not glued to another stream's line",
           "[supervisor]") {
   TempDir dir;
   const std::string path = dir.str() + "/console";
@@ -539,7 +539,7 @@ TEST_CASE("console: a piece ended by a lone \\r is not glued to another stream's
         "[a]:\r[a]: 10%\r\n[b]:epoch 1\n[a]: 20%\r[a]: 30%\r\n[b]:25%\r\n[a]:done\n[b]:tail\n");
 }
 
-TEST_CASE("console: stdout and stderr on one file share the line after a lone \\r",
+TEST_CASE("console: stdout and stderr on one file share the line after a lone carriage return",
           "[supervisor]") {
   TempDir dir;
   const std::string path = dir.str() + "/console";

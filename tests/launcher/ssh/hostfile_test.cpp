@@ -61,7 +61,7 @@ TEST_CASE("hostfile: each bad line is one error naming file:line", "[hostfile]")
         "--hostfile /nonexistent/hostfile: cannot read the file");
 }
 
-TEST_CASE("hostfile: a byte-order mark is skipped, other invisible bytes are shown as \\xNN",
+TEST_CASE("hostfile: a byte-order mark is skipped, other invisible bytes are shown hex-escaped",
           "[hostfile]") {
   // Saved by an editor that writes UTF-8 with a BOM (Windows Notepad, some IDEs).
   const auto hosts = parse_hostfile("\xef\xbb\xbfnode1 slots=2\nnode2\n", "hf");
