@@ -82,8 +82,9 @@ class EtcdRendezvous final : public RendezvousHandler {
 
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> closed_{false};
-  std::string me_;          // the session's lease id in hex (agent thread)
-  int restarts_spent_ = 0;  // set_restarts_spent(): in this node's descriptor (agent thread)
+  std::string me_;               // the session's lease id in hex (agent thread)
+  int restarts_spent_ = 0;       // set_restarts_spent(): in this node's descriptor (agent thread)
+  int described_restarts_ = -1;  // the restarts_spent_ its descriptor has now
   bool node_rank_warned_ = false;
 };
 

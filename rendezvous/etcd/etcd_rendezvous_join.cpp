@@ -27,7 +27,11 @@ void EtcdRendezvous::check_same_job() {
 }
 
 void EtcdRendezvous::ensure_lease() {
-  if (!session_.ensure_lease(client_)) return;
+  // A new lease gets this node's descriptor; so does a new restart count, which every
+  // node reads from the descriptors when the round forms (round_layout takes the most).
+  const bool fresh = session_.ensure_lease(client_);
+  if (!fresh && described_restarts_ == restarts_spent_) return;
+  described_restarts_ = restarts_spent_;
   me_ = session_.id();
   client_.put(keys_.key("node/" + me_),
               encode_node_desc(this_node_desc(config_.round, /*rdzv_host=*/false,
