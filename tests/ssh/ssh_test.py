@@ -295,21 +295,25 @@ def ssh_client_of(c, launcher, i):
 
 def remote_agent_of(c, i):
     """The pid of the ddprun agent with --node-rank=i (started over ssh)."""
-    found = []
-    for d in glob.glob("/proc/[0-9]*"):
-        try:
-            with open(d + "/cmdline", "rb") as f:
-                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        except OSError:
-            continue
-        if argv and argv[0] == c.ddprun and f"--node-rank={i}" in argv and \
-                "--exit-on-stdin-eof" in argv:
-            found.append(int(d[6:]))
-    # The agent's orphan guard is a forked copy: the agent is the one whose parent is not.
-    agents = [pid for pid in found if not any(pid == child for other in found
-                                              for child, _ in children(other))]
-    check(len(agents) == 1, f"one agent of node rank {i}: {found}", c.text)
-    return agents[0]
+    def agents():
+        found = []
+        for d in glob.glob("/proc/[0-9]*"):
+            try:
+                with open(d + "/cmdline", "rb") as f:
+                    argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            except OSError:
+                continue
+            if argv and argv[0] == c.ddprun and f"--node-rank={i}" in argv and \
+                    "--exit-on-stdin-eof" in argv:
+                found.append(int(d[6:]))
+        # The agent's orphan guard is a forked copy: the agent is the one whose parent is
+        # not. A copy forked on its way to exec (a worker's spawn) may be gone before
+        # children() looks, so the scan is repeated until it names one agent.
+        return [pid for pid in found if not any(pid == child for other in found
+                                                for child, _ in children(other))]
+    found = poll(lambda: (lambda a: a if len(a) == 1 else None)(agents()), 10,
+                 f"one agent of node rank {i}", c.text)
+    return found[0]
 
 
 @test(needs_torch=False)
