@@ -242,6 +242,7 @@ struct Options {
   double timeout = 60.0;
   std::size_t value_size = 64;
   std::string prefix;
+  int source_ips = 0;  // 0: the kernel picks the source; N: 127.0.0.2 .. 127.0.0.(N+1)
 };
 
 class Loop {
@@ -279,6 +280,7 @@ class Loop {
       if (c.fd < 0) ddprun::throw_errno("socket (connection " + std::to_string(i) + ")");
       int one = 1;
       setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      if (opt_.source_ips > 0) bind_source(c.fd, i);
       if (connect(c.fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) == 0) {
         c.connected = true;
       } else if (errno != EINPROGRESS) {
@@ -537,6 +539,22 @@ class Loop {
       }
     }
     return true;
+  }
+
+  // Connection i leaves from 127.0.0.(2 + i % source_ips), port left to connect(): with
+  // thousands of connections from one address, connect() spends most of its time searching
+  // for a free ephemeral port (__inet_hash_connect), a cost of the one-host load generator
+  // that real clients, spread over hosts, do not have.
+  void bind_source(int fd, std::size_t i) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    const auto host = static_cast<std::uint32_t>(2 + i % static_cast<std::size_t>(opt_.source_ips));
+    src.sin_addr.s_addr = htonl((127U << 24) | host);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+      ddprun::throw_errno("bind to source 127.0.0." + std::to_string(host));
+    }
   }
 
   void set_out(std::size_t i, bool on) {
@@ -806,6 +824,10 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", o.timeout, "bound for connecting, and again for the barrier")
       ->check(CLI::Range(0.01, 36000.0));
   app.add_option("--value-size", o.value_size, "bytes per value")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--source-ips", o.source_ips,
+                 "spread the connections over source addresses 127.0.0.2 .. 127.0.0.(N+1) "
+                 "(a loopback server; saves connect()'s ephemeral-port search in storms)")
+      ->check(CLI::Range(0, 254));
   app.add_option("--key-prefix", o.prefix, "key prefix (default: unique per run)");
   app.add_flag("--self-test", self, "check the codec against the server at --addr and exit");
   CLI11_PARSE(app, argc, argv);
