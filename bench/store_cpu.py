@@ -8,8 +8,8 @@ PyTorch 1.13's server (this Python's torch) is driven with the legacy dialect, t
 one it speaks; PyTorch 2.6's (--torch26 scripts/python-torch26: Debian 13's torch in its
 chroot; its non-libuv server) with the 2.2+ dialect; each ddprun build with both, the
 same load as the server it is compared to. Prints, per op and dialect, the median
-microseconds of server CPU per request and each ddprun build's ratio to PyTorch's, and
-with --json the raw samples. Run with the Python that has torch 1.13 (/usr/bin/python3):
+microseconds of server CPU per request and each ddprun build's ratio to PyTorch's (of
+the medians, and the median of each repetition's ratio), and with --json the raw samples. Run with the Python that has torch 1.13 (/usr/bin/python3):
 
   bench/store_cpu.py --loadgen build/release/bench/ddprun-loadgen \\
       [--torch26 scripts/python-torch26] build/release/store/ddprun-store [OTHER ...]
@@ -86,7 +86,12 @@ def main():
             for name in servers:
                 if name.startswith("ddprun"):
                     mine = statistics.median(us[f"{op} {proto} {name}"])
-                    cells.append(f"{name} {mine:.2f} us ({mine / ref:.2f}x)")
+                    # Paired: each repetition's ratio, run minutes apart from the others
+                    # but seconds from its reference (a shared machine's load drifts).
+                    paired = statistics.median(
+                        m / r for m, r in zip(us[f"{op} {proto} {name}"],
+                                              us[f"{op} {proto} {refs[proto]}"]))
+                    cells.append(f"{name} {mine:.2f} us ({mine / ref:.2f}x; paired {paired:.2f}x)")
             print(f"{op} ({proto}): " + ", ".join(cells))
 
 
