@@ -49,6 +49,7 @@ struct Options {
   std::vector<std::string> etcd;  // external members; empty = start one
   std::string etcd_bin = "/usr/bin/etcd";
   std::string log_level = "error";
+  int expect_rounds = 0;  // > 0: a size whose agents took another number of rounds fails
 };
 
 // One phase's cost at the store host.
@@ -350,6 +351,9 @@ int main(int argc, char** argv) {
   app.add_option("--etcd", o.etcd, "etcd-v3: these members' client URLs instead of a fresh one")
       ->delimiter(',');
   app.add_option("--etcd-bin", o.etcd_bin, "etcd-v3: the etcd to start");
+  app.add_option("--expect-rounds", o.expect_rounds,
+                 "exit 1 unless every size formed in this many rounds (tests: 1)")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--log-level", o.log_level, "the agents' log level (spdlog)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   CLI11_PARSE(app, argc, argv);
@@ -398,6 +402,10 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         r.status = std::string("failed: ") + e.what();
       }
+    }
+    if (o.expect_rounds > 0 && r.status == "ok" && r.rounds != o.expect_rounds) {
+      r.status = "failed: formed in " + std::to_string(r.rounds) + " rounds, expected " +
+                 std::to_string(o.expect_rounds);
     }
     bad = bad || r.status.rfind("failed", 0) == 0;
     print_row(r, table);
