@@ -598,7 +598,7 @@ def agent_addr(i):
     return "127.0.0.1" if i == 0 else f"127.0.{1 + i // 250}.{1 + i % 250}"
 
 
-ROUND_LINE = re.compile(r"round (\d+) (?:complete|formed)")
+ROUND_LINE = re.compile(r"round (\d+) (?:complete|formed)[:,]")
 
 
 def rendezvous(tool, prefix, n, tmp, cfg, etcd=None):
@@ -626,9 +626,11 @@ def rendezvous(tool, prefix, n, tmp, cfg, etcd=None):
             argv += opt(tool, "no-python") + worker
             log_path = d / f"agent.{i}.log"
             logs.append(log_path)
+            # ddprun logs "round N complete" at INFO (its default is WARNING).
+            env = None if is_torchrun(tool) else dict(os.environ, LOGLEVEL="INFO")
             with open(log_path, "w") as log_file:
                 procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log_file,
-                                              start_new_session=True))
+                                              env=env, start_new_session=True))
         t_last = time.time()
 
         def stamps():

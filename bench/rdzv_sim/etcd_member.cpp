@@ -83,6 +83,10 @@ std::string http_get(const std::string& host, int port, const std::string& path)
 
 EtcdMember::EtcdMember(const std::string& binary) {
   namespace fs = std::filesystem;
+  if (::access(binary.c_str(), X_OK) != 0) {
+    throw std::runtime_error(binary + " is not an executable (" + errno_text(errno) +
+                             "); install Debian's etcd-server or pass --etcd-bin");
+  }
   const fs::path base = fs::exists("/dev/shm") ? "/dev/shm" : fs::temp_directory_path();
   std::string tmpl = (base / "ddprun-rdzv-sim-etcd.XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw_errno("mkdtemp " + tmpl);
@@ -132,8 +136,10 @@ EtcdMember::EtcdMember(const std::string& binary) {
   std::ifstream in(log);
   std::string line, last;
   while (std::getline(in, line)) last = line;
+  const bool exited = pid_ < 0;
   stop();
-  throw std::runtime_error(binary + " did not become healthy in 30 s: " + last);
+  throw std::runtime_error(binary + " did not become healthy" +
+                           (exited ? " (it exited)" : " in 30 s") + ": " + last);
 }
 
 EtcdMember::~EtcdMember() { stop(); }

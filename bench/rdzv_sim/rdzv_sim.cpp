@@ -327,11 +327,7 @@ void print_row(const Result& r, std::FILE* f) {
   std::fflush(f);
 }
 
-}  // namespace
-}  // namespace ddprun::bench
-
-int main(int argc, char** argv) {
-  using namespace ddprun::bench;
+int run(int argc, char** argv) {
   Options o;
   CLI::App app{
       "ddprun-rdzv-sim: N rendezvous agents as threads of one process, running ddprun's "
@@ -395,7 +391,7 @@ int main(int argc, char** argv) {
         if (o.backend == "c10d") {
           r = simulate_c10d(o, n);
         } else {
-          const std::string endpoint = join(urls);
+          std::string endpoint = join(urls);
           r = simulate(
               o, n, [&](int) { return endpoint; }, [&] { return etcd_counters(urls); });
         }
@@ -413,4 +409,16 @@ int main(int argc, char** argv) {
   }
   if (o.json) std::printf("%s\n", out.dump().c_str());
   return bad ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace ddprun::bench
+
+int main(int argc, char** argv) {
+  try {
+    return ddprun::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun-rdzv-sim: %s\n", e.what());
+    return 1;
+  }
 }
