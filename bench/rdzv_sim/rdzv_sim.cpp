@@ -108,8 +108,12 @@ std::string limits_say_no(int n, const Options& o) {
   ::getrlimit(RLIMIT_NOFILE, &rl);
   const rlim_t files = 4 * static_cast<rlim_t>(n) + 256;
   if (rl.rlim_cur < files) {
-    return "needs about " + std::to_string(files) + " open files; RLIMIT_NOFILE is " +
-           std::to_string(rl.rlim_cur) + " (hard " + std::to_string(rl.rlim_max) + ")";
+    return "needs about " + std::to_string(files) +
+           " open files (2 store connections per agent, both ends in this process); "
+           "RLIMIT_NOFILE is " +
+           std::to_string(rl.rlim_cur) + " and this process may not raise its hard limit (" +
+           std::to_string(rl.rlim_max) + "; that takes CAP_SYS_RESOURCE): at most " +
+           std::to_string((rl.rlim_cur - 256) / 4) + " agents fit";
   }
   return "";
 }
