@@ -7,6 +7,7 @@
 // cascaded), then the exit barrier's. Run by bench/run (bench.py) and by a ctest.
 // Single-threaded apart from the agents' threads.
 #include <pthread.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -357,6 +358,8 @@ int run(int argc, char** argv) {
   app.add_option("--log-level", o.log_level, "the agents' log level (spdlog)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   CLI11_PARSE(app, argc, argv);
+  // The agents' log lines go to stderr: stdout is the table, or the JSON document.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("agents"));
   spdlog::set_level(spdlog::level::from_str(o.log_level));
   prepare_process(*std::max_element(o.nodes.begin(), o.nodes.end()));
 
