@@ -143,14 +143,19 @@ void prepare_process(int max_n) {
 // joins them; returns the time the last thread took to start, or the error of a thread
 // that could not start (then `give_up` runs first, to make the started ones return).
 std::string run_threads(int n, const std::function<void(int)>& fn,
-                        const std::function<void()>& give_up, double& spawn_s) {
+                        const std::function<void()>& give_up, double& spawn_s,
+                        Clock::duration bound) {
   std::vector<std::thread> ts;
   ts.reserve(static_cast<std::size_t>(n));
+  std::atomic<int> finished{0};
   const auto t0 = Clock::now();
   std::string error;
   for (int i = 0; i < n; ++i) {
     try {
-      ts.emplace_back(fn, i);
+      ts.emplace_back([&fn, &finished, i] {
+        fn(i);
+        finished.fetch_add(1);
+      });
     } catch (const std::system_error& e) {
       error = "could not start agent thread " + std::to_string(i) + ": " + e.what();
       give_up();
@@ -158,6 +163,17 @@ std::string run_threads(int n, const std::function<void(int)>& fn,
     }
   }
   spawn_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  // A handler stuck past its own timeouts is told to give up (interrupt()), once.
+  while (error.empty() && finished.load() < static_cast<int>(ts.size())) {
+    if (Clock::now() - t0 > bound) {
+      error = "agents still busy " +
+              std::to_string(static_cast<long>(std::chrono::duration<double>(bound).count())) +
+              " s after the start: interrupted";
+      give_up();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   for (auto& t : ts) t.join();
   return error;
 }
@@ -192,6 +208,10 @@ Result simulate(const Options& o, int n, const std::function<std::string(int)>& 
   std::vector<std::optional<rdzv::RendezvousInfo>> infos(static_cast<std::size_t>(n));
   std::vector<Clock::time_point> done(static_cast<std::size_t>(n));
   std::atomic<int> failed{0};
+  // The join and the exit barrier are bounded by --timeout; past it and the store's read
+  // timeout (60 s), the run is stuck.
+  const auto grace =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s + 90));
   std::string first_error;
   std::mutex mu;
   const Counters c0 = counters();
@@ -209,7 +229,7 @@ Result simulate(const Options& o, int n, const std::function<std::string(int)>& 
         }
         done[static_cast<std::size_t>(i)] = Clock::now();
       },
-      interrupt_all, r.spawn_s);
+      interrupt_all, r.spawn_s, grace);
   const auto t1 = *std::max_element(done.begin(), done.end());
   r.form = {std::chrono::duration<double>(std::max(t1, t0) - t0).count(), minus(counters(), c0)};
   r.failed = failed.load();
@@ -247,7 +267,7 @@ Result simulate(const Options& o, int n, const std::function<std::string(int)>& 
         [&](int i) {
           if (!hs[static_cast<std::size_t>(i)]->exit_barrier(bound)) exit_failed.fetch_add(1);
         },
-        interrupt_all, ignored);
+        interrupt_all, ignored, grace);
     r.exit = {std::chrono::duration<double>(Clock::now() - te).count(), minus(counters(), e0)};
     r.exit_failed = exit_failed.load();
     if (!err.empty()) r.status = "failed: exit barrier: " + err;
