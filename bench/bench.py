@@ -1034,13 +1034,15 @@ def report(results, cfg, m):
     out("```\nbench/run            # full run (about 15 minutes on 2 cores)\n"
         "bench/run --quick    # under 3 minutes: fewer connection counts and repetitions\n"
         "bench/run --smoke    # each column once, into build/bench/smoke.md: does it run?\n"
+        "bench/run --only rendezvous   # the rendezvous tables again, into the last full run\n"
         "```\n")
     out("`bench/run` installs what is missing from Debian (the build dependencies via "
         "scripts/install-deps, python3-torch, redis-server) and, as root, the PyTorch 2.6 and 2.14 "
         "chroots (scripts/torch-chroot trixie, scripts/torch-chroot sid), builds Release into build/bench, "
         "raises RLIMIT_NOFILE to the hard limit, runs `bench/bench.py` and rewrites this file. "
         "Raw results: build/bench/results.json. The store benchmark alone: "
-        "`build/bench/bench/ddprun-loadgen --help`; server CPU per request against PyTorch "
+        "`build/bench/bench/ddprun-loadgen --help`; the rendezvous simulator alone: "
+        "`build/bench/bench/ddprun-rdzv-sim --help`; server CPU per request against PyTorch "
         "1.13's server, runs interleaved: `bench/store_cpu.py`.")
     return "\n".join(L) + "\n"
 
@@ -1154,8 +1156,15 @@ def main():
     busy0, own0 = cpu_seconds()
     if a.only == "rendezvous":
         prev = build / ("smoke-results.json" if a.smoke else "results.json")
-        results = json.loads(prev.read_text()) if prev.exists() else {
-            "machine": m, "quick": a.quick, "smoke": a.smoke, "elapsed_s": 0.0}
+        if prev.exists():
+            results = json.loads(prev.read_text())
+        else:
+            # No full run to merge into: a report of the rendezvous tables alone, which
+            # must not replace docs/benchmarks.md.
+            results = {"machine": m, "quick": a.quick, "smoke": a.smoke, "elapsed_s": 0.0}
+            if a.out == str(ROOT / "docs" / "benchmarks.md"):
+                a.out = str(build / "rendezvous.md")
+                log(f"bench.py: no {prev} (run bench/run first); this report goes to {a.out}")
         with tempfile.TemporaryDirectory(prefix="ddprun-bench-") as tmpname:
             for k in ("rdzv", "rdzv_rounds", "rdzv_sim"):
                 results.pop(k, None)
