@@ -455,6 +455,15 @@ def bench_launch(bins, cfg, tmp, results):
 def bench_rendezvous(bins, cfg, tmp, results):
     tools = launchers(bins)
     rdzv = results.setdefault("rdzv", {})
+    rounds = results.setdefault("rdzv_rounds", {})
+
+    def record(key, r):
+        if isinstance(r, dict):
+            rdzv.setdefault(key, []).append(r["s"])
+            if r.get("rounds") is not None:
+                rounds.setdefault(key, []).append(r["rounds"])
+        else:
+            rdzv.setdefault(key, []).append(r)
     for rep in range(cfg.rdzv_reps):
         for n in cfg.rdzv_n:
             for tool, prefix in tools.items():
@@ -465,7 +474,7 @@ def bench_rendezvous(bins, cfg, tmp, results):
                 key = f"{tool}|{n}"
                 if any(isinstance(x, str) for x in rdzv.get(key, [])):
                     continue
-                rdzv.setdefault(key, []).append(rendezvous(tool, prefix, n, tmp, cfg))
+                record(key, rendezvous(tool, prefix, n, tmp, cfg))
         log(f"rendezvous: rep {rep + 1}/{cfg.rdzv_reps} done")
     # The same through a 3-member etcd cluster on loopback (etcd-v3 backend).
     ddprun = tools.get("ddprun")
@@ -477,15 +486,27 @@ def bench_rendezvous(bins, cfg, tmp, results):
         try:
             etcd = etcd_cluster.EtcdCluster(ws, 3)
             for rep in range(cfg.rdzv_reps):
-                for n in cfg.rdzv_n:
+                for n in cfg.rdzv_etcd_n:
                     key = f"ddprun-etcd|{n}"
                     if any(isinstance(x, str) for x in rdzv.get(key, [])):
                         continue
-                    rdzv.setdefault(key, []).append(
-                        rendezvous("ddprun", ddprun, n, tmp, cfg, etcd))
+                    record(key, rendezvous("ddprun", ddprun, n, tmp, cfg, etcd))
                 log(f"rendezvous (etcd-v3): rep {rep + 1}/{cfg.rdzv_reps} done")
         finally:
             ws.close()
+    # Simulated agents (threads of ddprun-rdzv-sim, the real join logic) to 16 384.
+    sim = results.setdefault("rdzv_sim", {})
+    for backend, sizes in (("c10d", cfg.sim_n), ("etcd-v3", cfg.sim_etcd_n)):
+        if backend == "etcd-v3" and not os.access("/usr/bin/etcd", os.X_OK):
+            continue
+        for rep in range(cfg.rdzv_reps):
+            for n in sizes:
+                key = f"{backend}|{n}"
+                if any(isinstance(x, str) for x in sim.get(key, [])) or \
+                        (n >= 4096 and sim.get(key)):
+                    continue  # a failure, or a large size once: not again
+                sim.setdefault(key, []).append(rdzv_sim(bins, backend, n, cfg))
+            log(f"rendezvous simulator ({backend}): rep {rep + 1}/{cfg.rdzv_reps} done")
 
 
 def failure_latency(tool, prefix, tmp):
@@ -571,39 +592,89 @@ def orphans_after_kill9(tool, prefix, tmp):
         kill_tree(proc)
 
 
+def agent_addr(i):
+    """--local-addr of agent i: 127.0.0.1 (the endpoint's, so agent 0 hosts the c10d store),
+    then 127.0.1.1 onwards, 250 per /24: distinct for every N this runs."""
+    return "127.0.0.1" if i == 0 else f"127.0.{1 + i // 250}.{1 + i % 250}"
+
+
+ROUND_LINE = re.compile(r"round (\d+) (?:complete|formed)[:,]")
+
+
 def rendezvous(tool, prefix, n, tmp, cfg, etcd=None):
     """N agents (1 worker each) on one machine, c10d backend (or etcd-v3 through the
-    cluster `etcd`, ddprun only): seconds from the last agent's start until every worker
-    has run."""
+    cluster `etcd`, ddprun only): seconds from the last agent's start (its exec, once
+    Popen returned) until the last worker ran, as each worker stamps its own start
+    ($EPOCHREALTIME), so the harness's polling does not compete with the agents for the
+    CPUs or add its period to the time. A dict with "s" and, for ddprun, "rounds" (from
+    the agents' logs: 1 when the first round formed)."""
     d = Path(tempfile.mkdtemp(dir=tmp, prefix="rdzv-"))
     port = free_port()
-    worker = ["/bin/sh", "-c", f'touch "{d}/w.$RANK"']
-    procs = []
+    worker = ["/bin/bash", "-c", f'echo "$EPOCHREALTIME" > "{d}/w.$RANK"']
+    procs, logs = [], []
     backend = ["--rdzv-backend=etcd-v3", f"--rdzv-endpoint={etcd.endpoints()}"] if etcd else \
         opt(tool, "rdzv-backend", "c10d") + opt(tool, "rdzv-endpoint", f"127.0.0.1:{port}")
     try:
+        t_first = time.time()
         for i in range(n):
             argv = list(prefix) + opt(tool, "nnodes", n) + opt(tool, "nproc-per-node", 1) + \
                 backend + opt(tool, "rdzv-id", f"bench{port}")
             if is_torchrun(tool):
                 argv += opt(tool, "monitor-interval", "0.1")
             else:
-                argv += opt(tool, "local-addr", f"127.0.0.{i % 250 + 1}")
+                argv += opt(tool, "local-addr", agent_addr(i))
             argv += opt(tool, "no-python") + worker
-            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True))
-        t_last = time.perf_counter()
-        timeout = cfg.rdzv_timeout
-        if not wait_for(lambda: len(list(d.glob("w.*"))) >= n, timeout, 0.002):
-            got = len(list(d.glob("w.*")))
-            bad = [p.returncode for p in procs if p.poll() not in (None, 0)]
-            return f"timeout ({got}/{n} ran)" if not bad else f"failed: rc={bad[0]} ({got}/{n} ran)"
-        dt = time.perf_counter() - t_last
-        wait_for(lambda: all(p.poll() is not None for p in procs), 60, 0.01)
-        return dt
+            log_path = d / f"agent.{i}.log"
+            logs.append(log_path)
+            # ddprun logs "round N complete" at INFO (its default is WARNING).
+            env = None if is_torchrun(tool) else dict(os.environ, LOGLEVEL="INFO")
+            with open(log_path, "w") as log_file:
+                procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log_file,
+                                              env=env, start_new_session=True))
+        t_last = time.time()
+
+        def stamps():
+            return list(d.glob("w.*"))
+        # The workers time themselves: a slow poll suffices and leaves the CPUs to them.
+        if not wait_for(lambda: len(stamps()) >= n or
+                        all(p.poll() is not None for p in procs), cfg.rdzv_timeout, 0.1):
+            return f"timeout ({len(stamps())}/{n} ran)"
+        wait_for(lambda: all(p.poll() is not None for p in procs), 60, 0.05)
+        got = stamps()
+        bad = [p.returncode for p in procs if p.poll() not in (None, 0)]
+        if len(got) < n or bad:
+            return f"failed: rc={bad[0] if bad else '?'} ({len(got)}/{n} ran)"
+        try:
+            t_done = max(float(f.read_text().strip().replace(",", ".")) for f in got)
+        except ValueError:
+            return "failed: unreadable worker stamp"
+        out = {"s": t_done - t_last, "from_first_start_s": t_done - t_first,
+               "start_all_s": t_last - t_first}
+        if not is_torchrun(tool):
+            rounds = [int(m) for path in logs for m in ROUND_LINE.findall(path.read_text())]
+            out["rounds"] = max(rounds) + 1 if rounds else None
+        return out
     finally:
         for p in procs:
             kill_tree(p)
+
+
+def rdzv_sim(bins, backend, n, cfg):
+    """One run of ddprun-rdzv-sim at N agents: its JSON result, or a short failure."""
+    if not bins.get("ddprun-rdzv-sim"):
+        return "skipped: ddprun-rdzv-sim not built"
+    try:
+        r = subprocess.run([bins["ddprun-rdzv-sim"], "--backend", backend, "--nodes", str(n),
+                            "--json", "--timeout", str(cfg.rdzv_timeout)],
+                           capture_output=True, text=True, timeout=3 * cfg.rdzv_timeout + 120)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    try:
+        res = json.loads(r.stdout.strip().splitlines()[-1])["results"][0]
+    except (IndexError, KeyError, json.JSONDecodeError):
+        err = (r.stderr.strip().splitlines() or [f"rc={r.returncode}"])[-1]
+        return "failed: " + err[:120]
+    return res if res["status"] == "ok" else res["status"][:160]
 
 
 # ------------------------------------------------------------------------------------------
@@ -888,36 +959,90 @@ def report(results, cfg, m):
     ]))
     out("")
     out("## Rendezvous of N agents on one machine (c10d backend)\n")
-    out("N agents, 1 worker each, `--rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT` "
-        "(ddprun agents use distinct `--local-addr 127.0.0.x`). Time from the last agent's "
-        "start to every worker having run (each touches a file). torchrun is run up to "
-        f"N = {cfg.torchrun_rdzv_max}, once each, with a {cfg.rdzv_timeout} s timeout. "
-        "The etcd-v3 column: the same agents with `--rdzv-backend=etcd-v3` through a "
-        "3-member etcd on loopback, on the same 2 CPUs.\n")
+    out("N agent processes, 1 worker each, `--rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT`, "
+        "started one after another from the harness (ddprun agents use distinct "
+        "`--local-addr`: 127.0.0.1 for the first, which hosts the store, then 127.0.1.1 "
+        "onwards). Time from the last agent's start (its exec) to the start of the last "
+        "worker, which each worker stamps itself (`$EPOCHREALTIME`), so the harness only "
+        "polls every 100 ms and takes no CPU from the agents. **rounds**: the round the "
+        "ddprun agents formed in, plus 1, from their logs (1: the first round formed; more: "
+        "slow steps made agents start new rounds). torchrun is run up to "
+        f"N = {cfg.torchrun_rdzv_max}, once each; every run has a {cfg.rdzv_timeout} s "
+        "timeout. The etcd-v3 column: the same agents with `--rdzv-backend=etcd-v3` through a "
+        "3-member etcd on loopback, on the same CPUs.\n")
     rerun = results.get("rdzv_rerun")
     if rerun:
         out(f"This table was re-run alone (`bench/run --only rendezvous`) on {rerun['date']} "
             f"with ddprun {rerun['ddprun']}; other work used {rerun['other_cpus']:.2f} CPUs "
             "on average meanwhile. The rest of this report is from the full run above.\n")
+    rr = results.get("rdzv_rounds", {})
+
+    def fmt_rounds(key):
+        got = rr.get(key, [])
+        return "-" if not got else "/".join(str(x) for x in got)
     rows = []
     for n in cfg.rdzv_n:
-        rows.append([n] + [fmt_stat(rz.get(f"{t}|{n}", []), " ms", 1e3)
-                           if (t == "ddprun" or n <= cfg.torchrun_rdzv_max) else "not run"
-                           for t in tools] + [fmt_stat(rz.get(f"ddprun-etcd|{n}", []), " ms", 1e3)])
-    out(table(["N agents", "ddprun"] + [n for _, n in TORCHRUNS] + [
-               "ddprun etcd-v3 (3-member etcd)"], rows))
+        rows.append([n, fmt_stat(rz.get(f"ddprun|{n}", []), " ms", 1e3), fmt_rounds(f"ddprun|{n}")] +
+                    [fmt_stat(rz.get(f"{t}|{n}", []), " ms", 1e3)
+                     if n <= cfg.torchrun_rdzv_max else "not run" for t in tools[1:]] +
+                    [fmt_stat(rz.get(f"ddprun-etcd|{n}", []), " ms", 1e3)
+                     if n in cfg.rdzv_etcd_n else "not run", fmt_rounds(f"ddprun-etcd|{n}")])
+    out(table(["N agents", "ddprun", "rounds"] + [n for _, n in TORCHRUNS] + [
+               "ddprun etcd-v3 (3-member etcd)", "rounds"], rows))
+    out("")
+    out("### Simulated agents (ddprun-rdzv-sim)\n")
+    out("`ddprun-rdzv-sim` runs N agents as threads of one process: each is the handler the "
+        "launcher builds (`make_rendezvous_handler`), running the real join, heartbeat and "
+        "exit-barrier code over real loopback sockets. c10d: against a `TcpStoreServer` in the "
+        "same process that no agent hosts, counting at the server every request it handled "
+        "and every byte it read and wrote; etcd-v3: against a fresh 1-member etcd (data in "
+        "/dev/shm), counting its `grpc_server_started_total` (every RPC, through its JSON "
+        "gateway too; a watch stream counts once) and gRPC bytes from /metrics. **form**: "
+        "from the first agent's start to the last `next_rendezvous()` returning; "
+        "requests and bytes are per agent (the round's total / N); **exit**: the exit "
+        "barrier's requests per agent. A size that cannot run here (threads, open files) says "
+        "why. See the section on the simulator below for what it shows.\n")
+    sm = results.get("rdzv_sim", {})
+
+    def sim_cell(backend, n, what):
+        rs = sm.get(f"{backend}|{n}")
+        if not rs:
+            return "not run"
+        if what == "time":
+            return fmt_stat([r["form"]["wall_s"] if isinstance(r, dict) else r for r in rs],
+                            " ms", 1e3)
+        ok = [r for r in rs if isinstance(r, dict)]
+        if not ok:
+            return "-"
+        if what == "rounds":
+            return "/".join(str(r["rounds"]) for r in ok)
+        phase, field_ = what.split(".")
+        return fmt_num(med([r[phase][field_] for r in ok]))
+    cols = [("time to form", "time"), ("rounds", "rounds"),
+            ("requests/agent", "form.requests_per_agent"),
+            ("bytes in/agent", "form.bytes_in_per_agent"),
+            ("bytes out/agent", "form.bytes_out_per_agent"),
+            ("exit: requests/agent", "exit.requests_per_agent")]
+    rows = []
+    for n in sorted(set(cfg.sim_n) | set(cfg.sim_etcd_n)):
+        rows.append([f"{n:,}"] + [sim_cell("c10d", n, w) for _, w in cols] +
+                    [sim_cell("etcd-v3", n, w) for _, w in cols[:4]])
+    out(table(["N agents"] + [f"c10d: {c}" for c, _ in cols] +
+              [f"etcd-v3: {c}" for c, _ in cols[:4]], rows))
     out("")
     out("## How to reproduce\n")
     out("```\nbench/run            # full run (about 15 minutes on 2 cores)\n"
         "bench/run --quick    # under 3 minutes: fewer connection counts and repetitions\n"
         "bench/run --smoke    # each column once, into build/bench/smoke.md: does it run?\n"
+        "bench/run --only rendezvous   # the rendezvous tables again, into the last full run\n"
         "```\n")
     out("`bench/run` installs what is missing from Debian (the build dependencies via "
         "scripts/install-deps, python3-torch, redis-server) and, as root, the PyTorch 2.6 and 2.14 "
         "chroots (scripts/torch-chroot trixie, scripts/torch-chroot sid), builds Release into build/bench, "
         "raises RLIMIT_NOFILE to the hard limit, runs `bench/bench.py` and rewrites this file. "
         "Raw results: build/bench/results.json. The store benchmark alone: "
-        "`build/bench/bench/ddprun-loadgen --help`; server CPU per request against PyTorch "
+        "`build/bench/bench/ddprun-loadgen --help`; the rendezvous simulator alone: "
+        "`build/bench/bench/ddprun-rdzv-sim --help`; server CPU per request against PyTorch "
         "1.13's server, runs interleaved: `bench/store_cpu.py`.")
     return "\n".join(L) + "\n"
 
@@ -958,18 +1083,24 @@ class Config:
             self.ks, self.launch_reps, self.torchrun_reps = [2], 1, 1
             self.failure_reps, self.rss_reps = 1, 1
             self.rdzv_n, self.rdzv_reps, self.torchrun_rdzv_max, self.rdzv_timeout = [4], 1, 4, 60
+            self.rdzv_etcd_n, self.sim_n, self.sim_etcd_n = [4], [4, 64], [4]
         elif quick:
             self.conns, self.store_reps, self.seconds, self.warmup = [1, 64, 1000], 3, 0.25, 0.05
             self.barrier_n, self.barrier_reps, self.barrier_timeout = [100, 1000, 10000], 2, 15
             self.ks, self.launch_reps, self.torchrun_reps = [1, 2, 8, 32], 5, 2
             self.failure_reps, self.rss_reps = 2, 1
             self.rdzv_n, self.rdzv_reps, self.torchrun_rdzv_max, self.rdzv_timeout = [4, 16], 2, 4, 60
+            self.rdzv_etcd_n, self.sim_n, self.sim_etcd_n = [4, 16], [4, 16, 64, 256], [4, 16]
         else:
             self.conns, self.store_reps, self.seconds, self.warmup = [1, 16, 64, 256, 1000], 5, 1.0, 0.2
             self.barrier_n, self.barrier_reps, self.barrier_timeout = [100, 1000, 10000], 5, 60
             self.ks, self.launch_reps, self.torchrun_reps = [1, 2, 8, 32], 10, 3
             self.failure_reps, self.rss_reps = 5, 3
-            self.rdzv_n, self.rdzv_reps, self.torchrun_rdzv_max, self.rdzv_timeout = [4, 16, 64, 256], 3, 16, 180
+            self.rdzv_n, self.rdzv_reps, self.torchrun_rdzv_max, self.rdzv_timeout = \
+                [4, 16, 64, 256, 1024], 3, 16, 180
+            self.rdzv_etcd_n = [4, 16, 64, 256]
+            self.sim_n = [4, 16, 64, 256, 1024, 4096, 16384]
+            self.sim_etcd_n = [4, 16, 64, 256]
         self.nofile_note = ""
         need = max(self.barrier_n) + 64
         if nofile < need:
@@ -981,7 +1112,8 @@ class Config:
 
     def describe(self):
         return (f"conns {self.conns}, {self.store_reps} reps × {self.seconds} s; barrier N "
-                f"{self.barrier_n}; K {self.ks}; rendezvous N {self.rdzv_n}")
+                f"{self.barrier_n}; K {self.ks}; rendezvous N {self.rdzv_n} (etcd-v3 "
+                f"{self.rdzv_etcd_n}); simulated N {self.sim_n} (etcd-v3 {self.sim_etcd_n})")
 
 
 def main():
@@ -1014,7 +1146,8 @@ def main():
         return str(p) if p.is_file() and os.access(p, os.X_OK) else None
     bins = {"ddprun-loadgen": binary("bench/ddprun-loadgen"),
             "ddprun-store": binary("store/ddprun-store"),
-            "ddprun": binary("launcher/ddprun")}
+            "ddprun": binary("launcher/ddprun"),
+            "ddprun-rdzv-sim": binary("bench/ddprun-rdzv-sim")}
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     cfg = Config(a.quick, nofile, a.smoke)
     m = machine()
@@ -1022,9 +1155,19 @@ def main():
     t0 = time.monotonic()
     busy0, own0 = cpu_seconds()
     if a.only == "rendezvous":
-        results = json.loads((build / "results.json").read_text())
+        prev = build / ("smoke-results.json" if a.smoke else "results.json")
+        if prev.exists():
+            results = json.loads(prev.read_text())
+        else:
+            # No full run to merge into: a report of the rendezvous tables alone, which
+            # must not replace docs/benchmarks.md.
+            results = {"machine": m, "quick": a.quick, "smoke": a.smoke, "elapsed_s": 0.0}
+            if a.out == str(ROOT / "docs" / "benchmarks.md"):
+                a.out = str(build / "rendezvous.md")
+                log(f"bench.py: no {prev} (run bench/run first); this report goes to {a.out}")
         with tempfile.TemporaryDirectory(prefix="ddprun-bench-") as tmpname:
-            results.pop("rdzv", None)
+            for k in ("rdzv", "rdzv_rounds", "rdzv_sim"):
+                results.pop(k, None)
             bench_rendezvous(bins, cfg, Path(tmpname), results)
         busy1, own1 = cpu_seconds()
         results["rdzv_rerun"] = {

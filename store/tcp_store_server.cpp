@@ -340,6 +340,12 @@ std::size_t TcpStoreServer::unsent_output_bytes() {
 
 std::uint16_t TcpStoreServer::port() const { return impl_->port.load(); }
 
+ServerStats TcpStoreServer::stats() const {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  return {impl_->stat_requests.load(relaxed), impl_->stat_bytes_in.load(relaxed),
+          impl_->stat_bytes_out.load(relaxed)};
+}
+
 std::size_t TcpStoreServer::connection_count() const {
   return impl_->connections.load(std::memory_order_relaxed);
 }

@@ -34,6 +34,14 @@ struct ServerOptions {
   std::size_t max_output_bytes = std::size_t{256} << 20;
 };
 
+// What the server has served since start(), for benchmarks (bench/rdzv_sim.cpp): requests
+// handled (parsed and answered or streamed), bytes read from and written to clients.
+struct ServerStats {
+  std::uint64_t requests = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+};
+
 class TcpStoreServer {
  public:
   explicit TcpStoreServer(ServerOptions options);
@@ -65,6 +73,10 @@ class TcpStoreServer {
   // Pending WAIT and BARRIER registrations (for tests and diagnostics). Blocks until the
   // io thread has answered. REQUIRES: not called on the io thread.
   std::size_t pending_waits();
+
+  // Counters so far (any thread, never blocks; each counter is exact, the three are not
+  // read at one instant).
+  ServerStats stats() const;
 
  private:
   struct Impl;

@@ -103,6 +103,7 @@ void Session::do_read() {
   }
   if (n == 0) return close("");
   const auto got = static_cast<std::size_t>(n);
+  ServerState::bump(server_.stat_bytes_in, got);
   if (got < chunk.size() && !peer_done_) readable_ = false;
   if (in_.empty()) {
     std::string_view data(chunk.data(), got);
@@ -179,6 +180,7 @@ std::size_t Session::consume(std::string_view data) {
       break;
     }
     pos += parsed.consumed;
+    ServerState::bump(server_.stat_requests, 1);
     if (stream) {
       // Requests behind it wait until it is all out (paused_, resumed by on_write).
       stream_.emplace(server_.kv, req_);
@@ -280,6 +282,7 @@ void Session::do_write() {
       break;
     }
     out_pos_ += static_cast<std::size_t>(n);
+    ServerState::bump(server_.stat_bytes_out, static_cast<std::size_t>(n));
   }
   if (unsent() == 0) {
     out_.clear();

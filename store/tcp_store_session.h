@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -117,6 +118,11 @@ struct ServerState {
   std::uint64_t trimmed_at = 0;  // kv.freed_bytes() at the last trim
 
   std::atomic<std::size_t> connections{0};
+  // TcpStoreServer::stats(): written by the io thread only (bump), read by any.
+  std::atomic<std::uint64_t> stat_requests{0}, stat_bytes_in{0}, stat_bytes_out{0};
+  static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
   std::atomic<std::uint16_t> port{0};
 
   int epfd = -1;

@@ -305,6 +305,23 @@ TEST_CASE("server: TcpStore's timed wait cancels and leaves the connection usabl
   CHECK(store.get("after") == "1");
 }
 
+TEST_CASE("server: stats() counts requests handled and bytes read and written", "[server][net]") {
+  Server s;
+  const ServerStats before = s.server.stats();
+  CHECK(before.requests == 0);
+  CHECK(before.bytes_in == 0);
+  RawClient c(s.port);
+  std::string sent;
+  for (int i = 0; i < 10; ++i) sent += encode(Op::kSet, L, {"k" + std::to_string(i)}, {"v"});
+  sent += encode(Op::kGetNumKeys, L);
+  c.send(sent);
+  CHECK(c.read_i64() == 10);
+  const ServerStats after = s.server.stats();
+  CHECK(after.requests == 11);  // a SET has no reply, but it is a request
+  CHECK(after.bytes_in == sent.size());
+  CHECK(after.bytes_out == 8);  // the count, an i64
+}
+
 TEST_CASE("server: silent connections are kept open", "[server][net]") {
   Server s;
   std::vector<RawClient> silent;
