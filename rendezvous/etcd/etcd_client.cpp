@@ -135,6 +135,19 @@ std::vector<EtcdKv> EtcdClient::get_prefix(const std::string& prefix, bool keys_
   return out;
 }
 
+std::optional<EtcdKv> EtcdClient::oldest(const std::string& prefix, std::int64_t* count) {
+  const json body = {{"key", base64_encode(prefix)},
+                     {"range_end", base64_encode(etcd_prefix_end(prefix))},
+                     {"keys_only", true},
+                     {"limit", "1"},
+                     {"sort_order", "ASCEND"},
+                     {"sort_target", "CREATE"}};
+  json r = impl_->call("/v3/kv/range", body);
+  if (count) *count = r.contains("count") ? etcd_number(r, "count") : 0;
+  if (!r.contains("kvs") || r["kvs"].empty()) return std::nullopt;
+  return decode_etcd_kv(r["kvs"][0]);
+}
+
 std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease) {
   json body = {{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) body["lease"] = std::to_string(lease);

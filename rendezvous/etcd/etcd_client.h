@@ -41,6 +41,9 @@ class EtcdClient {
   // `revision` receives the store revision of the answer.
   std::vector<EtcdKv> get_prefix(const std::string& prefix, bool keys_only = false,
                                  std::int64_t* revision = nullptr);
+  // The key under `prefix` created first (keys only: no value) and, in `count`, how many
+  // keys there are: one answer of one key however many there are (etcd sorts).
+  std::optional<EtcdKv> oldest(const std::string& prefix, std::int64_t* count = nullptr);
   std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
   // Deletes `key` (or every key under it with `prefix`); the number deleted.
   std::int64_t del(const std::string& key, bool prefix = false);

@@ -16,11 +16,14 @@ namespace ddprun::rdzv {
 void EtcdRendezvous::check_same_job() {
   if (!config_.round.job_check) return;
   const std::string mine = job_fingerprint(config_.round.job_command);
-  if (client_.txn({{keys_.key("job"), EtcdCompare::Target::kCreate, 0, {}}},
-                  {{keys_.key("job"), mine, 0}})) {
+  // A read first: the first agent writes the key, every other one only reads it (a txn
+  // with a put is a raft write even when its compare fails).
+  auto kv = client_.get(keys_.key("job"));
+  if (!kv && client_.txn({{keys_.key("job"), EtcdCompare::Target::kCreate, 0, {}}},
+                         {{keys_.key("job"), mine, 0}})) {
     return;
   }
-  auto kv = client_.get(keys_.key("job"));
+  if (!kv) kv = client_.get(keys_.key("job"));
   if (kv && kv->value != mine) {
     throw RendezvousStateError(another_job_error(where(), config_.round, kv->value));
   }
@@ -54,6 +57,11 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
   v.max_nodes = config_.round.max_nodes;
   v.last_call_timeout = config_.round.last_call_timeout;
   v.left_round = session_.leave_round();
+  if (v.left_round >= 0 && !me_.empty()) {
+    // Leaving a round: this node's join key of it goes, which the other members' sessions
+    // watch (they leave it too, as the next look here opens the next round).
+    client_.del(keys_.rkey(v.left_round, "join/" + me_));
+  }
   const auto deadline = now() + config_.round.join_timeout;
   check_closed();
   check_same_job();
@@ -62,6 +70,8 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
   std::int64_t newest_join = -1;  // the newest join key's create revision last seen
   v.changed_at = now();           // when it was seen first
   int waiting_in = -1;            // the round this node registered as a late joiner of
+  int joined_round = -1;          // the round whose join key this node wrote, with lease
+  std::string joined_as;          // the lease it joined with
   for (;;) {
     throw_if_stopped();
     session_.check_alive();
@@ -77,7 +87,9 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     v.state.reset();
     v.live.clear();
     v.joins.clear();
+    v.joined = v.first = false;
     v.me = me_;
+    std::vector<EtcdKv> nodes;  // final state: the descriptors
     if (kv) {
       v.state = decode_round_state(kv->value);
       if (!v.state) {
@@ -89,19 +101,28 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
                                    config_.prefix + "'? choose another --rdzv-conf etcd_prefix");
       }
       if (v.state->final) {
-        v.live = live_members();
+        nodes = client_.get_prefix(keys_.key("node/"));
+        for (const auto& n : nodes) v.live.push_back(key_leaf(n.key));
         session_.set_nodes_seen(static_cast<int>(v.live.size()));
-      } else {
-        std::vector<EtcdKv> joins =
-            client_.get_prefix(keys_.rkey(v.state->round, "join/"), /*keys_only=*/true);
-        std::sort(joins.begin(), joins.end(), [](const EtcdKv& a, const EtcdKv& b) {
-          return a.create_revision < b.create_revision;
-        });
-        for (const auto& j : joins) v.joins.push_back(key_leaf(j.key));
-        session_.set_nodes_seen(static_cast<int>(joins.size()));
-        if (!joins.empty() && joins.back().create_revision != newest_join) {
-          newest_join = joins.back().create_revision;
-          v.changed_at = now();
+      } else if (joined_round == v.state->round && joined_as == me_) {
+        // One answer of one key: is this node's join key the oldest? Only the oldest reads
+        // them all (and watches them).
+        const std::string prefix = keys_.rkey(v.state->round, "join/");
+        std::int64_t count = 0;
+        auto oldest = client_.oldest(prefix, &count);
+        v.joined = true;
+        v.first = oldest && key_leaf(oldest->key) == me_;
+        session_.set_nodes_seen(static_cast<int>(count));
+        if (v.first) {
+          std::vector<EtcdKv> joins = client_.get_prefix(prefix, /*keys_only=*/true, &revision);
+          std::sort(joins.begin(), joins.end(), [](const EtcdKv& a, const EtcdKv& b) {
+            return a.create_revision < b.create_revision;
+          });
+          for (const auto& j : joins) v.joins.push_back(key_leaf(j.key));
+          if (!joins.empty() && joins.back().create_revision != newest_join) {
+            newest_join = joins.back().create_revision;
+            v.changed_at = now();
+          }
         }
       }
     }
@@ -118,13 +139,17 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
         continue;
       case JoinStep::kAddJoin:
         client_.put(keys_.rkey(v.state->round, "join/" + me_), "", session_.lease());
+        joined_round = v.state->round;
+        joined_as = me_;
+        newest_join = -1;
+        v.changed_at = now();
         continue;
       case JoinStep::kClose:
       case JoinStep::kOpenNext:
         cas(step.next);
         continue;
       case JoinStep::kFormed:
-        if (auto info = formed(*v.state, deadline)) return *info;
+        if (auto info = formed(*v.state, nodes, deadline)) return *info;
         continue;
       case JoinStep::kWaitUnder:
         if (waiting_in != v.state->round) {
@@ -138,11 +163,22 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     }
     if (now() >= next_log) {
       EtcdRoundState shown = *v.state;  // for the progress line: a joining round's joiners
-      if (!shown.final) shown.members = v.joins;
+      if (!shown.final) {
+        shown.members = v.joins;
+        if (!v.first) {
+          for (auto& j : client_.get_prefix(keys_.rkey(v.state->round, "join/"), true)) {
+            shown.members.push_back(key_leaf(j.key));
+          }
+        }
+      }
       log_progress(shown, deadline);
       next_log = now() + config_.round.progress_interval;
     }
-    wait_for_change(revision, std::min({deadline, next_log, step.until}));
+    // The oldest joiner watches the join keys; everyone else the state key alone (one event
+    // a round, not one per node).
+    watch_.set_prefix(step.watch_joins ? keys_.rkey(v.state->round, "join/") : keys_.key("state"));
+    wait_for_change(revision, std::min({deadline, next_log, step.until}),
+                    /*burst=*/step.watch_joins);
   }
 }
 
@@ -167,8 +203,8 @@ void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point dea
 }
 
 std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
+                                                     const std::vector<EtcdKv>& nodes,
                                                      Clock::time_point deadline) {
-  const std::vector<EtcdKv> nodes = client_.get_prefix(keys_.key("node/"));
   std::vector<NodeDesc> descs;
   int slot = -1;
   for (std::size_t i = 0; i < s.members.size(); ++i) {
@@ -189,6 +225,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
   info.round = s.round;
   info.use_agent_store = config_.round.agent_store;
   const std::string master_key = keys_.rkey(s.round, "master");
+  watch_.set_prefix(master_key);  // one event; the safety net looks at the state
   if (info.group_rank == 0) {
     const std::uint16_t port = workers_store_port(config_.round, workers_store_,
                                                   /*shared_store_port=*/0, {}, where());
@@ -217,7 +254,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     if (now() >= deadline) {
       throw RendezvousTimeoutError(where() + ": group rank 0 did not publish the workers' store");
     }
-    wait_for_change(revision, deadline);
+    wait_for_change(revision, deadline, /*burst=*/false);
   }
   session_.enter_round(s.round, s.members);  // its thread starts watching the round
   spdlog::info("{}: round {} formed: {} node(s), this node is group rank {}", where(), s.round,
