@@ -112,14 +112,16 @@ bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   const auto deadline = now() + timeout;
   session_.finish_round();
   client_.put(keys_.done_key(round, me_), "1");
-  // The node whose done key completes the count writes alldone/r<R>; the others watch that
-  // one key (one event each, not one per member), and look at every key only when the
-  // safety net wakes them (a member that died never writes its done key).
+  // Every member counts the done keys once. The one whose key completes the count (the
+  // newest key: of the nodes that see the count complete, it alone) writes alldone/r<R>;
+  // the others watch that one key (one event each, not one per member), and look at
+  // every key only when the safety net wakes them (a member that died never writes its
+  // done key).
   const std::string all_done = keys_.all_done_key(round);
   std::int64_t count = 0;
-  client_.oldest(keys_.done_prefix(round), &count);
+  const auto newest = client_.newest(keys_.done_prefix(round), &count);
   if (count >= static_cast<std::int64_t>(members.size())) {
-    client_.put(all_done, "1");
+    if (newest && key_leaf(newest->key) == me_) client_.put(all_done, "1");
     return true;
   }
   watch_.set_prefix(all_done);

@@ -70,11 +70,14 @@ class EtcdRendezvous final : public RendezvousHandler {
   void ensure_lease();  // the session's lease (again when it expired) and the descriptor
   void check_same_job();
   void check_closed();
-  std::vector<std::string> live_members();  // lease ids with a descriptor
-  // A member of the final round `s`, whose descriptors are `nodes`: its ranks and the
-  // workers' store; nullopt when the round moved on meanwhile.
-  std::optional<RendezvousInfo> formed(const EtcdRoundState& s, const std::vector<EtcdKv>& nodes,
-                                       Clock::time_point deadline);
+  // The members of final round `s` whose join key is there (lease ids).
+  std::vector<std::string> live_members(const EtcdRoundState& s);
+  // CAS of the state (at `state_revision`) to the final `next`, with the members'
+  // descriptors in r<R>/members; nothing when a member's descriptor is gone.
+  void close_round(const EtcdRoundState& next, std::int64_t state_revision);
+  // A member of the final round `s`: its ranks and the workers' store (the descriptors
+  // from r<R>/members); nullopt when the round moved on meanwhile.
+  std::optional<RendezvousInfo> formed(const EtcdRoundState& s, Clock::time_point deadline);
   void log_progress(const EtcdRoundState& s, Clock::time_point deadline);
 
   Config config_;

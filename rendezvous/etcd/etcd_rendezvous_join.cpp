@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_round.h"
@@ -42,12 +43,37 @@ void EtcdRendezvous::ensure_lease() {
               session_.lease());
 }
 
-std::vector<std::string> EtcdRendezvous::live_members() {
+std::vector<std::string> EtcdRendezvous::live_members(const EtcdRoundState& s) {
+  // A member's join key lives with its lease (and goes when it leaves the round): as many
+  // join keys as members is all of them live (a count: no key in the answer); fewer, and
+  // the keys say who.
+  const std::string prefix = keys_.rkey(s.round, "join/");
+  if (client_.count(prefix) >= static_cast<std::int64_t>(s.members.size())) return s.members;
   std::vector<std::string> out;
-  for (const auto& kv : client_.get_prefix(keys_.key("node/"), /*keys_only=*/true)) {
+  for (const auto& kv : client_.get_prefix(prefix, /*keys_only=*/true)) {
     out.push_back(key_leaf(kv.key));
   }
   return out;
+}
+
+void EtcdRendezvous::close_round(const EtcdRoundState& next, std::int64_t state_revision) {
+  // The closing node reads the members' descriptors once and writes them, in member
+  // order, with the final state: each member then reads one key (r<R>/members), not N.
+  std::vector<EtcdKv> nodes = client_.get_prefix(keys_.key("node/"));
+  nlohmann::json descs = nlohmann::json::array();
+  for (const auto& m : next.members) {
+    auto it = std::find_if(nodes.begin(), nodes.end(),
+                           [&](const EtcdKv& kv) { return key_leaf(kv.key) == m; });
+    if (it == nodes.end()) return;  // gone meanwhile: the next look sees its join key gone
+    descs.push_back(it->value);
+  }
+  // etcd refuses a request over --max-request-bytes (1.5 MiB by default): past 1 MiB of
+  // descriptors (some 3000 nodes) the members read node/ as before ("node/" in the key).
+  std::string value = descs.dump();
+  if (value.size() > (1u << 20)) value = "\"node/\"";
+  client_.txn({{keys_.key("state"), EtcdCompare::Target::kMod, state_revision, {}}},
+              {{keys_.key("state"), encode_round_state(next), 0},
+               {keys_.rkey(next.round, "members"), value, 0}});
 }
 
 RendezvousInfo EtcdRendezvous::next_rendezvous() {
@@ -89,7 +115,6 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     v.joins.clear();
     v.joined = v.first = false;
     v.me = me_;
-    std::vector<EtcdKv> nodes;  // final state: the descriptors
     if (kv) {
       v.state = decode_round_state(kv->value);
       if (!v.state) {
@@ -101,9 +126,8 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
                                    config_.prefix + "'? choose another --rdzv-conf etcd_prefix");
       }
       if (v.state->final) {
-        nodes = client_.get_prefix(keys_.key("node/"));
-        for (const auto& n : nodes) v.live.push_back(key_leaf(n.key));
-        session_.set_nodes_seen(static_cast<int>(v.live.size()));
+        v.live = live_members(*v.state);
+        session_.set_nodes_seen(static_cast<int>(v.state->members.size()));
       } else if (joined_round == v.state->round && joined_as == me_) {
         // One answer of one key: is this node's join key the oldest? Only the oldest reads
         // them all (and watches them).
@@ -145,15 +169,22 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
         v.changed_at = now();
         continue;
       case JoinStep::kClose:
+        close_round(step.next, kv->mod_revision);
+        continue;
       case JoinStep::kOpenNext:
         cas(step.next);
         continue;
       case JoinStep::kFormed:
-        if (auto info = formed(*v.state, nodes, deadline)) return *info;
+        if (auto info = formed(*v.state, deadline)) return *info;
         continue;
       case JoinStep::kWaitUnder:
         if (waiting_in != v.state->round) {
           client_.put(keys_.rkey(v.state->round, "waiting/" + me_), "1", session_.lease());
+          // A joiner beyond MAX: its join key goes, so that the round's join keys are its
+          // members' (whose count tells them all live).
+          if (joined_round == v.state->round) {
+            client_.del(keys_.rkey(v.state->round, "join/" + me_));
+          }
           waiting_in = v.state->round;
         }
         check_closed();
@@ -203,17 +234,34 @@ void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point dea
 }
 
 std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
-                                                     const std::vector<EtcdKv>& nodes,
                                                      Clock::time_point deadline) {
+  const std::string members_key = keys_.rkey(s.round, "members");
+  const auto kv = client_.get(members_key);
+  auto list =
+      kv ? nlohmann::json::parse(kv->value, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+  if (list == "node/") {  // too many for one key: every descriptor from node/
+    list = nlohmann::json::array();
+    const std::vector<EtcdKv> nodes = client_.get_prefix(keys_.key("node/"));
+    for (const auto& m : s.members) {
+      auto it = std::find_if(nodes.begin(), nodes.end(),
+                             [&](const EtcdKv& n) { return key_leaf(n.key) == m; });
+      if (it == nodes.end()) return std::nullopt;  // gone meanwhile: the loop sees it
+      list.push_back(it->value);
+    }
+  }
+  if (!list.is_array() || list.size() != s.members.size()) {
+    throw RendezvousStateError(where() + ": corrupt or missing member descriptors at " +
+                               members_key);
+  }
   std::vector<NodeDesc> descs;
   int slot = -1;
   for (std::size_t i = 0; i < s.members.size(); ++i) {
-    auto it = std::find_if(nodes.begin(), nodes.end(),
-                           [&](const EtcdKv& kv) { return key_leaf(kv.key) == s.members[i]; });
-    if (it == nodes.end()) return std::nullopt;  // gone meanwhile: the loop sees it
-    std::optional<NodeDesc> d = decode_node_desc(it->value, static_cast<int>(i));
+    std::optional<NodeDesc> d =
+        list[i].is_string() ? decode_node_desc(list[i].get<std::string>(), static_cast<int>(i))
+                            : std::nullopt;
     if (!d) {
-      throw RendezvousStateError(where() + ": corrupt node descriptor at " + it->key);
+      throw RendezvousStateError(where() + ": corrupt node descriptor " + std::to_string(i) +
+                                 " at " + members_key);
     }
     if (s.members[i] == me_) slot = static_cast<int>(i);
     descs.push_back(std::move(*d));
@@ -246,7 +294,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     auto state = client_.get(keys_.key("state"));
     auto now_s = state ? decode_round_state(state->value) : std::nullopt;
     if (!now_s || now_s->round != s.round || !now_s->final) return std::nullopt;
-    const auto live = live_members();
+    const auto live = live_members(s);
     for (const auto& m : s.members) {
       if (std::find(live.begin(), live.end(), m) == live.end()) return std::nullopt;
     }

@@ -25,7 +25,7 @@ std::optional<EtcdRoundState> decode_round_state(const std::string& json);
 // The keys of one run under <prefix>/<run id>/ (docs/multinode.md, "etcd"):
 //   state, job, closed, node/<lease>           the run's
 //   r<R>/join/<lease>, r<R>/waiting/<lease>,   round R's (join and waiting keys live
-//   r<R>/master                                with their agent's lease)
+//   r<R>/master, r<R>/members                  with their agent's lease)
 //   done/r<R>/<lease>, alldone/r<R>            round R's exit barrier (apart from r<R>/,
 //                                              which the members watch while it runs)
 struct EtcdKeys {

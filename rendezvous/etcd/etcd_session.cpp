@@ -31,19 +31,19 @@ EtcdLook look_at_round(EtcdClient& c, const EtcdKeys& keys, int round,
     return out;
   }
   // Under r<R>/: the members' join keys (each lives with its agent's lease, and a member
-  // that leaves the round deletes its own), late joiners' waiting keys, the master key.
-  std::set<std::string> joined;
+  // that leaves the round deletes its own), late joiners' waiting keys. Counts (no key in
+  // the answers); the join keys themselves only when fewer than the members are there.
+  out.waiting = static_cast<int>(c.count(keys.rkey(round, "waiting/")));
   const std::string join_prefix = keys.rkey(round, "join/");
-  const std::string waiting_prefix = keys.rkey(round, "waiting/");
-  for (const auto& n : c.get_prefix(keys.rkey(round, ""), true)) {
-    if (n.key.rfind(waiting_prefix, 0) == 0) ++out.waiting;
-    if (n.key.rfind(join_prefix, 0) == 0) joined.insert(key_leaf(n.key));
-  }
-  for (const auto& m : members) {
-    if (!joined.count(m) && !c.get(keys.done_key(round, m))) {
-      out.reason = "a node of round " + std::to_string(round) + " (lease " + m +
-                   ") left or its lease expired";
-      return out;
+  if (c.count(join_prefix) < static_cast<std::int64_t>(members.size())) {
+    std::set<std::string> joined;
+    for (const auto& n : c.get_prefix(join_prefix, true)) joined.insert(key_leaf(n.key));
+    for (const auto& m : members) {
+      if (!joined.count(m) && !c.get(keys.done_key(round, m))) {
+        out.reason = "a node of round " + std::to_string(round) + " (lease " + m +
+                     ") left or its lease expired";
+        return out;
+      }
     }
   }
   if (out.waiting > 0) {
