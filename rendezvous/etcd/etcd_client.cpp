@@ -68,12 +68,16 @@ struct EtcdClient::Impl {
                             " without a JSON answer (is this an etcd v3 client URL?)"};
     }
     if (j.contains("error")) {
-      const std::int64_t code = etcd_number(j, "code");
-      std::string msg = etcd_text(j, "message");
+      // A unary call's error is {"error": "...", "code": N, "message": "..."}; a streamed
+      // one's (lease keepalive) {"error": {"grpc_code": N, "message": "...", ...}}.
+      const json& e = j["error"].is_object() ? j["error"] : j;
+      const std::int64_t code = etcd_number(e, e.contains("grpc_code") ? "grpc_code" : "code");
+      std::string msg = etcd_text(e, "message");
       if (msg.empty()) msg = etcd_text(j, "error");
-      // gRPC Unavailable (14), DeadlineExceeded (4), Unknown (2, "leader changed"):
-      // this member cannot serve now; another may.
-      if (code == 14 || code == 4 || code == 2) throw EtcdUnreachable{msg};
+      if (msg.empty()) msg = j["error"].dump();
+      // gRPC Unavailable (14), DeadlineExceeded (4), Unknown (2, "leader changed"),
+      // Canceled (1, the member gave up on it): this member cannot serve now; another may.
+      if (code == 14 || code == 4 || code == 2 || code == 1) throw EtcdUnreachable{msg};
       throw EtcdError(path + " failed: " + msg);
     }
     return j;
@@ -133,6 +137,35 @@ std::vector<EtcdKv> EtcdClient::get_prefix(const std::string& prefix, bool keys_
     for (const auto& kv : r["kvs"]) out.push_back(decode_etcd_kv(kv));
   }
   return out;
+}
+
+std::int64_t EtcdClient::count(const std::string& prefix) {
+  const json body = {{"key", base64_encode(prefix)},
+                     {"range_end", base64_encode(etcd_prefix_end(prefix))},
+                     {"count_only", true}};
+  return etcd_number(impl_->call("/v3/kv/range", body), "count");
+}
+
+std::optional<EtcdKv> EtcdClient::oldest(const std::string& prefix, std::int64_t* count) {
+  return first_by_creation(prefix, "ASCEND", count);
+}
+
+std::optional<EtcdKv> EtcdClient::newest(const std::string& prefix, std::int64_t* count) {
+  return first_by_creation(prefix, "DESCEND", count);
+}
+
+std::optional<EtcdKv> EtcdClient::first_by_creation(const std::string& prefix, const char* order,
+                                                    std::int64_t* count) {
+  const json body = {{"key", base64_encode(prefix)},
+                     {"range_end", base64_encode(etcd_prefix_end(prefix))},
+                     {"keys_only", true},
+                     {"limit", "1"},
+                     {"sort_order", order},
+                     {"sort_target", "CREATE"}};
+  json r = impl_->call("/v3/kv/range", body);
+  if (count) *count = r.contains("count") ? etcd_number(r, "count") : 0;
+  if (!r.contains("kvs") || r["kvs"].empty()) return std::nullopt;
+  return decode_etcd_kv(r["kvs"][0]);
 }
 
 std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease) {

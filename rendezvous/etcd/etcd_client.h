@@ -41,6 +41,13 @@ class EtcdClient {
   // `revision` receives the store revision of the answer.
   std::vector<EtcdKv> get_prefix(const std::string& prefix, bool keys_only = false,
                                  std::int64_t* revision = nullptr);
+  // How many keys there are under `prefix` (none in the answer).
+  std::int64_t count(const std::string& prefix);
+  // The key under `prefix` created first (keys only: no value) and, in `count`, how many
+  // keys there are: one answer of one key however many there are (etcd sorts).
+  std::optional<EtcdKv> oldest(const std::string& prefix, std::int64_t* count = nullptr);
+  // The same for the key created last.
+  std::optional<EtcdKv> newest(const std::string& prefix, std::int64_t* count = nullptr);
   std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
   // Deletes `key` (or every key under it with `prefix`); the number deleted.
   std::int64_t del(const std::string& key, bool prefix = false);
@@ -62,6 +69,9 @@ class EtcdClient {
   std::string where() const;
 
  private:
+  std::optional<EtcdKv> first_by_creation(const std::string& prefix, const char* order,
+                                          std::int64_t* count);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -28,7 +28,7 @@ EtcdRendezvous::EtcdRendezvous(Config config)
     : config_(with_clock(std::move(config))),
       keys_{config_.prefix + "/" + config_.round.run_id + "/"},
       client_(options_with(&interrupted_)),
-      watch_(options_with(&interrupted_), keys_.base),
+      watch_(options_with(&interrupted_), keys_.key("state")),
       session_(
           EtcdSession::Settings{config_.etcd, keys_, where(), config_.round.keep_alive_interval,
                                 config_.round.keep_alive_max_attempt, config_.recheck_interval}) {}
@@ -51,13 +51,13 @@ void EtcdRendezvous::throw_if_stopped() {
   }
 }
 
-void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point until) {
+void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point until, bool burst) {
   // The safety net: re-read at least every recheck_interval even without an event. The
   // watch waits real time: `until` (on the injected clock) becomes a real deadline.
   until = std::min(until, now() + config_.recheck_interval);
   const auto real_until = Clock::now() + (until - now());
   try {
-    if (watch_.wait(revision, real_until).changed()) {
+    if (watch_.wait(revision, real_until).changed() && burst) {
       settle(interrupted_, real_until, session_.nodes_seen());
     }
   } catch (const RendezvousInterruptedError&) {
@@ -110,22 +110,41 @@ bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   const int round = r->round;
   const std::vector<std::string>& members = r->members;
   const auto deadline = now() + timeout;
-  client_.put(keys_.rkey(round, "done/" + me_), "1");
-  for (;;) {
-    std::set<std::string> live, done;
+  session_.finish_round();
+  client_.put(keys_.done_key(round, me_), "1");
+  // Every member counts the done keys once. The one whose key completes the count (the
+  // newest key: of the nodes that see the count complete, it alone) writes alldone/r<R>;
+  // the others watch that one key (one event each, not one per member), and look at
+  // every key only when the safety net wakes them (a member that died never writes its
+  // done key).
+  const std::string all_done = keys_.all_done_key(round);
+  std::int64_t count = 0;
+  const auto newest = client_.newest(keys_.done_prefix(round), &count);
+  if (count >= static_cast<std::int64_t>(members.size())) {
+    if (newest && key_leaf(newest->key) == me_) client_.put(all_done, "1");
+    return true;
+  }
+  watch_.set_prefix(all_done);
+  for (bool look = false;; look = true) {
     std::int64_t revision = 0;
-    for (const auto& n : client_.get_prefix(keys_.key("node/"), true, &revision)) {
-      live.insert(key_leaf(n.key));
-    }
-    for (const auto& n : client_.get_prefix(keys_.rkey(round, "done/"), true))
-      done.insert(key_leaf(n.key));
-    if (std::all_of(members.begin(), members.end(),
-                    [&](const auto& m) { return done.count(m) || !live.count(m); })) {
-      return true;
+    if (client_.get(all_done, &revision)) return true;
+    if (look) {
+      std::set<std::string> live, done;
+      for (const auto& n : client_.get_prefix(keys_.key("node/"), true)) {
+        live.insert(key_leaf(n.key));
+      }
+      for (const auto& n : client_.get_prefix(keys_.done_prefix(round), true)) {
+        done.insert(key_leaf(n.key));
+      }
+      if (std::all_of(members.begin(), members.end(),
+                      [&](const auto& m) { return done.count(m) || !live.count(m); })) {
+        client_.put(all_done, "1");
+        return true;
+      }
     }
     if (now() >= deadline || interrupted_.load()) return false;
     try {
-      wait_for_change(revision, deadline);
+      wait_for_change(revision, deadline, /*burst=*/false);
     } catch (const RendezvousInterruptedError&) {
       return false;
     }

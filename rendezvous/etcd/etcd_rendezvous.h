@@ -62,21 +62,28 @@ class EtcdRendezvous final : public RendezvousHandler {
   Clock::time_point now() const { return config_.round.now(); }
   EtcdOptions options_with(const std::atomic<bool>* cancel) const;
   void throw_if_stopped();
-  // Blocks until a key of the run changes after `revision`, `until`, or recheck_interval
-  // (the safety net); RendezvousInterruptedError on interrupt().
-  void wait_for_change(std::int64_t revision, Clock::time_point until);
+  // Blocks until a key watch_ watches changes after `revision`, `until`, or
+  // recheck_interval (the safety net); with `burst`, lets a burst of changes end first
+  // (settle()). RendezvousInterruptedError on interrupt().
+  void wait_for_change(std::int64_t revision, Clock::time_point until, bool burst);
 
   void ensure_lease();  // the session's lease (again when it expired) and the descriptor
   void check_same_job();
   void check_closed();
-  std::vector<std::string> live_members();  // lease ids with a descriptor
+  // The members of final round `s` whose join key is there (lease ids).
+  std::vector<std::string> live_members(const EtcdRoundState& s);
+  // CAS of the state (at `state_revision`) to the final `next`, with the members'
+  // descriptors in r<R>/members; nothing when a member's descriptor is gone.
+  void close_round(const EtcdRoundState& next, std::int64_t state_revision);
+  // A member of the final round `s`: its ranks and the workers' store (the descriptors
+  // from r<R>/members); nullopt when the round moved on meanwhile.
   std::optional<RendezvousInfo> formed(const EtcdRoundState& s, Clock::time_point deadline);
   void log_progress(const EtcdRoundState& s, Clock::time_point deadline);
 
   Config config_;
   EtcdKeys keys_;      // under <prefix>/<run id>/
   EtcdClient client_;  // the agent thread's
-  EtcdWatch watch_;    // the agent thread's: every key under keys_.base
+  EtcdWatch watch_;    // the agent thread's: the state key, or what it waits for now
   EtcdSession session_;
   WorkersStore workers_store_;
 

@@ -75,14 +75,17 @@ JoinStep next_join_step(const JoinView& v) {
   }
   // A joining round: its joiners are the r<R>/join/<lease> keys, in the order they were
   // created; each lives with its agent's lease, so one gone is gone from here.
-  const auto at = std::find(v.joins.begin(), v.joins.end(), v.me);
-  if (at == v.joins.end()) {
+  if (!v.joined) {
     out.kind = JoinStep::kAddJoin;
     return out;
   }
+  // Only the oldest joiner decides; the others wait for the state it writes (when it
+  // goes, the next oldest takes over at its next look).
+  if (!v.first) return out;
+  out.watch_joins = true;
   const int n = static_cast<int>(v.joins.size());
   // The first MAX joiners are the round; a later one waits for the next round.
-  if (at - v.joins.begin() < v.max_nodes && n >= v.min_nodes) {
+  if (n >= v.min_nodes) {
     if (n >= v.max_nodes || v.now - v.changed_at >= v.last_call_timeout) {
       out.kind = JoinStep::kClose;
       out.next = {s.round, true, {}};

@@ -30,18 +30,20 @@ EtcdLook look_at_round(EtcdClient& c, const EtcdKeys& keys, int round,
                  (s ? std::to_string(s->round) : std::string("?"));
     return out;
   }
-  std::set<std::string> live, done;
-  for (const auto& n : c.get_prefix(keys.key("node/"), true)) live.insert(key_leaf(n.key));
-  const std::string waiting_prefix = keys.rkey(round, "waiting/");
-  for (const auto& n : c.get_prefix(keys.rkey(round, ""), true)) {
-    if (n.key.rfind(waiting_prefix, 0) == 0) ++out.waiting;
-    if (n.key.rfind(keys.rkey(round, "done/"), 0) == 0) done.insert(key_leaf(n.key));
-  }
-  for (const auto& m : members) {
-    if (!live.count(m) && !done.count(m)) {
-      out.reason = "a node of round " + std::to_string(round) + " (lease " + m +
-                   ") left or its lease expired";
-      return out;
+  // Under r<R>/: the members' join keys (each lives with its agent's lease, and a member
+  // that leaves the round deletes its own), late joiners' waiting keys. Counts (no key in
+  // the answers); the join keys themselves only when fewer than the members are there.
+  out.waiting = static_cast<int>(c.count(keys.rkey(round, "waiting/")));
+  const std::string join_prefix = keys.rkey(round, "join/");
+  if (c.count(join_prefix) < static_cast<std::int64_t>(members.size())) {
+    std::set<std::string> joined;
+    for (const auto& n : c.get_prefix(join_prefix, true)) joined.insert(key_leaf(n.key));
+    for (const auto& m : members) {
+      if (!joined.count(m) && !c.get(keys.done_key(round, m))) {
+        out.reason = "a node of round " + std::to_string(round) + " (lease " + m +
+                     ") left or its lease expired";
+        return out;
+      }
     }
   }
   if (out.waiting > 0) {
@@ -97,11 +99,17 @@ bool EtcdSession::ensure_lease(EtcdClient& client) {
 void EtcdSession::enter_round(int round, std::vector<std::string> members) {
   std::lock_guard lock(mu_);
   in_round_ = true;
+  finishing_ = false;
   round_ = round;
   members_ = std::move(members);
   reason_.clear();
   waiting_ = 0;
   cv_.notify_all();  // the background thread starts watching the round
+}
+
+void EtcdSession::finish_round() {
+  std::lock_guard lock(mu_);
+  finishing_ = true;
 }
 
 int EtcdSession::leave_round() {
@@ -166,7 +174,7 @@ void EtcdSession::background() {
       std::vector<std::string> members;
       {
         std::lock_guard lock(mu_);
-        in_round = in_round_ && reason_.empty();
+        in_round = in_round_ && reason_.empty() && !finishing_;
         round = round_;
         members = members_;
       }
@@ -174,7 +182,7 @@ void EtcdSession::background() {
       if (in_round) {
         EtcdLook l = look_at_round(*client_, s_.keys, round, members);
         std::lock_guard lock(mu_);
-        if (in_round_ && round_ == round) {
+        if (in_round_ && round_ == round && !finishing_) {
           waiting_ = l.waiting;
           if (reason_.empty()) reason_ = l.reason;
           if (reason_.empty()) revision = l.revision;
@@ -182,13 +190,18 @@ void EtcdSession::background() {
       }
       const auto until = std::min(next_keepalive, Clock::now() + s_.recheck_interval);
       if (revision >= 0) {
-        // Look again as soon as any key of the run changes (a late joiner's waiting key,
-        // a member's descriptor gone with its lease, the state), or the safety net.
+        // Look again as soon as a key of the round changes (a late joiner's waiting key, a
+        // member's join key gone with its lease or deleted as it left), or the safety net
+        // (which also reads the state). Not the run's other keys: exit-barrier keys and
+        // descriptors change once per node, and would wake every node N times.
+        watch_.set_prefix(s_.keys.rkey(round, ""));
         if (watch_.wait(revision, until).changed()) settle(stop_, until, nodes_seen_.load());
       } else {
         // No round to watch: until the keepalive is due or a round forms.
         std::unique_lock lock(mu_);
-        cv_.wait_until(lock, until, [&] { return stop_.load() || (in_round_ && reason_.empty()); });
+        cv_.wait_until(lock, until, [&] {
+          return stop_.load() || (in_round_ && reason_.empty() && !finishing_);
+        });
       }
     } catch (const RendezvousInterruptedError&) {
       return;  // stop_

@@ -64,6 +64,9 @@ class EtcdSession {
 
   // Watch `round` of `members` (this node is one of them) until leave_round().
   void enter_round(int round, std::vector<std::string> members);
+  // This node is at the round's exit barrier: stop watching the round (the members'
+  // leaving is expected now; the barrier watches it).
+  void finish_round();
   // Stops watching; the round left, or -1. Throws RendezvousConnectionError once the
   // background thread lost etcd.
   int leave_round();
@@ -102,6 +105,7 @@ class EtcdSession {
   std::condition_variable cv_;
   std::string me_;  // lease id in hex
   bool in_round_ = false;
+  bool finishing_ = false;  // finish_round()
   int round_ = -1;
   std::vector<std::string> members_;
   std::string reason_;  // the verdict: "" = the round goes on

@@ -39,7 +39,7 @@ struct EtcdWatch::Impl {
   }
 
   EtcdConnection conn;
-  const std::string prefix;
+  std::string prefix;
   std::atomic<bool> cancelled{false};
 
   // The watch on the open connection.
@@ -208,6 +208,24 @@ EtcdWatch::EtcdWatch(const EtcdOptions& options, std::string prefix)
     : impl_(std::make_unique<Impl>(options, std::move(prefix))) {}
 
 EtcdWatch::~EtcdWatch() = default;
+
+void EtcdWatch::set_prefix(std::string prefix) {
+  Impl& i = *impl_;
+  if (prefix == i.prefix) return;
+  if (i.reading) {  // let the read in flight complete (aborted) before the parser goes
+    i.conn.close_socket();
+    i.conn.run();
+    i.reading = false;
+  }
+  i.conn.close();
+  i.streaming = false;
+  i.parser.reset();
+  i.partial.clear();
+  i.messages.clear();
+  i.read_error = {};
+  i.next_rev = 0;
+  i.prefix = std::move(prefix);
+}
 
 EtcdWatch::Result EtcdWatch::wait(std::int64_t after, Clock::time_point deadline) {
   return impl_->wait(after, deadline);

@@ -58,6 +58,10 @@ class EtcdWatch {
   // Throws RendezvousInterruptedError once cancelled.
   Result wait(std::int64_t after, Clock::time_point deadline);
 
+  // Watches `prefix` from the next wait() on (after `after`, as ever): the stream of the
+  // old prefix is closed (a new one is opened on the next wait()). On the waiting thread.
+  void set_prefix(std::string prefix);
+
   // Makes a blocked (or the next) wait() throw RendezvousInterruptedError promptly: closes
   // the watch's socket from the waiting thread (posted to its io_context). Sticky.
   void cancel();

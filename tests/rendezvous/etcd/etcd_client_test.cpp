@@ -1,8 +1,9 @@
 // EtcdClient and EtcdWatch against a real etcd (members started per test case; see
 // etcd_cluster.h): the v3 gateway calls, base64 of binary keys and values, transactions,
 // leases, failover past an endpoint that does not answer, and the error when none does;
-// a watch's start revision, its resumption on another member after the one it streams
-// from is killed, a compacted start, and cancel().
+// counts and the keys created first and last; a watch's start revision, its resumption
+// on another member after the one it streams from is killed, a compacted start, a move to
+// another prefix, and cancel().
 #include "rendezvous/etcd/etcd_client.h"
 
 #include <catch2/catch.hpp>
@@ -88,6 +89,28 @@ TEST_CASE("EtcdClient against a real etcd: kv, txn, leases, failover", "[etcd]")
   CHECK_FALSE(c.txn({{"/t/c", EtcdCompare::Target::kCreate, 0, {}}}, {{"/t/c", "again", 0}}));
   CHECK(c.txn({{"/t/c", EtcdCompare::Target::kValue, 0, "new"}}, {{"/t/d", "1", 0}}));
   CHECK(c.txn({{"/t/d", EtcdCompare::Target::kVersion, 1, {}}}, {}));
+
+  // Counts and the keys created first and last, one key in each answer (etcd sorts by
+  // creation, not by name: /t/b was created before /t/c and /t/d).
+  std::int64_t count = 0;
+  CHECK(c.count("/t/") == 4);
+  auto first = c.oldest("/t/", &count);
+  REQUIRE(first);
+  CHECK(first->key == "/t/a");
+  CHECK(first->value.empty());
+  CHECK(count == 4);
+  count = 0;
+  auto last = c.newest("/t/", &count);
+  REQUIRE(last);
+  CHECK(last->key == "/t/d");
+  CHECK(count == 4);
+  c.put("/t/0", "later");  // sorts first by name, created last
+  CHECK(c.newest("/t/")->key == "/t/0");
+  CHECK(c.oldest("/t/")->key == "/t/a");
+  CHECK(c.del("/t/0") == 1);
+  CHECK_FALSE(c.oldest("/none/", &count));
+  CHECK(count == 0);
+  CHECK(c.count("/none/") == 0);
 
   CHECK(c.del("/t/d") == 1);
   CHECK(c.del("/t/", /*prefix=*/true) == 3);
@@ -207,12 +230,24 @@ TEST_CASE("EtcdWatch against a real 3-member etcd: start revision, member killed
   REQUIRE(events.size() == 1);
   CHECK(events[0].kv.mod_revision == z);
 
+  // set_prefix(): the watch moves to another prefix (from the revision waited after);
+  // the old one's changes no longer count.
+  w.set_prefix("/v/");
+  const std::int64_t v1 = c.put("/w/ignored", "1");
+  const std::int64_t v2 = c.put("/v/seen", "1");
+  events = collect(w, z, 1);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kv.key == "/v/seen");
+  CHECK(events[0].kv.mod_revision == v2);
+  CHECK(v1 < v2);
+  CHECK_FALSE(w.wait(v2, EtcdWatch::Clock::now() + 300ms).changed());
+
   // cancel() from another thread wakes a blocked wait.
   auto blocked =
-      std::async(std::launch::async, [&] { return w.wait(z, EtcdWatch::Clock::now() + 120s); });
+      std::async(std::launch::async, [&] { return w.wait(v2, EtcdWatch::Clock::now() + 120s); });
   CHECK(blocked.wait_for(200ms) == std::future_status::timeout);
   w.cancel();
   REQUIRE(blocked.wait_for(10s) == std::future_status::ready);
   CHECK_THROWS_AS(blocked.get(), RendezvousInterruptedError);
-  CHECK_THROWS_AS(w.wait(z, EtcdWatch::Clock::now() + 120s), RendezvousInterruptedError);
+  CHECK_THROWS_AS(w.wait(v2, EtcdWatch::Clock::now() + 120s), RendezvousInterruptedError);
 }

@@ -2,6 +2,7 @@
 // decision next_join_step() (one look at the run's keys -> what a joining node does).
 #include "rendezvous/etcd/etcd_round.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 using namespace ddprun::rdzv;
@@ -58,7 +59,7 @@ TEST_CASE("next_join_step: what a joining node does after one look", "[etcd_roun
       {"MIN in, last call running",
        S{0, false, {}},
        {},
-       {"a", "me"},
+       {"me", "a"},
        -1,
        400,
        K::kWait,
@@ -67,19 +68,27 @@ TEST_CASE("next_join_step: what a joining node does after one look", "[etcd_roun
       {"MIN in, last call over",
        S{0, false, {}},
        {},
-       {"a", "me"},
+       {"me", "a"},
        -1,
        1000,
        K::kClose,
-       S{0, true, {"a", "me"}}},
+       S{0, true, {"me", "a"}}},
+      {"MIN in, not the oldest joiner: the oldest decides",
+       S{0, false, {}},
+       {},
+       {"a", "me"},
+       -1,
+       5000,
+       K::kWait},
       {"MAX in: close at once",
        S{2, false, {}},
        {},
-       {"a", "me", "b"},
+       {"me", "a", "b"},
        -1,
        0,
        K::kClose,
-       S{2, true, {"a", "me", "b"}}},
+       S{2, true, {"me", "a", "b"}}},
+      {"MAX in, not the oldest joiner", S{2, false, {}}, {}, {"a", "me", "b"}, -1, 0, K::kWait},
       {"beyond MAX: the first MAX close",
        S{0, false, {}},
        {},
@@ -87,14 +96,14 @@ TEST_CASE("next_join_step: what a joining node does after one look", "[etcd_roun
        -1,
        0,
        K::kWait},
-      {"within MAX of more joiners",
+      {"the oldest of more than MAX joiners closes with the first MAX",
        S{0, false, {}},
        {},
-       {"a", "me", "c", "d"},
+       {"me", "b", "c", "d"},
        -1,
        0,
        K::kClose,
-       S{0, true, {"a", "me", "c"}}},
+       S{0, true, {"me", "b", "c"}}},
       {"final, a member, all live",
        S{1, true, {"a", "me"}},
        {"a", "me", "x"},
@@ -140,7 +149,11 @@ TEST_CASE("next_join_step: what a joining node does after one look", "[etcd_roun
     JoinView v;
     v.state = row.state;
     v.live = row.live;
-    v.joins = row.joins;
+    // What the node reads: whether it joined and is the oldest joiner; then (only then)
+    // every join key.
+    v.joined = std::find(row.joins.begin(), row.joins.end(), "me") != row.joins.end();
+    v.first = v.joined && row.joins.front() == "me";
+    if (v.first) v.joins = row.joins;
     v.me = "me";
     v.left_round = row.left_round;
     v.min_nodes = 2;
@@ -152,6 +165,7 @@ TEST_CASE("next_join_step: what a joining node does after one look", "[etcd_roun
     CHECK(step.kind == row.want);
     if (row.next) CHECK(step.next == *row.next);
     if (row.want == K::kWait) {
+      CHECK(step.watch_joins == v.first);  // the oldest joiner watches the joins
       CHECK(step.until == (row.until_ms < 0 ? Clock::time_point::max()
                                             : t0 + std::chrono::milliseconds(row.until_ms)));
     }
