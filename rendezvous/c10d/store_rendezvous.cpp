@@ -172,6 +172,7 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
       if (!broken) {
         watch_.look_now(*store_, false);  // a member left or died: nobody else will come
         broken = watch_.needs_new_round();
+        if (broken) spdlog::warn("{}: exit barrier: {}", where(), watch_.reason());
       }
       const bool past = t >= deadline;
       if ((broken || past) && !hosts_store()) {
@@ -182,6 +183,12 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
         return false;
       }
       if (!broken && !past && t < next_log) continue;
+      if (!hosts_store()) {  // only the host reads every heartbeat
+        spdlog::warn("{}: waiting at the exit barrier: {} of {} nodes done; {} s left", where(),
+                     store_->add(keys::done(round_), 0), nodes_, secs_left(t, deadline));
+        next_log = t + config_.round.progress_interval;
+        continue;
+      }
       // The host keeps the rendezvous store up while a member still runs (leaving now
       // would fail them: their heartbeats would lose the store), and names them.
       std::string pending;
