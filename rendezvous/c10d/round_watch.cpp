@@ -4,13 +4,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "rendezvous/c10d/keys.h"
 #include "store/store.h"
 
 namespace ddprun::rdzv {
 
-RoundWatch::Ms RoundWatch::tick(Ms keep_alive_interval) {
-  return std::min<Ms>(keep_alive_interval, Ms(1000));
+RoundWatch::Ms RoundWatch::tick(Ms keep_alive_interval, int max_nodes) {
+  // 1 s up to 256 nodes, then longer (4 s from 1024 on): what the members ask the store
+  // per second stays within what one store host serves, however loaded.
+  const int scale = std::clamp(max_nodes / 256, 1, 4);
+  return std::min<Ms>(keep_alive_interval, Ms(1000) * scale);
 }
 
 RoundWatch::RoundWatch(Settings settings)
@@ -18,9 +23,9 @@ RoundWatch::RoundWatch(Settings settings)
       // Looks come every tick (at most 1 s) plus a few store round trips: time beyond
       // two ticks between two looks is time the observer was blind.
       liveness_(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
-                2 * tick(settings_.keep_alive_interval)),
+                2 * tick(settings_.keep_alive_interval, settings_.max_nodes)),
       watched_(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
-               2 * tick(settings_.keep_alive_interval)) {}
+               2 * tick(settings_.keep_alive_interval, settings_.max_nodes)) {}
 
 RoundWatch::~RoundWatch() { stop(); }
 
@@ -35,7 +40,7 @@ void RoundWatch::start(std::shared_ptr<store::Store> store, int round, int slot,
     std::lock_guard lock(mu_);
     stop_ = false;
     watched_ = Liveness(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
-                        2 * tick(settings_.keep_alive_interval));
+                        2 * tick(settings_.keep_alive_interval, settings_.max_nodes));
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -158,7 +163,7 @@ std::string RoundWatch::look(store::Store& s, bool count_waiting) {
 }
 
 void RoundWatch::run() {
-  const Ms tick_interval = tick(settings_.keep_alive_interval);
+  const Ms tick_interval = tick(settings_.keep_alive_interval, settings_.max_nodes);
   auto next_beat = settings_.now();
   bool reported = false;
   for (;;) {

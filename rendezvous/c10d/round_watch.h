@@ -44,8 +44,9 @@ class RoundWatch {
   RoundWatch(const RoundWatch&) = delete;
   RoundWatch& operator=(const RoundWatch&) = delete;
 
-  // How often the thread wakes (to beat when due, and to look at the round).
-  static Ms tick(Ms keep_alive_interval);
+  // How often the thread wakes (to beat when due, and to look at the round): at most
+  // keep_alive_interval, 1 s for up to 256 nodes, longer for more (4 s from 1024).
+  static Ms tick(Ms keep_alive_interval, int max_nodes = 1);
   // How many successors one look reads at most (skipping those that are done).
   static constexpr int kLookAhead = 4;
 

@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "rendezvous/c10d/keys.h"
 #include "rendezvous/round_member.h"
 #include "store/store.h"
@@ -17,6 +19,13 @@ using Ms = StoreRendezvous::Ms;
 
 StoreRendezvous::Config with_clock(StoreRendezvous::Config config) {
   if (!config.round.now) config.round.now = [] { return Clock::now(); };
+  // Large clusters wait in longer slices (up to 2 s from 1024 nodes) and log their
+  // progress less often (every 20 s from 1024): 1024 agents polling every 250 ms ask a
+  // store host, starved on a loaded machine, more than it can answer.
+  const int scale = std::clamp(config.round.max_nodes / 128, 1, 8);
+  config.poll_slice =
+      std::max(config.poll_slice, std::min<Ms>(config.poll_slice * scale, Ms(2000)));
+  config.round.progress_interval *= std::clamp(config.round.max_nodes / 256, 1, 4);
   return config;
 }
 
@@ -152,7 +161,7 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
     store_->set(keys::heartbeat(round_, slot_), keys::kDone);
     RoundWatch::count_out(*store_, round_, slot_);
     if (store_->add(keys::done(round_), 1) >= nodes_) store_->set(keys::exit_all(round_), "1");
-    const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval);
+    const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
     auto next_look = now() + tick;
     auto next_log = now() + config_.round.progress_interval;
     bool broken = false;

@@ -169,7 +169,7 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
   auto next_log = now() + config_.round.progress_interval;
   // The counter, the closed flag and the previous round are looked at once per tick,
   // not every slice: a waiting agent costs the store a few requests a second.
-  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval);
+  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
   auto next_look = now() + tick;
   std::int64_t count = slot + 1;
   for (;;) {
@@ -265,9 +265,10 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
   // idle machine; under load it waits as long as descriptors keep arriving, and gives
   // up only after a heartbeat threshold without a new one (a joiner died in between).
   const std::vector<std::string> node_keys = keys::nodes(r, n);
-  Liveness progress(config_.round.heartbeat_threshold(),
-                    2 * RoundWatch::tick(config_.round.keep_alive_interval));
-  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval);
+  Liveness progress(
+      config_.round.heartbeat_threshold(),
+      2 * RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes));
+  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
   auto next_look = now();
   auto next_beat = now() + config_.round.keep_alive_interval;
   int present = 0;  // descriptors 0..present-1 are there
@@ -350,9 +351,10 @@ StoreRendezvous::Await StoreRendezvous::await_key(int r, int slot, const std::st
                                                   int watched, Clock::time_point deadline) {
   // Looks at least once, even when `deadline` has already passed (a thread that was
   // stopped or starved, or an injected clock that jumped, must not give up unseen).
-  Liveness progress(config_.round.heartbeat_threshold(),
-                    2 * RoundWatch::tick(config_.round.keep_alive_interval));
-  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval);
+  Liveness progress(
+      config_.round.heartbeat_threshold(),
+      2 * RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes));
+  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
   auto next_look = now();
   auto next_beat = now() + config_.round.keep_alive_interval;
   for (;;) {
