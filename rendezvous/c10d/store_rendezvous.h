@@ -144,7 +144,10 @@ class StoreRendezvous final : public RendezvousHandler {
   // until every slot is out, so that each node refuses alike. Throws
   // RendezvousStateError(where: why).
   [[noreturn]] void refuse_round(int r, int slot, int n, const std::string& why);
-  // Group rank 0: makes the round's workers' store ready and publishes where it is.
+  // Group rank 0: makes the round's workers' store ready (emptied: no worker of this
+  // attempt sees a key of an earlier one); its address as r<r>/master holds it.
+  std::string workers_store_address();
+  // Group rank 0: workers_store_address(), published with the round hint.
   void publish_workers_store(int r);
   void enter_round(int r, int slot, int n, const RendezvousInfo& info);
   // Its heartbeat says "left" (nobody waits for it), the round's reason (unless an

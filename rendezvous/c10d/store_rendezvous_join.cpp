@@ -121,7 +121,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
   info.round = r;
   info.use_agent_store = config_.round.agent_store;
   if (info.group_rank == 0) {
-    publish_workers_store(r);
+    if (slot != 0) publish_workers_store(r);  // the leader published it with the plans
   } else {
     workers_store_.stop();  // another node hosts this round's workers' store
   }
@@ -279,26 +279,25 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
     if (chunk > 1 && store_->check(std::vector<std::string>(node_keys.begin() + present,
                                                             node_keys.begin() + present + chunk))) {
       present += chunk;
-      continue;
-    }
-    if (store_->wait_for({node_keys[static_cast<std::size_t>(present)]}, config_.poll_slice)) {
+    } else if (store_->wait_for({node_keys[static_cast<std::size_t>(present)]},
+                                config_.poll_slice)) {
       ++present;
-      continue;
     }
     throw_if_stopped();
+    // Beat and judge the progress by the clock, also while descriptors trickle in.
     const auto t = now();
     if (t >= next_beat) {
       store_->add(keys::heartbeat(r, 0), 1);
       next_beat = t + config_.round.keep_alive_interval;
     }
-    if (t >= next_look) {
+    if (present < n && t >= next_look) {
       next_look = t + tick;
       if (progress.observe(0, {std::to_string(present)}, t).front() == Member::kDead) {
         stalled = true;
         break;
       }
     }
-    if (t >= deadline) {
+    if (present < n && t >= deadline) {
       stalled = true;
       break;
     }
@@ -342,6 +341,15 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
     if (!plan.note.empty()) {
       rank_keys.push_back(keys::note(r));
       values.push_back(plan.note);
+    }
+    if (plan.slots[0].group_rank == 0) {
+      // The leader is group rank 0 (the usual case: the store's host joins first and is
+      // first in the automatic order): the workers' store goes out with the plans, and
+      // the members' wait for it ends at once.
+      rank_keys.push_back(keys::master(r));
+      values.push_back(workers_store_address());
+      rank_keys.push_back(keys::kRound);
+      values.push_back(std::to_string(r));
     }
   }
   store_->multi_set(rank_keys, values);
@@ -388,13 +396,16 @@ void StoreRendezvous::refuse_round(int r, int slot, int n, const std::string& wh
   throw RendezvousStateError(where() + ": " + why);
 }
 
-void StoreRendezvous::publish_workers_store(int r) {
+std::string StoreRendezvous::workers_store_address() {
   const bool shared = config_.round.agent_store && config_.shared_store_port > 0;
   const std::string addr = shared ? config_.shared_store_addr : config_.round.advertise_addr;
   const std::uint16_t port = workers_store_port(
       config_.round, workers_store_, config_.shared_store_port, clear_worker_keys_, where());
-  store_->set(keys::master(r), encode_workers_store(addr, port));
-  store_->set(keys::kRound, std::to_string(r));
+  return encode_workers_store(addr, port);
+}
+
+void StoreRendezvous::publish_workers_store(int r) {
+  store_->multi_set({keys::master(r), keys::kRound}, {workers_store_address(), std::to_string(r)});
 }
 
 void StoreRendezvous::enter_round(int r, int slot, int n, const RendezvousInfo& info) {
