@@ -166,6 +166,13 @@ void RoundWatch::run() {
   const Ms tick_interval = tick(settings_.keep_alive_interval, settings_.max_nodes);
   auto next_beat = settings_.now();
   bool reported = false;
+  if (nodes_ > 64) {
+    // A large round's members enter it at the same moment: spread their first looks
+    // over one tick (by slot), not all at once on the store host busy starting the
+    // workers. Each beat during the join, so no one is late.
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, tick_interval * (slot_ % 16) / 16, [&] { return stop_; })) return;
+  }
   for (;;) {
     try {
       auto now = settings_.now();
