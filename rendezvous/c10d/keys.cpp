@@ -34,6 +34,15 @@ std::string heartbeat(int round, int slot) { return slot_key(round, "hb", slot);
 std::string final_size(int round) { return round_key(round, "final"); }
 std::string master(int round) { return round_key(round, "master"); }
 std::string exit_seen(int round) { return round_key(round, "exit_seen"); }
+std::string rank(int round, int slot) { return slot_key(round, "rank", slot); }
+std::string refused(int round) { return round_key(round, "refused"); }
+std::string note(int round) { return round_key(round, "note"); }
+std::string broken(int round) { return round_key(round, "broken"); }
+std::string gone(int round, int slot) { return slot_key(round, "gone", slot); }
+std::string out(int round) { return round_key(round, "out"); }
+std::string done(int round) { return round_key(round, "done"); }
+std::string exit_all(int round) { return round_key(round, "exit"); }
+std::vector<std::string> ranks(int round, int n) { return slot_keys(round, "rank", n); }
 std::vector<std::string> nodes(int round, int n) { return slot_keys(round, "node", n); }
 std::vector<std::string> heartbeats(int round, int n) { return slot_keys(round, "hb", n); }
 

@@ -16,7 +16,18 @@
 //   r<r>/node/<slot>       descriptor JSON of the agent holding the slot (round_codec.h)
 //   r<r>/hb/<slot>         heartbeat: ADD counter, or "left" / "done"
 //   r<r>/final             node count N of the formed round (CAS from "")
+//   r<r>/rank/<slot>       the round leader's (slot 0's) answer for the slot: its plan
+//                          (round_plan.h), or "!" = see refused / broken
+//   r<r>/refused           why round r cannot run: every member throws this text
+//   r<r>/note              the "--node-rank ignored" reason, when the plan has one
 //   r<r>/master            JSON {addr, port} of the workers' store for round r
+//   r<r>/broken            the first reason round r must end (CAS from ""): a member
+//                          left, died, or nodes wait; every member reads this one key
+//   r<r>/gone/<slot>       ADD counter: the first to add (the slot itself, or the node
+//                          that found it dead) counts the slot out
+//   r<r>/out               ADD counter: members counted out (left, done or dead)
+//   r<r>/done              ADD counter: members at the exit barrier
+//   r<r>/exit              set by the member whose arrival made done = N
 //   r<r>/exit_seen         ADD counter: exit-barrier acknowledgements
 
 namespace ddprun::rdzv::keys {
@@ -35,10 +46,22 @@ std::string heartbeat(int round, int slot);
 std::string final_size(int round);
 std::string master(int round);
 std::string exit_seen(int round);
+std::string rank(int round, int slot);
+std::string refused(int round);
+std::string note(int round);
+std::string broken(int round);
+std::string gone(int round, int slot);
+std::string out(int round);
+std::string done(int round);
+std::string exit_all(int round);
 
-// node(round, 0..n-1) and heartbeat(round, 0..n-1).
+// The "see the round-level key" value of r<r>/rank/<slot>.
+inline constexpr const char* kSeeRound = "!";
+
+// node(round, 0..n-1), heartbeat(round, 0..n-1) and rank(round, 0..n-1).
 std::vector<std::string> nodes(int round, int n);
 std::vector<std::string> heartbeats(int round, int n);
+std::vector<std::string> ranks(int round, int n);
 
 // A count or round number read back from `key`: a decimal integer >= 0. Throws
 // RendezvousStateError ("corrupt rendezvous key <key> = '<value>'") otherwise.

@@ -1,16 +1,21 @@
 // round_watch.cpp: RoundWatch (round_watch.h): the heartbeat thread, its looks at the
-// round and the next round's joiners, and the verdict it keeps.
+// successor, the round's broken key and the next round's joiners, and the verdict.
 #include "rendezvous/c10d/round_watch.h"
 
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "rendezvous/c10d/keys.h"
 #include "store/store.h"
 
 namespace ddprun::rdzv {
 
-RoundWatch::Ms RoundWatch::tick(Ms keep_alive_interval) {
-  return std::min<Ms>(keep_alive_interval, Ms(1000));
+RoundWatch::Ms RoundWatch::tick(Ms keep_alive_interval, int max_nodes) {
+  // 1 s up to 256 nodes, then longer (4 s from 1024 on): what the members ask the store
+  // per second stays within what one store host serves, however loaded.
+  const int scale = std::clamp(max_nodes / 256, 1, 4);
+  return std::min<Ms>(keep_alive_interval, Ms(1000) * scale);
 }
 
 RoundWatch::RoundWatch(Settings settings)
@@ -18,20 +23,24 @@ RoundWatch::RoundWatch(Settings settings)
       // Looks come every tick (at most 1 s) plus a few store round trips: time beyond
       // two ticks between two looks is time the observer was blind.
       liveness_(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
-                2 * tick(settings_.keep_alive_interval)) {}
+                2 * tick(settings_.keep_alive_interval, settings_.max_nodes)),
+      watched_(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
+               2 * tick(settings_.keep_alive_interval, settings_.max_nodes)) {}
 
 RoundWatch::~RoundWatch() { stop(); }
 
-void RoundWatch::start(std::shared_ptr<store::Store> store, int round, int slot,
-                       std::vector<NodeDesc> members) {
+void RoundWatch::start(std::shared_ptr<store::Store> store, int round, int slot, int nodes) {
   stop();
   store_ = std::move(store);
   round_ = round;
   slot_ = slot;
-  members_ = std::move(members);
+  nodes_ = nodes;
+  successor_ = nodes > 0 ? (slot + 1) % nodes : slot;
   {
     std::lock_guard lock(mu_);
     stop_ = false;
+    watched_ = Liveness(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
+                        2 * tick(settings_.keep_alive_interval, settings_.max_nodes));
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -70,45 +79,100 @@ std::vector<Member> RoundWatch::observe(int round, const std::vector<std::string
   return liveness_.observe(round, values, asked);
 }
 
-void RoundWatch::look_now(store::Store& store) { look(store); }
-
-std::string RoundWatch::look(store::Store& s) {
-  const int n = static_cast<int>(members_.size());
-  const auto asked = settings_.now();
-  auto values = s.multi_get(keys::heartbeats(round_, n));
-  int waiting = static_cast<int>(s.add(keys::joined(round_ + 1), 0));
-  std::string reason;
-  std::lock_guard lock(mu_);
-  auto members = liveness_.observe(round_, values, asked);
-  for (int i = 0; i < n && reason.empty(); ++i) {
-    if (i == slot_) continue;
-    const auto& d = members_[static_cast<std::size_t>(i)];
-    if (members[static_cast<std::size_t>(i)] == Member::kLeft) {
-      reason = "node " + d.label() + " left round " + std::to_string(round_);
-    } else if (members[static_cast<std::size_t>(i)] == Member::kDead) {
-      reason =
-          "node " + d.label() + " missed its heartbeats for " +
-          std::to_string(static_cast<double>(liveness_.threshold().count()) / 1000.0).substr(0, 5) +
-          " s";
-    }
+std::string RoundWatch::member_label(store::Store& s, int round, int slot) {
+  const std::string key = keys::node(round, slot);
+  if (s.check({key})) {
+    if (std::optional<NodeDesc> d = decode_node_desc(s.get(key), slot)) return d->label();
   }
+  return "in slot " + std::to_string(slot);
+}
+
+void RoundWatch::count_out(store::Store& s, int round, int slot) {
+  if (s.add(keys::gone(round, slot), 1) == 1) s.add(keys::out(round), 1);
+}
+
+std::string RoundWatch::break_round(store::Store& s, int round, const std::string& why) {
+  return s.compare_set(keys::broken(round), "", why);
+}
+
+void RoundWatch::look_now(store::Store& store, bool count_waiting) { look(store, count_waiting); }
+
+std::string RoundWatch::look_at_successors(store::Store& s) {
+  // The successors from successor_ on, this node excluded: the first that is not done
+  // is the one watched; "left" or a silent heartbeat is the reason.
+  for (;;) {
+    if (successor_ == slot_) return {};  // everyone else is done
+    std::vector<int> slots;
+    for (int i = successor_; static_cast<int>(slots.size()) < kLookAhead && i != slot_;
+         i = (i + 1) % nodes_) {
+      slots.push_back(i);
+    }
+    std::vector<std::string> ks;
+    for (int i : slots) ks.push_back(keys::heartbeat(round_, i));
+    const auto asked = settings_.now();
+    const std::vector<std::string> values = s.multi_get(ks);
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      const int watched = slots[k];
+      if (values[k] == keys::kDone) {
+        successor_ = (watched + 1) % nodes_;
+        continue;
+      }
+      Member m = Member::kAlive;
+      {
+        std::lock_guard lock(mu_);
+        m = watched_.observe(watched, {values[k]}, asked).front();
+      }
+      if (m == Member::kLeft) {
+        return "node " + member_label(s, round_, watched) + " left round " + std::to_string(round_);
+      }
+      if (m == Member::kDead) {
+        count_out(s, round_, watched);
+        const double secs =
+            static_cast<double>(
+                (settings_.keep_alive_interval * settings_.keep_alive_max_attempt).count()) /
+            1000.0;
+        return "node " + member_label(s, round_, watched) + " missed its heartbeats for " +
+               std::to_string(secs).substr(0, 5) + " s";
+      }
+      return {};
+    }
+    // kLookAhead members done: look further at once (each is skipped only once).
+  }
+}
+
+std::string RoundWatch::look(store::Store& s, bool count_waiting) {
+  std::lock_guard looking(look_mu_);  // the thread's and the owner's looks, one at a time
+  std::string reason;
+  if (s.check({keys::broken(round_)})) reason = s.get(keys::broken(round_));
+  const bool known = !reason.empty();
+  if (!known) reason = look_at_successors(s);
+  const int waiting = static_cast<int>(s.add(keys::joined(round_ + 1), 0));
   // A waiting node only forces a new round when the round has room for it.
-  int admissible = (n < settings_.max_nodes || !reason.empty()) ? waiting : 0;
-  waiting_.store(admissible);
-  if (reason.empty() && admissible > 0) {
+  const int admissible = (nodes_ < settings_.max_nodes || !reason.empty()) ? waiting : 0;
+  waiting_.store(count_waiting ? admissible : 0);
+  if (reason.empty() && count_waiting && admissible > 0) {
     reason = std::to_string(waiting) + " node(s) waiting to join";
   }
-  if (!reason.empty()) {
-    if (reason_.empty()) reason_ = reason;
-    needs_new_round_.store(true);
-  }
+  if (reason.empty()) return reason;
+  // Every member reads the one round-level reason: the first writer's.
+  if (!known) reason = break_round(s, round_, reason);
+  std::lock_guard lock(mu_);
+  if (reason_.empty()) reason_ = reason;
+  needs_new_round_.store(true);
   return reason;
 }
 
 void RoundWatch::run() {
-  const Ms tick_interval = tick(settings_.keep_alive_interval);
+  const Ms tick_interval = tick(settings_.keep_alive_interval, settings_.max_nodes);
   auto next_beat = settings_.now();
   bool reported = false;
+  if (nodes_ > 64) {
+    // A large round's members enter it at the same moment: spread their first looks
+    // over one tick (by slot), not all at once on the store host busy starting the
+    // workers. Each beat during the join, so no one is late.
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, tick_interval * (slot_ % 16) / 16, [&] { return stop_; })) return;
+  }
   for (;;) {
     try {
       auto now = settings_.now();
@@ -116,7 +180,7 @@ void RoundWatch::run() {
         store_->add(keys::heartbeat(round_, slot_), 1);
         next_beat = now + settings_.keep_alive_interval;
       }
-      std::string reason = look(*store_);
+      std::string reason = look(*store_, true);
       if (!reason.empty() && !reported) {
         reported = true;
         spdlog::warn("{}: round {}: {}; a new round is needed", settings_.where, round_, reason);

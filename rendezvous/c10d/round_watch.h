@@ -1,8 +1,10 @@
 // round_watch.h: RoundWatch, StoreRendezvous's eye on the round it is in: a thread that
-// beats this node's heartbeat and looks at the members' heartbeats and the next round's
-// joiners, and the verdict it keeps (leave the round, with the first reason).
-// Thread-safety: start/stop/look_now/clear from the owner's thread; observe(),
-// needs_new_round(), waiting() and reason() from any thread.
+// beats this node's heartbeat, watches its successor's (slot s watches s+1 mod N, past
+// members that are done: a dead node's nearest live predecessor sees it), reads the
+// round's one r<r>/broken key and the next round's joiners, and keeps the verdict (leave
+// the round, with the first reason). A constant number of store requests per tick,
+// whatever N. Thread-safety: start/stop/look_now/clear from the owner's thread;
+// observe(), needs_new_round(), waiting() and reason() from any thread.
 #pragma once
 
 #include <atomic>
@@ -42,29 +44,44 @@ class RoundWatch {
   RoundWatch(const RoundWatch&) = delete;
   RoundWatch& operator=(const RoundWatch&) = delete;
 
-  // How often the thread wakes (to beat when due, and to look at the others).
-  static Ms tick(Ms keep_alive_interval);
+  // How often the thread wakes (to beat when due, and to look at the round): at most
+  // keep_alive_interval, 1 s for up to 256 nodes, longer for more (4 s from 1024).
+  static Ms tick(Ms keep_alive_interval, int max_nodes = 1);
+  // How many successors one look reads at most (skipping those that are done).
+  static constexpr int kLookAhead = 4;
 
-  // Starts the thread for round `round`, in which this node holds `slot`; `members` are
-  // the round's descriptors by slot. `store` is the thread's own connection. A store
-  // error ends the thread with the verdict "lost the rendezvous store: ...".
-  void start(std::shared_ptr<store::Store> store, int round, int slot,
-             std::vector<NodeDesc> members);
+  // Starts the thread for round `round` of `nodes` members, in which this node holds
+  // `slot`. `store` is the thread's own connection. A store error ends the thread with
+  // the verdict "lost the rendezvous store: ...".
+  void start(std::shared_ptr<store::Store> store, int round, int slot, int nodes);
   // Stops and joins the thread (it beats no more). Idempotent.
   void stop();
 
   // One look now through `store` (the owner's connection), as the thread's looks; for a
-  // verdict that cannot wait for the next tick. Throws store::StoreError.
-  void look_now(store::Store& store);
+  // verdict that cannot wait for the next tick, and for the exit barrier (where nodes
+  // waiting to join do not end the round: `count_waiting` false). Throws
+  // store::StoreError.
+  void look_now(store::Store& store, bool count_waiting = true);
   // The store was lost: the round must be left, for `why`.
   void fail(const std::string& why);
   // A new round begins: no verdict, nobody waiting.
   void clear();
 
-  // The liveness of round `round`'s heartbeat `values`, read at `asked`, as seen
-  // together with every look of the thread (one Liveness per agent).
+  // The liveness of round `round`'s heartbeat `values` (every slot), read at `asked`, as
+  // seen together with the earlier such looks (the exit barrier's host, the joiner
+  // waiting for the previous round to end).
   std::vector<Member> observe(int round, const std::vector<std::string>& values,
                               Clock::time_point asked);
+
+  // How messages name slot `slot` of round `round`: its descriptor's label, read now
+  // (only on the paths that name a node), or "in slot N" when it cannot be read.
+  static std::string member_label(store::Store& s, int round, int slot);
+  // Counts slot `slot` of round `round` out (left, done or dead) once, whoever asks
+  // first (the slot itself, or the node that found it dead).
+  static void count_out(store::Store& s, int round, int slot);
+  // Ends round `round` for every member for `why`, unless an earlier reason did; returns
+  // the round's reason.
+  static std::string break_round(store::Store& s, int round, const std::string& why);
 
   bool needs_new_round() const { return needs_new_round_.load(); }
   // Nodes waiting for the next round that the current one has room for.
@@ -73,21 +90,28 @@ class RoundWatch {
 
  private:
   void run();
-  // One look through `s`: updates liveness, waiting_ and the verdict; returns the
-  // reason for a new round, "" if none.
-  std::string look(store::Store& s);
+  // One look through `s`: updates the successor's liveness, waiting_ and the verdict;
+  // returns the reason for a new round, "" if none.
+  std::string look(store::Store& s, bool count_waiting);
+  // The reason this node found in its successors ("" = none), advancing past those
+  // that are done.
+  std::string look_at_successors(store::Store& s);
 
   const Settings settings_;
   // The round being watched: written by start() before the thread starts.
   int round_ = -1;
   int slot_ = 0;
-  std::vector<NodeDesc> members_;
+  int nodes_ = 0;
+  std::mutex look_mu_;                   // one look at a time (thread, owner)
+  int successor_ = 0;                    // guarded by look_mu_: the slot watched
+                                         // (== slot_: every other member is done)
   std::shared_ptr<store::Store> store_;  // the thread's connection
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;   // guarded by mu_
-  Liveness liveness_;   // guarded by mu_
+  Liveness liveness_;   // guarded by mu_: observe()
+  Liveness watched_;    // guarded by mu_: the successor's heartbeat
   std::string reason_;  // guarded by mu_
   std::thread thread_;
   std::atomic<int> waiting_{0};

@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "rendezvous/c10d/keys.h"
 #include "rendezvous/round_member.h"
 #include "store/store.h"
@@ -17,6 +19,13 @@ using Ms = StoreRendezvous::Ms;
 
 StoreRendezvous::Config with_clock(StoreRendezvous::Config config) {
   if (!config.round.now) config.round.now = [] { return Clock::now(); };
+  // Large clusters wait in longer slices (up to 2 s from 1024 nodes) and log their
+  // progress less often (every 20 s from 1024): 1024 agents polling every 250 ms ask a
+  // store host, starved on a loaded machine, more than it can answer.
+  const int scale = std::clamp(config.round.max_nodes / 128, 1, 8);
+  config.poll_slice =
+      std::max(config.poll_slice, std::min<Ms>(config.poll_slice * scale, Ms(2000)));
+  config.round.progress_interval *= std::clamp(config.round.max_nodes / 256, 1, 4);
   return config;
 }
 
@@ -100,7 +109,7 @@ bool StoreRendezvous::needs_new_round() {
     // The watch thread ADDs to our key; stop it before the key stops being a number.
     watch_.stop();
     try {
-      store_->set(keys::heartbeat(round_, slot_), keys::kLeft);
+      leave_slot(round_, slot_);
     } catch (const std::exception& e) {
       spdlog::debug("{}: could not announce leaving round {}: {}", where(), round_, e.what());
     }
@@ -144,47 +153,79 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   watch_.stop();
   exited_ = true;
   const auto deadline = now() + timeout;
+  // Constant per node: one ADD to arrive, then waits on r<r>/exit (set by whoever
+  // arrives last), and once a tick one look (the round's reason, the successor past
+  // those done: a dead one ends the wait). Only the store's host reads every heartbeat,
+  // for its log line and to know whether anyone still runs.
   try {
     store_->set(keys::heartbeat(round_, slot_), keys::kDone);
-    const auto hb_keys = keys::heartbeats(round_, nodes_);
+    RoundWatch::count_out(*store_, round_, slot_);
+    if (store_->add(keys::done(round_), 1) >= nodes_) store_->set(keys::exit_all(round_), "1");
+    const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
+    auto next_look = now() + tick;
     auto next_log = now() + config_.round.progress_interval;
+    bool broken = false;
     for (;;) {
-      const auto asked = now();
-      std::vector<Member> members = watch_.observe(round_, store_->multi_get(hb_keys), asked);
-      std::string pending;
-      bool any_alive = false;
-      bool all_done = true;
-      for (int s = 0; s < nodes_; ++s) {
-        if (members[static_cast<std::size_t>(s)] != Member::kDone) all_done = false;
-        if (members[static_cast<std::size_t>(s)] == Member::kAlive) {
-          any_alive = true;
-          pending += (pending.empty() ? "" : ", ") + members_[static_cast<std::size_t>(s)].label();
-        }
-      }
-      if (all_done) {
+      if (store_->wait_for({keys::exit_all(round_)}, std::min<Ms>(config_.poll_slice, tick))) {
         acknowledge_exit();
         return true;
       }
-      if (!any_alive) return false;  // the rest left or died: nobody else will come
-      if (now() >= deadline) {
-        if (!hosts_store()) {
-          spdlog::warn("{}: exit barrier timed out waiting for [{}]", where(), pending);
-          return false;
+      if (stop_requested()) return false;
+      const auto t = now();
+      if (t < next_look && t < deadline) continue;
+      next_look = t + tick;
+      if (store_->add(keys::done(round_), 0) >= nodes_) {
+        store_->set(keys::exit_all(round_), "1");  // the last one died before it said so
+        continue;
+      }
+      if (!broken) {
+        watch_.look_now(*store_, false);  // a member left or died: nobody else will come
+        broken = watch_.needs_new_round();
+        if (broken) spdlog::warn("{}: exit barrier: {}", where(), watch_.reason());
+      }
+      const bool past = t >= deadline;
+      if ((broken || past) && !hosts_store()) {
+        if (past && !broken) {
+          spdlog::warn("{}: exit barrier timed out: {} of {} nodes done", where(),
+                       store_->add(keys::done(round_), 0), nodes_);
         }
-        // The rendezvous store lives in this process: leaving now would fail the nodes
-        // that are still running (their heartbeats would lose the store).
-        if (now() >= next_log) {
+        return false;
+      }
+      if (!broken && !past && t < next_log) continue;
+      if (!hosts_store()) {  // only the host reads every heartbeat
+        spdlog::warn("{}: waiting at the exit barrier: {} of {} nodes done; {} s left", where(),
+                     store_->add(keys::done(round_), 0), nodes_, secs_left(t, deadline));
+        next_log = t + config_.round.progress_interval;
+        continue;
+      }
+      // The host keeps the rendezvous store up while a member still runs (leaving now
+      // would fail them: their heartbeats would lose the store), and names them.
+      std::string pending;
+      int alive = 0;
+      if (store_->add(keys::out(round_), 0) < nodes_) {
+        const auto asked = now();
+        const std::vector<Member> members =
+            watch_.observe(round_, store_->multi_get(keys::heartbeats(round_, nodes_)), asked);
+        for (int s = 0; s < nodes_; ++s) {
+          if (members[static_cast<std::size_t>(s)] != Member::kAlive) continue;
+          if (++alive <= 8) {
+            pending += (pending.empty() ? "" : ", ") + RoundWatch::member_label(*store_, round_, s);
+          }
+        }
+        if (alive > 8) pending += ", ... (" + std::to_string(alive) + " in all)";
+      }
+      if (alive == 0 && (broken || past)) return false;  // the rest left or died
+      if (t >= next_log) {
+        if (past) {
           spdlog::warn("{}: keeping the rendezvous store up for the nodes still running: [{}]",
                        where(), pending);
-          next_log = now() + std::max<Ms>(config_.round.progress_interval, Ms(30'000));
+          next_log = t + std::max<Ms>(config_.round.progress_interval, Ms(30'000));
+        } else {
+          spdlog::warn("{}: waiting at the exit barrier for [{}]; {} s left", where(), pending,
+                       secs_left(t, deadline));
+          next_log = t + config_.round.progress_interval;
         }
       }
-      if (now() >= next_log) {
-        spdlog::warn("{}: waiting at the exit barrier for [{}]; {} s left", where(), pending,
-                     secs_left(now(), deadline));
-        next_log = now() + config_.round.progress_interval;
-      }
-      if (!sleep_slice(std::min<Ms>(config_.poll_slice, Ms(100)))) return false;
     }
   } catch (const store::StoreConnectionError& e) {
     // The store host left: it leaves only once no peer is running (or it died, and
@@ -220,7 +261,7 @@ void StoreRendezvous::shutdown() {
   if (in_round_ && !exited_ && store_) {
     try {
       // Peers notice at once, not after a heartbeat threshold.
-      store_->set(keys::heartbeat(round_, slot_), keys::kLeft);
+      leave_slot(round_, slot_);
     } catch (const std::exception&) {
     }
   }

@@ -126,31 +126,34 @@ class StoreRendezvous final : public RendezvousHandler {
   // Closes round r when it may (MAX in, or MIN in for last_call_timeout once round r-1
   // is over) and waits until someone did; returns its node count N.
   int wait_for_final(int r, int slot, Clock::time_point deadline);
-  bool round_retired(int r);
+  // Whether nobody runs in round r any more (every member counted out, or, looked at
+  // by slot 0 of the next round, none of them alive).
+  bool round_retired(int r, int next_slot);
   void log_progress(int r, Clock::time_point deadline, bool retired);
-  // Waits (a heartbeat threshold at most) for the descriptors of slots 0..n-1.
-  bool wait_for_descriptors(int r, int n, Clock::time_point deadline);
-  std::vector<NodeDesc> read_descs(int r, int n);
-  std::vector<int> group_ranks(const std::vector<NodeDesc>& descs);
-  // Ends round r (n nodes) for every node, for `why`: leaves the slot, and the store's
-  // host waits (a heartbeat threshold at most) until every slot left, so that each node
-  // reads its descriptors and refuses alike. Throws RendezvousStateError(why).
+  // The round leader (slot 0): waits for the n descriptors while their count grows,
+  // reads them once and publishes every slot's plan (round_plan.h) in one MULTI_SET, or
+  // the round's refusal / reason to start over.
+  void lead_round(int r, int n, Clock::time_point deadline);
+  // Waits for `key` (beating this slot's heartbeat) while slot `watched`'s heartbeat
+  // moves: kStalled once it stood still for a heartbeat threshold (or at `deadline`),
+  // kLeft when it says "left".
+  enum class Await { kReady, kStalled, kLeft };
+  Await await_key(int r, int slot, const std::string& key, int watched, Clock::time_point deadline);
+  // Ends round r (n nodes) for every node, for `why` (the text every member of the round
+  // throws): leaves the slot, and the store's host waits (a heartbeat threshold at most)
+  // until every slot is out, so that each node refuses alike. Throws
+  // RendezvousStateError(where: why).
   [[noreturn]] void refuse_round(int r, int slot, int n, const std::string& why);
-  // The host of the address the workers get as MASTER_ADDR, group rank 0 being
-  // `group_rank0`: its published address, or the shared store's (static).
-  std::string workers_store_host(const NodeDesc& group_rank0) const;
-  // Group rank 0: makes the round's workers' store ready and publishes where it is.
+  // Group rank 0: makes the round's workers' store ready (emptied: no worker of this
+  // attempt sees a key of an earlier one); its address as r<r>/master holds it.
+  std::string workers_store_address();
+  // Group rank 0: workers_store_address(), published with the round hint.
   void publish_workers_store(int r);
-  // Where round r's workers' store is, once group rank 0 said (beating meanwhile);
-  // nullopt when it did not within a heartbeat threshold.
-  std::optional<Endpoint> await_workers_store(int r, int slot, Clock::time_point deadline);
-  void enter_round(int r, int slot, std::vector<NodeDesc> descs, const RendezvousInfo& info);
-  void leave_slot(int r, int slot);  // its heartbeat says "left": nobody waits for it
-  // Polls in poll_slice steps (at least once) until every key exists (true) or `until`
-  // passes (false), calling `between` after each empty slice. Throws
-  // RendezvousInterruptedError.
-  bool poll_keys(const std::vector<std::string>& keys, Clock::time_point until,
-                 const std::function<void()>& between = {});
+  void enter_round(int r, int slot, int n, const RendezvousInfo& info);
+  // Its heartbeat says "left" (nobody waits for it), the round's reason (unless an
+  // earlier one) that this node left, and the slot counts out of a formed round.
+  void leave_slot(int r, int slot);
+  std::string my_label(int slot) const;  // how messages name this node
 
   // exit_barrier() steps.
   void acknowledge_exit();  // all done: count this node, and the host waits for the rest
@@ -174,7 +177,6 @@ class StoreRendezvous final : public RendezvousHandler {
   int round_ = 0;
   int slot_ = 0;
   int nodes_ = 0;
-  std::vector<NodeDesc> members_;  // by slot
 
   std::mutex mu_;  // with cv_: sleep_slice() and interrupt()
   std::condition_variable cv_;
@@ -186,6 +188,8 @@ class StoreRendezvous final : public RendezvousHandler {
   int restarts_spent_ = 0;         // set_restarts_spent(): this node's descriptor says it
   bool node_rank_warned_ = false;  // c10d: "--node-rank ignored" said once per agent
   bool gloo_warned_ = false;       // "the workers get GLOO_SOCKET_IFNAME" said once
+  // The last scan of the previous round's heartbeats (round_retired, slot 0).
+  std::optional<Clock::time_point> last_scan_;
 };
 
 }  // namespace ddprun::rdzv

@@ -8,10 +8,10 @@
 #include <algorithm>
 
 #include "rendezvous/c10d/keys.h"
+#include "rendezvous/c10d/round_plan.h"
 #include "rendezvous/c10d/store_rendezvous.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/published_address.h"
-#include "rendezvous/rank_assignment.h"
 #include "rendezvous/round_member.h"
 #include "store/store.h"
 
@@ -84,40 +84,63 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
   // Peers start watching our heartbeat as soon as they return; beat now and while
   // waiting below, so a slow finish here never looks like a dead node.
   store_->add(keys::heartbeat(r, slot), 1);
-  if (!wait_for_descriptors(r, n, deadline)) {
-    spdlog::warn("{}: a node of round {} never described itself; starting round {}", where(), r,
-                 r + 1);
+  if (slot == 0) lead_round(r, n, deadline);
+  // This slot's plan, from the round leader (slot 0), while the leader is alive.
+  const Await planned = await_key(r, slot, keys::rank(r, slot), 0, deadline);
+  if (planned != Await::kReady) {
+    spdlog::warn("{}: the leader of round {} ({}) {}; starting round {}", where(), r,
+                 RoundWatch::member_label(*store_, r, 0),
+                 planned == Await::kLeft ? "left it" : "did not assign the ranks", r + 1);
     leave_slot(r, slot);
     return std::nullopt;
   }
-  std::vector<NodeDesc> descs = read_descs(r, n);
-  const std::vector<int> ranks = group_ranks(descs);  // may throw RendezvousStateError
-  RendezvousInfo info = round_layout(descs, ranks, slot);
+  const std::string record = store_->get(keys::rank(r, slot));
+  if (record == keys::kSeeRound) {
+    if (store_->check({keys::refused(r)})) refuse_round(r, slot, n, store_->get(keys::refused(r)));
+    const std::string why =
+        store_->check({keys::broken(r)}) ? store_->get(keys::broken(r)) : "the round was abandoned";
+    spdlog::warn("{}: {}; starting round {}", where(), why, r + 1);
+    leave_slot(r, slot);
+    return std::nullopt;
+  }
+  std::optional<SlotPlan> plan = decode_slot_plan(record);
+  if (!plan) {
+    throw RendezvousStateError(where() + ": corrupt rank assignment for round " +
+                               std::to_string(r) + " slot " + std::to_string(slot) +
+                               " (is a non-ddprun agent using this run id?)");
+  }
+  if (plan->note && !node_rank_warned_) {
+    // c10d, as torchrun (which ignores --node-rank there): say so once per agent.
+    node_rank_warned_ = true;
+    spdlog::warn(
+        "{}: --node-rank ignored: {}; group ranks follow the automatic order instead (the "
+        "rendezvous store's host first, then address, host, pid)",
+        where(), store_->get(keys::note(r)));
+  }
+  RendezvousInfo info = info_of(*plan);
   info.round = r;
   info.use_agent_store = config_.round.agent_store;
-  // A loopback MASTER_ADDR would send remote workers to their own machine. Every node
-  // decides from the same descriptors, before anything is published, so all refuse alike.
-  const auto first = std::find(ranks.begin(), ranks.end(), 0) - ranks.begin();
-  const std::string master_host = workers_store_host(descs[static_cast<std::size_t>(first)]);
-  if (std::string why = loopback_master_error(master_host, descs, ranks); !why.empty()) {
-    refuse_round(r, slot, n, why);
-  }
   if (info.group_rank == 0) {
-    publish_workers_store(r);
+    if (slot != 0) publish_workers_store(r);  // the leader published it with the plans
   } else {
     workers_store_.stop();  // another node hosts this round's workers' store
   }
-  std::optional<Endpoint> master = await_workers_store(r, slot, deadline);
-  if (!master) {
-    const auto host = std::find(ranks.begin(), ranks.end(), 0) - ranks.begin();
+  // Where the workers' store is, once group rank 0 said, while it is alive.
+  const Await published = await_key(r, slot, keys::master(r), plan->rank0_slot, deadline);
+  if (published != Await::kReady) {
     spdlog::warn(
         "{}: group rank 0 ({}) of round {} did not publish the workers' store; starting round {}",
-        where(), descs[static_cast<std::size_t>(host)].label(), r, r + 1);
+        where(), RoundWatch::member_label(*store_, r, plan->rank0_slot), r, r + 1);
     leave_slot(r, slot);
     return std::nullopt;
   }
+  std::optional<Endpoint> master = decode_workers_store(store_->get(keys::master(r)));
+  if (!master) {
+    throw RendezvousStateError(where() + ": corrupt workers' store address for round " +
+                               std::to_string(r));
+  }
   std::string why;
-  info.gloo_socket_ifname = gloo_interface(descs, slot, why);
+  info.gloo_socket_ifname = gloo_interface(elsewhere_descs(*plan), slot, why);
   if (!info.gloo_socket_ifname.empty() && !gloo_warned_) {
     gloo_warned_ = true;
     spdlog::warn("{}: {}: the workers get GLOO_SOCKET_IFNAME={} (set it to choose another)",
@@ -125,7 +148,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
   }
   info.master_addr = master->host;
   info.master_port = static_cast<std::uint16_t>(master->port);
-  enter_round(r, slot, std::move(descs), info);
+  enter_round(r, slot, n, info);
   return info;
 }
 
@@ -144,10 +167,14 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
   std::optional<Clock::time_point> last_call_start;
   bool retired = r == 0;
   auto next_log = now() + config_.round.progress_interval;
+  // The counter, the closed flag and the previous round are looked at once per tick,
+  // not every slice: a waiting agent costs the store a few requests a second.
+  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
+  auto next_look = now() + tick;
   std::int64_t count = slot + 1;
   for (;;) {
     if (count >= config_.round.min_nodes) {
-      if (!retired) retired = round_retired(r - 1);
+      if (!retired) retired = round_retired(r - 1, slot);
       if (retired) {
         if (!last_call_start) last_call_start = now();
         if (count >= config_.round.max_nodes ||
@@ -157,8 +184,14 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
         }
       }
     }
-    if (store_->wait_for({final_key}, config_.poll_slice)) break;
-    throw_if_stopped();
+    for (;;) {
+      if (store_->wait_for({final_key}, config_.poll_slice)) {
+        return keys::parse_count(store_->get(final_key), final_key);
+      }
+      throw_if_stopped();
+      if (now() >= next_look || now() >= deadline) break;
+    }
+    next_look = now() + tick;
     check_closed();
     const auto t = now();
     if (t >= deadline) {
@@ -179,25 +212,39 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
     }
     count = store_->add(keys::joined(r), 0);
   }
-  return keys::parse_count(store_->get(final_key), final_key);
 }
 
-bool StoreRendezvous::round_retired(int r) {
+bool StoreRendezvous::round_retired(int r, int next_slot) {
   if (r < 0) return true;
   if (!store_->check({keys::final_size(r)})) return true;  // never formed: nobody runs in it
   const int n = keys::parse_count(store_->get(keys::final_size(r)), keys::final_size(r));
-  const auto asked = now();
+  // Members count themselves out when they leave or finish, and the node that finds one
+  // dead counts it: one counter read.
+  if (store_->add(keys::out(r), 0) >= n) return true;
+  // A member can die unseen (its watcher died too, or never looked): slot 0 of the next
+  // round looks at every heartbeat once per heartbeat interval, the others (should slot
+  // 0 be gone too) once per four heartbeat thresholds.
+  const auto t = now();
+  const Ms every =
+      next_slot == 0 ? config_.round.keep_alive_interval : 4 * config_.round.heartbeat_threshold();
+  if (last_scan_ && t - *last_scan_ < every) return false;
+  last_scan_ = t;
   const std::vector<Member> members =
-      watch_.observe(r, store_->multi_get(keys::heartbeats(r, n)), asked);
+      watch_.observe(r, store_->multi_get(keys::heartbeats(r, n)), t);
   return std::all_of(members.begin(), members.end(), [](Member m) { return m != Member::kAlive; });
 }
 
 void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retired) {
   const std::int64_t joined = store_->add(keys::joined(r), 0);
-  std::vector<std::string> present;
-  for (int s = 0; s < joined; ++s) {
-    if (store_->check({keys::node(r, s)})) present.push_back(keys::node(r, s));
-    if (present.size() >= 64) break;  // enough for a log line
+  // The first 64 descriptors, for the line: one look when all are there.
+  std::vector<std::string> present =
+      keys::nodes(r, static_cast<int>(std::min<std::int64_t>(joined, 64)));
+  if (!store_->check(present)) {
+    std::vector<std::string> some;
+    for (const auto& k : present) {
+      if (store_->check({k})) some.push_back(k);
+    }
+    present = std::move(some);
   }
   std::vector<NodeDesc> descs;
   for (const auto& v : store_->multi_get(present)) {
@@ -213,113 +260,184 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
   spdlog::warn("{}: {}", where(), progress.line);
 }
 
-bool StoreRendezvous::wait_for_descriptors(int r, int n, Clock::time_point deadline) {
-  // Every participant stores its descriptor right after its ADD, so this is short; a
-  // joiner that died in between gets a heartbeat threshold.
-  return poll_keys(keys::nodes(r, n),
-                   std::min(deadline, now() + config_.round.heartbeat_threshold()));
-}
-
-std::vector<NodeDesc> StoreRendezvous::read_descs(int r, int n) {
-  const std::vector<std::string> values = store_->multi_get(keys::nodes(r, n));
-  std::vector<NodeDesc> out;
-  for (int s = 0; s < n; ++s) {
-    std::optional<NodeDesc> d = decode_node_desc(values[static_cast<std::size_t>(s)], s);
-    if (!d) {
-      throw RendezvousStateError(where() + ": corrupt node descriptor in round " +
-                                 std::to_string(r) + " slot " + std::to_string(s) +
-                                 " (is a non-ddprun agent using this run id?)");
+void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
+  // Every participant stores its descriptor right after its ADD, so this is short on an
+  // idle machine; under load it waits as long as descriptors keep arriving, and gives
+  // up only after a heartbeat threshold without a new one (a joiner died in between).
+  const std::vector<std::string> node_keys = keys::nodes(r, n);
+  Liveness progress(
+      config_.round.heartbeat_threshold(),
+      2 * RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes));
+  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
+  auto next_look = now();
+  auto next_beat = now() + config_.round.keep_alive_interval;
+  int present = 0;  // descriptors 0..present-1 are there
+  bool stalled = false;
+  constexpr int kChunk = 256;
+  while (present < n) {
+    const int chunk = std::min(kChunk, n - present);
+    if (chunk > 1 && store_->check(std::vector<std::string>(node_keys.begin() + present,
+                                                            node_keys.begin() + present + chunk))) {
+      present += chunk;
+    } else if (store_->wait_for({node_keys[static_cast<std::size_t>(present)]},
+                                config_.poll_slice)) {
+      ++present;
     }
-    out.push_back(std::move(*d));
+    throw_if_stopped();
+    // Beat and judge the progress by the clock, also while descriptors trickle in.
+    const auto t = now();
+    if (t >= next_beat) {
+      store_->add(keys::heartbeat(r, 0), 1);
+      next_beat = t + config_.round.keep_alive_interval;
+    }
+    if (present < n && t >= next_look) {
+      next_look = t + tick;
+      if (progress.observe(0, {std::to_string(present)}, t).front() == Member::kDead) {
+        stalled = true;
+        break;
+      }
+    }
+    if (present < n && t >= deadline) {
+      stalled = true;
+      break;
+    }
   }
-  // check_same_job() keeps other jobs out; this is what a merge would have been.
-  check_member_jobs(out, r, config_.round, where());
-  return out;
+  std::vector<std::string> rank_keys = keys::ranks(r, n);
+  std::vector<std::string> values(static_cast<std::size_t>(n), keys::kSeeRound);
+  if (stalled) {
+    // Every member starts over with this line.
+    rank_keys.push_back(keys::broken(r));
+    values.push_back("a node of round " + std::to_string(r) + " never described itself");
+    store_->multi_set(rank_keys, values);
+    return;
+  }
+  const std::vector<std::string> raw = store_->multi_get(node_keys);
+  std::vector<NodeDesc> descs;
+  std::string refused;
+  for (int s = 0; s < n && refused.empty(); ++s) {
+    std::optional<NodeDesc> d = decode_node_desc(raw[static_cast<std::size_t>(s)], s);
+    if (!d) {
+      refused = "corrupt node descriptor in round " + std::to_string(r) + " slot " +
+                std::to_string(s) + " (is a non-ddprun agent using this run id?)";
+    } else {
+      descs.push_back(std::move(*d));
+    }
+  }
+  RoundPlan plan;
+  if (refused.empty()) {
+    const bool shared = config_.round.agent_store && config_.shared_store_port > 0;
+    plan = plan_round(descs, r, config_.round, config_.static_ranks,
+                      shared ? config_.shared_store_addr : "", where());
+    refused = plan.refused;
+  }
+  if (!refused.empty()) {
+    rank_keys.push_back(keys::refused(r));
+    values.push_back(refused);
+  } else {
+    for (int s = 0; s < n; ++s) {
+      values[static_cast<std::size_t>(s)] =
+          encode_slot_plan(plan.slots[static_cast<std::size_t>(s)]);
+    }
+    if (!plan.note.empty()) {
+      rank_keys.push_back(keys::note(r));
+      values.push_back(plan.note);
+    }
+    if (plan.slots[0].group_rank == 0) {
+      // The leader is group rank 0 (the usual case: the store's host joins first and is
+      // first in the automatic order): the workers' store goes out with the plans, and
+      // the members' wait for it ends at once.
+      rank_keys.push_back(keys::master(r));
+      values.push_back(workers_store_address());
+      rank_keys.push_back(keys::kRound);
+      values.push_back(std::to_string(r));
+    }
+  }
+  store_->multi_set(rank_keys, values);
 }
 
-std::vector<int> StoreRendezvous::group_ranks(const std::vector<NodeDesc>& descs) {
-  return group_ranks_or_throw(descs, config_.static_ranks, config_.round.max_nodes, where(),
-                              node_rank_warned_);
+StoreRendezvous::Await StoreRendezvous::await_key(int r, int slot, const std::string& key,
+                                                  int watched, Clock::time_point deadline) {
+  // Looks at least once, even when `deadline` has already passed (a thread that was
+  // stopped or starved, or an injected clock that jumped, must not give up unseen).
+  Liveness progress(
+      config_.round.heartbeat_threshold(),
+      2 * RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes));
+  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
+  auto next_look = now();
+  auto next_beat = now() + config_.round.keep_alive_interval;
+  for (;;) {
+    if (store_->wait_for({key}, config_.poll_slice)) return Await::kReady;
+    throw_if_stopped();
+    const auto t = now();
+    if (t >= deadline) return Await::kStalled;
+    if (t >= next_beat && watched != slot) {
+      store_->add(keys::heartbeat(r, slot), 1);
+      next_beat = t + config_.round.keep_alive_interval;
+    }
+    if (t >= next_look && watched != slot) {
+      next_look = t + tick;
+      const Member m = progress.observe(0, {store_->get(keys::heartbeat(r, watched))}, t).front();
+      if (m == Member::kLeft) return Await::kLeft;
+      if (m == Member::kDead) return Await::kStalled;
+    }
+  }
 }
 
 void StoreRendezvous::refuse_round(int r, int slot, int n, const std::string& why) {
   leave_slot(r, slot);
   if (hosts_store()) {
-    // The others refuse too, from the same descriptors: the store stays up until each
-    // said so (or a heartbeat threshold passed), so they print this line, not "lost the
+    // The others refuse too, with the same text: the store stays up until each left
+    // (or a heartbeat threshold passed), so they print this line, not "lost the
     // rendezvous store".
     const auto until = now() + config_.round.heartbeat_threshold();
-    const auto all_left = [&] {
-      const std::vector<std::string> beats = store_->multi_get(keys::heartbeats(r, n));
-      return std::all_of(beats.begin(), beats.end(),
-                         [](const std::string& b) { return b == keys::kLeft; });
-    };
-    while (now() < until && !all_left() && sleep_slice(config_.poll_slice)) {
+    while (now() < until && store_->add(keys::out(r), 0) < n && sleep_slice(config_.poll_slice)) {
     }
   }
   throw RendezvousStateError(where() + ": " + why);
 }
 
-std::string StoreRendezvous::workers_store_host(const NodeDesc& group_rank0) const {
+std::string StoreRendezvous::workers_store_address() {
   const bool shared = config_.round.agent_store && config_.shared_store_port > 0;
-  return shared ? config_.shared_store_addr : group_rank0.addr;
+  const std::string addr = shared ? config_.shared_store_addr : config_.round.advertise_addr;
+  const std::uint16_t port = workers_store_port(
+      config_.round, workers_store_, config_.shared_store_port, clear_worker_keys_, where());
+  return encode_workers_store(addr, port);
 }
 
 void StoreRendezvous::publish_workers_store(int r) {
-  NodeDesc me;
-  me.addr = config_.round.advertise_addr;
-  const std::string addr = workers_store_host(me);
-  const std::uint16_t port = workers_store_port(
-      config_.round, workers_store_, config_.shared_store_port, clear_worker_keys_, where());
-  store_->set(keys::master(r), encode_workers_store(addr, port));
-  store_->set(keys::kRound, std::to_string(r));
+  store_->multi_set({keys::master(r), keys::kRound}, {workers_store_address(), std::to_string(r)});
 }
 
-std::optional<Endpoint> StoreRendezvous::await_workers_store(int r, int slot,
-                                                             Clock::time_point deadline) {
-  const bool published =
-      poll_keys({keys::master(r)}, std::min(deadline, now() + config_.round.heartbeat_threshold()),
-                [&] { store_->add(keys::heartbeat(r, slot), 1); });
-  if (!published) return std::nullopt;
-  std::optional<Endpoint> master = decode_workers_store(store_->get(keys::master(r)));
-  if (!master) {
-    throw RendezvousStateError(where() + ": corrupt workers' store address for round " +
-                               std::to_string(r));
-  }
-  return master;
-}
-
-void StoreRendezvous::enter_round(int r, int slot, std::vector<NodeDesc> descs,
-                                  const RendezvousInfo& info) {
+void StoreRendezvous::enter_round(int r, int slot, int n, const RendezvousInfo& info) {
   in_round_ = true;
   exited_ = false;
   announced_ = false;
   round_ = r;
   slot_ = slot;
-  nodes_ = static_cast<int>(descs.size());
-  members_ = descs;
+  nodes_ = n;
   spdlog::info(
       "{}: round {} complete: {} nodes, this node is group rank {} of {} (ranks {}..{} of {}); "
       "workers' store at {}",
       where(), r, nodes_, info.group_rank, nodes_, info.rank_base,
       info.rank_base + config_.round.local_world_size - 1, info.world_size,
       Endpoint{info.master_addr, info.master_port}.to_string());
-  watch_.start(hb_store_, r, slot, std::move(descs));
+  watch_.start(hb_store_, r, slot, n);
+}
+
+std::string StoreRendezvous::my_label(int slot) const {
+  NodeDesc d = this_node_desc(config_.round, false);
+  d.slot = slot;
+  return d.label();
 }
 
 void StoreRendezvous::leave_slot(int r, int slot) {
   store_->set(keys::heartbeat(r, slot), keys::kLeft);
-}
-
-bool StoreRendezvous::poll_keys(const std::vector<std::string>& keys, Clock::time_point until,
-                                const std::function<void()>& between) {
-  // Looks at least once, even when `until` has already passed (a thread that was
-  // stopped or starved, or an injected clock that jumped, must not give up unseen).
-  for (;;) {
-    throw_if_stopped();
-    if (store_->wait_for(keys, config_.poll_slice)) return true;
-    if (now() >= until) return false;
-    if (between) between();
+  RoundWatch::break_round(*store_, r,
+                          "node " + my_label(slot) + " left round " + std::to_string(r));
+  // A member of a formed round counts itself out (a slot past N is no member).
+  const std::string final_key = keys::final_size(r);
+  if (store_->check({final_key}) && slot < keys::parse_count(store_->get(final_key), final_key)) {
+    RoundWatch::count_out(*store_, r, slot);
   }
 }
 

@@ -103,6 +103,7 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
   // time point: GCC 12 -O2 sees a false maybe-uninitialized in an optional's).
   constexpr Clock::time_point kNone = Clock::time_point::max();
   Clock::time_point refused_since = kNone;
+  Ms attempt(1000);  // one try's connect and handshake time
   auto log_waiting = [&] {
     if (Clock::now() < next_log) return;
     spdlog::warn("{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
@@ -133,7 +134,7 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
     options.port = static_cast<std::uint16_t>(endpoint.port);
     options.timeout = read_timeout;
     options.connect_timeout =
-        std::min<Ms>(Ms(1000), std::chrono::duration_cast<Ms>(deadline - now) + Ms(1));
+        std::min<Ms>(attempt, std::chrono::duration_cast<Ms>(deadline - now) + Ms(1));
     options.world_size.reset();
     options.wait_for_workers = false;
     options.cancel = &interrupted;  // interrupt(): give up between connection tries
@@ -143,6 +144,11 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
       return tcp;
     } catch (const store::StoreConnectionError& e) {
       last_error = e.what();
+      // A store host too busy to finish the handshake in time (a thousand agents
+      // connecting at once on a loaded machine): give the next try twice as long, up to
+      // 8 s, instead of adding a fresh connection to its queue every second.
+      if (last_error.find("timed out") != std::string::npos)
+        attempt = std::min(2 * attempt, Ms(8000));
       if (last_error.find(errno_text(ECONNREFUSED)) == std::string::npos) {
         refused_since = kNone;
       } else if (refused_since == kNone) {

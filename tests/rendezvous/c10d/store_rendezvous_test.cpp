@@ -505,16 +505,22 @@ TEST_CASE("an interrupted node leaves its slot: the round's other nodes see it l
   }
   Handlers hs = make_all(ps);
   auto f0 = std::async(std::launch::async, [&] { return hs[0]->next_rendezvous(); });
-  auto f1 = rendezvous_outcome(*hs[1]);
   std::unique_ptr<store::TcpStore> raw;
-  REQUIRE(test::eventually([&] {
-    try {
-      if (!raw) raw = connect("127.0.0.1", port);
-      return raw->add("ddprun/rdzv/test_job/r0/joined", 0) == 2;
-    } catch (const std::exception&) {
-      return false;
-    }
-  }));
+  const auto joined = [&](int n) {
+    return test::eventually([&] {
+      try {
+        if (!raw) raw = connect("127.0.0.1", port);
+        return raw->add("ddprun/rdzv/test_job/r0/joined", 0) == n;
+      } catch (const std::exception&) {
+        return false;
+      }
+    });
+  };
+  // Node 0 holds slot 0, the round's leader (a leader that leaves ends the round before
+  // it runs: everyone starts the next one at once).
+  REQUIRE(joined(1));
+  auto f1 = rendezvous_outcome(*hs[1]);
+  REQUIRE(joined(2));
   hs[1]->interrupt();  // node 1 (the agent got SIGINT) gives up while round 0 forms
   CHECK_THAT(f1.get(), Catch::Contains("interrupted"));
   // Node 2 completes round 0, which still counts node 1's slot.
