@@ -273,7 +273,8 @@ Agent::Step Agent::on_success(RunResult& result) {
     return finish(result, RunResult::Outcome::kSucceeded);
   }
   if (!passed) {
-    spdlog::warn("exit barrier timed out after {} s; other nodes may still be running",
+    // The rendezvous logged why (a timeout after this bound, or a peer that left first).
+    spdlog::warn("exit barrier not passed (bound {} s); other nodes may still be running",
                  kExitBarrierTimeout.count());
   }
   try {
