@@ -16,7 +16,6 @@ import os
 import re
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,21 +23,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(pred, timeout, step):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+sys.path.insert(0, str(ROOT / "bench"))
+from bench import free_port, wait_for  # noqa: E402  (the one home of these helpers)
 
 
 def run(ddprun, n, timeout, keep):

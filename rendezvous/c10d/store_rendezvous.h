@@ -139,6 +139,11 @@ class StoreRendezvous final : public RendezvousHandler {
   // kLeft when it says "left".
   enum class Await { kReady, kStalled, kLeft };
   Await await_key(int r, int slot, const std::string& key, int watched, Clock::time_point deadline);
+  // The two waits above look every watch_tick() (RoundWatch's tick for this many nodes)
+  // and judge a value's progress with progress_judge(): standing still for a heartbeat
+  // threshold of looks is no progress.
+  Ms watch_tick() const;
+  Liveness progress_judge() const;
   // Ends round r (n nodes) for every node, for `why` (the text every member of the round
   // throws): leaves the slot, and the store's host waits (a heartbeat threshold at most)
   // until every slot is out, so that each node refuses alike. Throws

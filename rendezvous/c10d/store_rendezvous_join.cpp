@@ -265,10 +265,8 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
   // idle machine; under load it waits as long as descriptors keep arriving, and gives
   // up only after a heartbeat threshold without a new one (a joiner died in between).
   const std::vector<std::string> node_keys = keys::nodes(r, n);
-  Liveness progress(
-      config_.round.heartbeat_threshold(),
-      2 * RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes));
-  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
+  Liveness progress = progress_judge();
+  const Ms tick = watch_tick();
   auto next_look = now();
   auto next_beat = now() + config_.round.keep_alive_interval;
   int present = 0;  // descriptors 0..present-1 are there
@@ -355,14 +353,20 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
   store_->multi_set(rank_keys, values);
 }
 
+StoreRendezvous::Ms StoreRendezvous::watch_tick() const {
+  return RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
+}
+
+Liveness StoreRendezvous::progress_judge() const {
+  return Liveness(config_.round.heartbeat_threshold(), 2 * watch_tick());
+}
+
 StoreRendezvous::Await StoreRendezvous::await_key(int r, int slot, const std::string& key,
                                                   int watched, Clock::time_point deadline) {
   // Looks at least once, even when `deadline` has already passed (a thread that was
   // stopped or starved, or an injected clock that jumped, must not give up unseen).
-  Liveness progress(
-      config_.round.heartbeat_threshold(),
-      2 * RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes));
-  const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
+  Liveness progress = progress_judge();
+  const Ms tick = watch_tick();
   auto next_look = now();
   auto next_beat = now() + config_.round.keep_alive_interval;
   for (;;) {
