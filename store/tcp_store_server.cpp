@@ -320,10 +320,11 @@ namespace {
 
 // `fn(state)` run on the io thread (or here while it does not run), for the diagnostics.
 template <class Fn>
-std::size_t ask_io_thread(ServerState& state, Fn fn) {
+auto ask_io_thread(ServerState& state, Fn fn) {
+  using Result = decltype(fn(state));
   std::lock_guard lock(state.lifecycle_mu);
   if (!state.running) return fn(state);
-  std::promise<std::size_t> result;
+  std::promise<Result> result;
   state.run_on_loop([&] { result.set_value(fn(state)); });
   return result.get_future().get();
 }
@@ -341,9 +342,13 @@ std::size_t TcpStoreServer::unsent_output_bytes() {
 std::uint16_t TcpStoreServer::port() const { return impl_->port.load(); }
 
 ServerStats TcpStoreServer::stats() const {
-  constexpr auto relaxed = std::memory_order_relaxed;
-  return {impl_->stat_requests.load(relaxed), impl_->stat_bytes_in.load(relaxed),
-          impl_->stat_bytes_out.load(relaxed)};
+  // Read on the io thread: a reply's write and its count happen in one turn of the loop,
+  // so a client that has read a reply sees it counted.
+  return ask_io_thread(*impl_, [](ServerState& s) {
+    constexpr auto relaxed = std::memory_order_relaxed;
+    return ServerStats{s.stat_requests.load(relaxed), s.stat_bytes_in.load(relaxed),
+                       s.stat_bytes_out.load(relaxed)};
+  });
 }
 
 std::size_t TcpStoreServer::connection_count() const {

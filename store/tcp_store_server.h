@@ -74,8 +74,8 @@ class TcpStoreServer {
   // io thread has answered. REQUIRES: not called on the io thread.
   std::size_t pending_waits();
 
-  // Counters so far (any thread, never blocks; each counter is exact, the three are not
-  // read at one instant).
+  // Counters so far, read between two turns of the io thread (one consistent snapshot:
+  // every reply a client has read is counted). REQUIRES: not called on the io thread.
   ServerStats stats() const;
 
  private:
