@@ -1,8 +1,7 @@
-// tcp_store_accept.cpp: TcpStoreServer's listeners: binding (dual-stack "::" or each
-// resolved address), the backlog (SO_REUSEPORT listeners enough for a connect storm),
-// and the accept loop that drains them until EAGAIN, pausing on the open-files limit. Part of
-// ServerState (tcp_store_session.h); runs on the io thread except listen_or_throw, which start()
-// calls before the thread exists.
+// tcp_store_accept.cpp: TcpStoreServer's listener: binding (dual-stack "::" or each
+// resolved address), the backlog, and the accept loop that drains it until EAGAIN,
+// pausing on the open-files limit. Part of ServerState (tcp_store_session.h); runs on
+// the io thread except listen_or_throw, which start() calls before the thread exists.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -14,7 +13,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <fstream>
 
 #include "base/sys_error.h"
@@ -28,10 +26,6 @@ namespace {
 // Below this many pending connects the kernel may drop SYNs during a job's start-up burst.
 constexpr int kLowSomaxconn = 1024;
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
-// Connects a burst may bring at once (a job's workers and agents starting together) that the
-// accept queues hold without dropping a SYN, however busy the io thread is: a dropped SYN
-// costs its client a 1 s (then 3 s ...) retransmission.
-constexpr int kStormConnections = 16384;
 
 std::string format_peer(const sockaddr_storage& addr) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -68,16 +62,9 @@ void epoll_set(int epfd, int op, int fd, std::uint32_t events, std::uint64_t tag
   if (::epoll_ctl(epfd, op, fd, &ev) != 0 && op != EPOLL_CTL_DEL) throw_errno("epoll_ctl");
 }
 
-void ServerState::watch_listeners(bool on) {
-  for (std::size_t i = 0; i < listen_fds.size(); ++i) {
-    epoll_set(epfd, EPOLL_CTL_MOD, listen_fds[i], on ? std::uint32_t{EPOLLIN} : 0U,
-              kFirstListenTag + i);
-  }
-}
-
-// The listeners are level-triggered: accept until EAGAIN, so a storm of connects drains
+// The listener is level-triggered: accept until EAGAIN, so a storm of connects drains
 // the backlog in one turn instead of one accept per turn.
-void ServerState::accept_all(int listen_fd) {
+void ServerState::accept_all() {
   while (!stopping && !accept_retry_at) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
@@ -96,7 +83,7 @@ void ServerState::accept_all(int listen_fd) {
               errno_text(err), connections.load(), kAcceptRetryDelay.count());
           accept_error_logged = true;
         }
-        watch_listeners(false);
+        epoll_set(epfd, EPOLL_CTL_MOD, listen_fd, 0, kListenTag);
         accept_retry_at = Clock::now() + kAcceptRetryDelay;
         return;
       }
@@ -125,7 +112,8 @@ void ServerState::accept_one(int fd, const std::string& peer) {
                  options.max_connections);
     refused_in_burst = 0;
   }
-  // TCP_NODELAY (small replies) comes from the listener: Linux copies it to accepted sockets.
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // small replies
   const KvState::ClientId id = next_id++;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
@@ -139,15 +127,14 @@ void ServerState::accept_one(int fd, const std::string& peer) {
   connections.fetch_add(1, std::memory_order_relaxed);
 }
 
-namespace {
-
-// A listening socket on `addr` (its port), or -1 with `err` set.
-int open_listener(const sockaddr* addr, socklen_t len, bool dual_stack, bool reuseport, int backlog,
-                  int& err) {
+bool ServerState::try_listen(const sockaddr* addr, socklen_t len, bool dual_stack, int& err) {
+  const int somaxconn = read_somaxconn();
+  // The kernel caps the backlog at net.core.somaxconn; ask for the most it allows.
+  const int backlog = std::max({SOMAXCONN, somaxconn, 65535});
   const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     err = errno;
-    return -1;
+    return false;
   }
   const int zero = 0;
   const int one = 1;
@@ -156,61 +143,15 @@ int open_listener(const sockaddr* addr, socklen_t len, bool dual_stack, bool reu
     ok = ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0;
   }
   ok = ok && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0;
-  if (reuseport) ok = ok && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) == 0;
-  ok = ok && ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0;
   ok = ok && ::bind(fd, addr, len) == 0;
-  // backlog < 0: a probe that only binds.
-  ok = ok && (backlog < 0 || ::listen(fd, backlog) == 0);
+  ok = ok && ::listen(fd, backlog) == 0;
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof bound;
+  ok = ok && ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_len) == 0;
   if (!ok) {
     err = errno;
     ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-std::uint16_t bound_port(int fd) {
-  sockaddr_storage bound{};
-  socklen_t bound_len = sizeof bound;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0) return 0;
-  // The port is where v6 has it too.
-  return ntohs(reinterpret_cast<const sockaddr_in&>(bound).sin_port);
-}
-
-}  // namespace
-
-// One accept queue holds net.core.somaxconn connections (4096 by default); a storm of more
-// that arrives while the io thread is busy would overflow it and wait for SYN retries. So
-// the server listens with as many SO_REUSEPORT sockets on its port as it takes to hold
-// kStormConnections (the kernel spreads connects over them by address hash). SO_REUSEPORT
-// would also let a second server of the same user bind the port silently: a plain probe
-// bind first fails with "address in use" wherever anything listens on the port already.
-bool ServerState::try_listen(const sockaddr* addr, socklen_t len, bool dual_stack, int& err) {
-  const int somaxconn = read_somaxconn();
-  // The kernel caps the backlog at net.core.somaxconn; ask for the most it allows.
-  const int backlog = std::max({SOMAXCONN, somaxconn, 65535});
-  const int queue = somaxconn > 0 ? somaxconn : SOMAXCONN;
-  const std::size_t count = std::clamp<std::size_t>(
-      static_cast<std::size_t>((kStormConnections + queue - 1) / queue), 1, kMaxListeners);
-  sockaddr_storage where{};
-  std::memcpy(&where, addr, len);
-  auto* where_port = addr->sa_family == AF_INET6 ? &reinterpret_cast<sockaddr_in6&>(where).sin6_port
-                                                 : &reinterpret_cast<sockaddr_in&>(where).sin_port;
-  if (count > 1 && *where_port != 0) {
-    const int probe = open_listener(addr, len, dual_stack, false, -1, err);
-    if (probe < 0) return false;
-    ::close(probe);
-  }
-  std::vector<int> fds;
-  for (std::size_t i = 0; i < count; ++i) {
-    const auto* at = reinterpret_cast<const sockaddr*>(&where);
-    const int fd = open_listener(at, len, dual_stack, count > 1, backlog, err);
-    if (fd < 0) {
-      for (int open : fds) ::close(open);
-      return false;
-    }
-    fds.push_back(fd);
-    if (i == 0) *where_port = htons(bound_port(fd));  // the others join the first's port
+    return false;
   }
   if (somaxconn >= 0 && somaxconn < kLowSomaxconn) {
     spdlog::warn(
@@ -218,8 +159,9 @@ bool ServerState::try_listen(const sockaddr* addr, socklen_t len, bool dual_stac
         "SYN retries; raise it (sysctl -w net.core.somaxconn=4096)",
         somaxconn);
   }
-  listen_fds = std::move(fds);
-  port.store(bound_port(listen_fds.front()));
+  listen_fd = fd;
+  const auto& b = reinterpret_cast<const sockaddr_in&>(bound);  // the port is where v6 has it
+  port.store(ntohs(b.sin_port));
   return true;
 }
 

@@ -35,7 +35,7 @@ constexpr auto kRejectLogWindow = std::chrono::seconds(5);
 // (further frees in between join the same trim).
 constexpr std::uint64_t kTrimAfterBytes = std::uint64_t{1} << 20;
 constexpr auto kTrimDelay = std::chrono::milliseconds(200);
-constexpr int kMaxEvents = 1024;
+constexpr int kMaxEvents = 256;
 
 }  // namespace
 }  // namespace server_detail
@@ -52,8 +52,7 @@ ServerState::~ServerState() {
   all.clear();
   closed_sessions.clear();
   deferred.clear();
-  for (int fd : listen_fds) ::close(fd);
-  for (int fd : {wake_fd, epfd}) {
+  for (int fd : {listen_fd, wake_fd, epfd}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -70,8 +69,8 @@ void ServerState::run() {
     if (n < 0 && errno != EINTR) throw_errno("epoll_wait");
     for (int i = 0; i < n; ++i) {
       const std::uint64_t tag = events[i].data.u64;
-      if (tag >= kFirstListenTag && tag < kFirstListenTag + listen_fds.size()) {
-        accept_all(listen_fds[tag - kFirstListenTag]);
+      if (tag == kListenTag) {
+        accept_all();
       } else if (tag == kWakeTag) {
         std::uint64_t count = 0;
         [[maybe_unused]] ssize_t r = ::read(wake_fd, &count, sizeof count);
@@ -118,8 +117,8 @@ void ServerState::run_timers() {
   if (accept_retry_at && *accept_retry_at <= now) {
     accept_retry_at.reset();
     if (!stopping) {
-      watch_listeners(true);
-      for (int fd : listen_fds) accept_all(fd);
+      epoll_set(epfd, EPOLL_CTL_MOD, listen_fd, EPOLLIN, kListenTag);
+      accept_all();
     }
   }
   if (reject_summary_at && *reject_summary_at <= now) {
@@ -257,10 +256,7 @@ std::uint16_t TcpStoreServer::start() {
   if (s.epfd < 0) throw_errno("epoll_create1");
   s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s.wake_fd < 0) throw_errno("eventfd");
-  for (std::size_t i = 0; i < s.listen_fds.size(); ++i) {
-    server_detail::epoll_set(s.epfd, EPOLL_CTL_ADD, s.listen_fds[i], EPOLLIN,
-                             server_detail::kFirstListenTag + i);
-  }
+  server_detail::epoll_set(s.epfd, EPOLL_CTL_ADD, s.listen_fd, EPOLLIN, server_detail::kListenTag);
   server_detail::epoll_set(s.epfd, EPOLL_CTL_ADD, s.wake_fd, EPOLLIN, server_detail::kWakeTag);
   s.next_id = server_detail::kFirstSessionId;
   s.running = true;
@@ -288,8 +284,8 @@ void TcpStoreServer::stop() {
   Impl* impl = impl_.get();
   impl->run_on_loop([impl] {
     impl->stopping = true;
-    for (int fd : impl->listen_fds) ::close(fd);
-    impl->listen_fds.clear();
+    ::close(impl->listen_fd);
+    impl->listen_fd = -1;
     impl->accept_retry_at.reset();
     impl->trim_at.reset();
     impl->reject_summary_at.reset();

@@ -57,11 +57,8 @@ struct ServerState {
   void run_on_loop(std::function<void()> fn);
   // Runs `fn` later in this turn of the loop, after the events (io thread only).
   void post(std::function<void()> fn) { posted.push_back(std::move(fn)); }
-  // Accepts from listener `fd` until its backlog is empty (EAGAIN) or the open-files
-  // limit stops it.
-  void accept_all(int fd);
-  // Stops (EMFILE) or resumes watching every listener.
-  void watch_listeners(bool on);
+  // Accepts until the backlog is empty (EAGAIN) or the open-files limit stops it.
+  void accept_all();
   void accept_one(int fd, const std::string& peer);
   // Sends each released client its `00` and each watcher its notification.
   void deliver(KvState::Effects& effects);
@@ -82,7 +79,7 @@ struct ServerState {
   void defer_output(std::shared_ptr<Session> session, std::size_t need);
   void resume_deferred();
   void listen_or_throw();
-  // Opens, binds and listens on `addr` (listen_fds); false with `err` set (errno) on failure.
+  // Opens, binds and listens on `addr`; false with `err` set (errno) on failure.
   bool try_listen(const sockaddr* addr, socklen_t len, bool dual_stack, int& err);
   void run_timers();
   int epoll_timeout_ms() const;
@@ -126,10 +123,7 @@ struct ServerState {
   std::atomic<std::uint16_t> port{0};
 
   int epfd = -1;
-  // The listeners, all on one port: one, or with SO_REUSEPORT as many as it takes for
-  // their accept queues (net.core.somaxconn each) to hold a connect storm of
-  // kStormConnections while the io thread is busy (tcp_store_accept.cpp).
-  std::vector<int> listen_fds;
+  int listen_fd = -1;
   int wake_fd = -1;  // eventfd: run_on_loop wakes the io thread
   std::mutex remote_mu;
   std::vector<std::function<void()>> remote;  // guarded by remote_mu
@@ -141,10 +135,8 @@ struct ServerState {
 // epoll_ctl(epfd, op, fd) with `events` and `tag` as data.u64; throws on failure (not for DEL).
 void epoll_set(int epfd, int op, int fd, std::uint32_t events, std::uint64_t tag);
 
-// epoll_event.data.u64 values that are not sessions (session ids start at 1 << 8):
-// listener i is kFirstListenTag + i.
-inline constexpr std::uint64_t kWakeTag = 1, kFirstListenTag = 16, kFirstSessionId = 256;
-inline constexpr std::size_t kMaxListeners = 8;
+// epoll_event.data.u64 values that are not sessions (session ids start at 1 << 8).
+inline constexpr std::uint64_t kListenTag = 1, kWakeTag = 2, kFirstSessionId = 256;
 
 // One client connection: turns bytes into requests (parse_request), requests into
 // replies (handle_request), sends a turn's replies in one send (the rest on EPOLLOUT),
