@@ -269,21 +269,30 @@ def stdin_eof_stops_the_agent(c):
           "one line naming the ssh command", err)
 
 
-def children(pid):
-    """The pids whose parent is `pid`, with their argv."""
+def processes():
+    """Every process as (pid, parent pid, argv); one that exits while read is left out."""
     out = []
     for d in glob.glob("/proc/[0-9]*"):
         try:
             with open(d + "/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != pid:
-                continue
             with open(d + "/cmdline", "rb") as f:
                 argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
         except (OSError, IndexError, ValueError):
             continue
-        out.append((int(d[6:]), argv))
+        out.append((int(d[6:]), ppid, argv))
     return out
+
+
+def children(pid):
+    """The pids whose parent is `pid`, with their argv."""
+    return [(p, argv) for p, ppid, argv in processes() if ppid == pid]
+
+
+def agent_argvs(c):
+    """The argv of every ddprun agent started over ssh (orphan guards included)."""
+    return [argv for _, _, argv in processes()
+            if argv and argv[0] == c.ddprun and "--exit-on-stdin-eof" in argv]
 
 
 def ssh_client_of(c, launcher, i):
@@ -296,16 +305,9 @@ def ssh_client_of(c, launcher, i):
 def remote_agent_of(c, i):
     """The pid of the ddprun agent with --node-rank=i (started over ssh)."""
     def agents():
-        found = []
-        for d in glob.glob("/proc/[0-9]*"):
-            try:
-                with open(d + "/cmdline", "rb") as f:
-                    argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-            except OSError:
-                continue
-            if argv and argv[0] == c.ddprun and f"--node-rank={i}" in argv and \
-                    "--exit-on-stdin-eof" in argv:
-                found.append(int(d[6:]))
+        found = [pid for pid, _, argv in processes()
+                 if argv and argv[0] == c.ddprun and f"--node-rank={i}" in argv and
+                 "--exit-on-stdin-eof" in argv]
         # The agent's orphan guard is a forked copy: the agent is the one whose parent is
         # not. A copy forked on its way to exec (a worker's spawn) may be gone before
         # children() looks, so the scan is repeated until it names one agent.
@@ -381,20 +383,6 @@ def killed_agent_named(c):
                     r"was fine\)$", t, re.M), "the agent's death, in one line", t)
     check("ssh failed" not in t, "not an ssh failure", t)
     poll(lambda: not c.leftovers(), 30, "no process left on any host", c.leftovers, c.text)
-
-
-def agent_argvs(c):
-    """The argv of every ddprun agent started over ssh (orphan guards included)."""
-    out = []
-    for d in glob.glob("/proc/[0-9]*"):
-        try:
-            with open(d + "/cmdline", "rb") as f:
-                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        except OSError:
-            continue
-        if argv and argv[0] == c.ddprun and "--exit-on-stdin-eof" in argv:
-            out.append(argv)
-    return out
 
 
 @test(needs_torch=False)
