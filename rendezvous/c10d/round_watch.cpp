@@ -18,14 +18,18 @@ RoundWatch::Ms RoundWatch::tick(Ms keep_alive_interval, int max_nodes) {
   return std::min<Ms>(keep_alive_interval, Ms(1000) * scale);
 }
 
+Liveness RoundWatch::judge(Ms keep_alive_interval, int keep_alive_max_attempt, int max_nodes) {
+  return Liveness(keep_alive_interval * keep_alive_max_attempt,
+                  2 * tick(keep_alive_interval, max_nodes));
+}
+
 RoundWatch::RoundWatch(Settings settings)
-    : settings_(std::move(settings)),
-      // Looks come every tick (at most 1 s) plus a few store round trips: time beyond
-      // two ticks between two looks is time the observer was blind.
-      liveness_(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
-                2 * tick(settings_.keep_alive_interval, settings_.max_nodes)),
-      watched_(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
-               2 * tick(settings_.keep_alive_interval, settings_.max_nodes)) {}
+    : settings_(std::move(settings)), liveness_(judge()), watched_(judge()) {}
+
+Liveness RoundWatch::judge() const {
+  return judge(settings_.keep_alive_interval, settings_.keep_alive_max_attempt,
+               settings_.max_nodes);
+}
 
 RoundWatch::~RoundWatch() { stop(); }
 
@@ -39,8 +43,7 @@ void RoundWatch::start(std::shared_ptr<store::Store> store, int round, int slot,
   {
     std::lock_guard lock(mu_);
     stop_ = false;
-    watched_ = Liveness(settings_.keep_alive_interval * settings_.keep_alive_max_attempt,
-                        2 * tick(settings_.keep_alive_interval, settings_.max_nodes));
+    watched_ = judge();
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -127,10 +130,7 @@ std::string RoundWatch::look_at_successors(store::Store& s) {
       }
       if (m == Member::kDead) {
         count_out(s, round_, watched);
-        const double secs =
-            static_cast<double>(
-                (settings_.keep_alive_interval * settings_.keep_alive_max_attempt).count()) /
-            1000.0;
+        const double secs = static_cast<double>(judge().threshold().count()) / 1000.0;
         return "node " + member_label(s, round_, watched) + " missed its heartbeats for " +
                std::to_string(secs).substr(0, 5) + " s";
       }

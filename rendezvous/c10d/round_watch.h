@@ -47,6 +47,10 @@ class RoundWatch {
   // How often the thread wakes (to beat when due, and to look at the round): at most
   // keep_alive_interval, 1 s for up to 256 nodes, longer for more (4 s from 1024).
   static Ms tick(Ms keep_alive_interval, int max_nodes = 1);
+  // The liveness judge of every look at this pace: silent for keep_alive_interval x
+  // keep_alive_max_attempt of observed time is dead; more than two ticks between two
+  // looks is time the observer was blind.
+  static Liveness judge(Ms keep_alive_interval, int keep_alive_max_attempt, int max_nodes);
   // How many successors one look reads at most (skipping those that are done).
   static constexpr int kLookAhead = 4;
 
@@ -90,6 +94,7 @@ class RoundWatch {
 
  private:
   void run();
+  Liveness judge() const;  // judge() at this watch's settings
   // One look through `s`: updates the successor's liveness, waiting_ and the verdict;
   // returns the reason for a new round, "" if none.
   std::string look(store::Store& s, bool count_waiting);

@@ -358,7 +358,8 @@ StoreRendezvous::Ms StoreRendezvous::watch_tick() const {
 }
 
 Liveness StoreRendezvous::progress_judge() const {
-  return Liveness(config_.round.heartbeat_threshold(), 2 * watch_tick());
+  return RoundWatch::judge(config_.round.keep_alive_interval, config_.round.keep_alive_max_attempt,
+                           config_.round.max_nodes);
 }
 
 StoreRendezvous::Await StoreRendezvous::await_key(int r, int slot, const std::string& key,
