@@ -15,7 +15,6 @@
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/registry.h"
 #include "store/memory_store.h"
-#include "store/prefix_store.h"
 #include "tests/rendezvous/etcd/etcd_cluster.h"
 #include "tests/rendezvous/rdzv_test_util.h"
 
@@ -45,21 +44,13 @@ struct C10dMemory {
   std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes) {
     StoreRendezvous::Config c;
     c.endpoint = "memory";
-    c.round.run_id = "contract";
-    c.round.min_nodes = min_nodes;
-    c.round.max_nodes = max_nodes;
-    c.round.advertise_addr = "127.0.0.1";
-    c.round.bind_addr = "127.0.0.1";
-    c.round.hostname = "n" + std::to_string(i);
+    c.round = test::loopback_round("contract", i, min_nodes, max_nodes);
     c.round.join_timeout = 20s;
     c.round.last_call_timeout = 300ms;
     c.round.keep_alive_interval = 100ms;
     c.round.keep_alive_max_attempt = 10;
     c.poll_slice = 20ms;
-    auto mem_ = mem;
-    return std::make_unique<StoreRendezvous>(c, [mem_](auto, const auto&) {
-      return std::make_shared<store::PrefixStore>("ddprun/rdzv/contract", mem_);
-    });
+    return std::make_unique<StoreRendezvous>(c, test::memory_connect(mem, "contract"));
   }
 };
 
@@ -69,12 +60,7 @@ struct Etcd {
   std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes) {
     EtcdRendezvous::Config c;
     c.etcd.endpoints = cluster.urls();
-    c.round.run_id = "contract";
-    c.round.min_nodes = min_nodes;
-    c.round.max_nodes = max_nodes;
-    c.round.advertise_addr = "127.0.0.1";
-    c.round.bind_addr = "127.0.0.1";
-    c.round.hostname = "n" + std::to_string(i);
+    c.round = test::loopback_round("contract", i, min_nodes, max_nodes);
     c.round.join_timeout = 20s;
     c.round.last_call_timeout = 300ms;
     c.round.keep_alive_interval = 1s;

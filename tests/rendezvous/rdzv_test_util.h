@@ -1,5 +1,6 @@
 // rdzv_test_util.h: helpers of the rendezvous tests: parameters for a node of a loopback
-// "cluster", running next_rendezvous() on threads (rendezvous_all, rendezvous_outcome),
+// "cluster" (node_params; loopback_round and memory_connect for handlers built by hand),
+// running next_rendezvous() on threads (rendezvous_all, rendezvous_outcome),
 // plus the shared test support (eventually, ReservedPort) in the same namespace
 // (ddprun::test). Call them from the test's thread.
 #pragma once
@@ -12,8 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/c10d/store_rendezvous.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/rendezvous.h"
+#include "rendezvous/round_config.h"
+#include "store/memory_store.h"
+#include "store/prefix_store.h"
 #include "store/store.h"
 #include "tests/support/eventually.h"
 #include "tests/support/reserved_port.h"
@@ -40,6 +45,30 @@ inline rdzv::RendezvousParams node_params(const std::string& backend, int i, std
   p.conf.keep_alive_max_attempt = 10;
   p.conf.read_timeout = std::chrono::seconds(10);
   return p;
+}
+
+// The round settings of node `i` of a group of min..max nodes under `run_id`: it
+// advertises `addr`, binds its workers' store to 127.0.0.1 and is called n<i>; the
+// intervals stay the defaults for the caller to set.
+inline rdzv::RoundConfig loopback_round(const std::string& run_id, int i, int min_nodes,
+                                        int max_nodes, const std::string& addr = "127.0.0.1") {
+  rdzv::RoundConfig r;
+  r.run_id = run_id;
+  r.min_nodes = min_nodes;
+  r.max_nodes = max_nodes;
+  r.advertise_addr = addr;
+  r.bind_addr = "127.0.0.1";
+  r.hostname = "n" + std::to_string(i);
+  return r;
+}
+
+// A StoreRendezvous connection to `mem` as the launcher's PrefixStore sees the rendezvous
+// store: keys under ddprun/rdzv/<run_id>.
+inline rdzv::StoreRendezvous::Connect memory_connect(std::shared_ptr<store::MemoryStore> mem,
+                                                     const std::string& run_id) {
+  return [mem = std::move(mem), prefix = "ddprun/rdzv/" + run_id](auto, const auto&) {
+    return std::make_shared<store::PrefixStore>(prefix, mem);
+  };
 }
 
 using Handlers = std::vector<std::unique_ptr<rdzv::RendezvousHandler>>;

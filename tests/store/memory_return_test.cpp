@@ -2,84 +2,28 @@
 // sets 1 M keys and deletes them, then pushes and pops 200 k queue items; the server's
 // VmRSS (/proc/<pid>/status) must come back near where it started (issue 23 item 4: it
 // stayed at +200 MB and +28 MB, the hash table's buckets and glibc's freed chunks).
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/store/raw_client.h"
 #include "tests/support/eventually.h"
+#include "tests/support/store_process.h"
 
 // A sanitizer's allocator keeps freed memory (ASan's quarantine, TSan's shadow), so the
 // RSS says nothing there: these cases exist only in builds without one (scripts/test runs
 // them from the Release build).
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 
-extern char** environ;
-
 namespace {
 
 using namespace ddprun::store;
 using namespace ddprun::store::testing;
 
-class StoreProcess {
- public:
-  StoreProcess() {
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    std::vector<std::string> args{DDPRUN_STORE_BIN, "serve", "--host", "127.0.0.1", "--port", "0"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    std::string line;  // "ddprun-store listening on 127.0.0.1:PORT"
-    char c = 0;
-    while (rc == 0 && read(fds[0], &c, 1) == 1 && c != '\n') line += c;
-    close(fds[0]);
-    REQUIRE(rc == 0);
-    INFO(line);
-    REQUIRE(line.rfind(':') != std::string::npos);
-    port_ = static_cast<std::uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
-  }
-  ~StoreProcess() {
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-  }
-  StoreProcess(const StoreProcess&) = delete;
-  StoreProcess& operator=(const StoreProcess&) = delete;
-  std::uint16_t port() const { return port_; }
-
-  // VmRSS in KiB, from /proc/<pid>/status.
-  long rss_kib() const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
-    std::string word;
-    while (in >> word) {
-      if (word == "VmRSS:") {
-        long kib = 0;
-        in >> kib;
-        return kib;
-      }
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-};
+using ddprun::test::StoreProcess;
 
 std::string key_of(int i) { return "/mem/" + std::to_string(i); }
 
@@ -103,7 +47,7 @@ void pipeline(RawClient& c, int count, std::size_t reply_bytes, Request request)
 constexpr long kMiB = 1024;  // in KiB
 
 TEST_CASE("store process: 1 M keys set then deleted give their memory back", "[server][memory]") {
-  StoreProcess store;
+  StoreProcess store(DDPRUN_STORE_BIN);
   RawClient c(store.port());
   c.handshake();
   const long start = store.rss_kib();
@@ -126,7 +70,7 @@ TEST_CASE("store process: 1 M keys set then deleted give their memory back", "[s
 
 TEST_CASE("store process: 200 k queue items pushed then popped give their memory back",
           "[server][memory]") {
-  StoreProcess store;
+  StoreProcess store(DDPRUN_STORE_BIN);
   RawClient c(store.port());
   c.handshake();
   const long start = store.rss_kib();

@@ -7,7 +7,6 @@
 
 #include "rendezvous/c10d/store_rendezvous.h"
 #include "store/memory_store.h"
-#include "store/prefix_store.h"
 #include "tests/rendezvous/rdzv_test_util.h"
 
 using namespace ddprun;
@@ -37,20 +36,15 @@ std::unique_ptr<StoreRendezvous> node(const std::shared_ptr<store::MemoryStore>&
                                       const ManualClock& clock, int i, int min_nodes, int max_nodes,
                                       std::chrono::milliseconds join_timeout = 600s) {
   StoreRendezvous::Config c;
-  c.round.run_id = "clock";
   c.endpoint = "memory";
-  c.round.min_nodes = min_nodes;
-  c.round.max_nodes = max_nodes;
-  c.round.advertise_addr = "127.0.0." + std::to_string(i + 1);
-  c.round.bind_addr = "127.0.0.1";
-  c.round.hostname = "n" + std::to_string(i);
+  c.round =
+      test::loopback_round("clock", i, min_nodes, max_nodes, "127.0.0." + std::to_string(i + 1));
   c.round.join_timeout = join_timeout;
   c.round.last_call_timeout = 600s;
   c.round.keep_alive_interval = 100ms;
   c.poll_slice = 20ms;
   c.round.now = [&clock] { return clock.now(); };
-  return std::make_unique<StoreRendezvous>(
-      c, [mem](auto, const auto&) { return std::make_shared<store::PrefixStore>(kPrefix, mem); });
+  return std::make_unique<StoreRendezvous>(c, test::memory_connect(mem, "clock"));
 }
 
 std::int64_t joined(store::MemoryStore& mem, int round) {

@@ -11,6 +11,7 @@
 #include "store/prefix_store.h"
 #include "store/tcp_store_client.h"
 #include "store/tcp_store_server.h"
+#include "tests/rendezvous/rdzv_test_util.h"
 
 using namespace ddprun;
 using namespace ddprun::rdzv;
@@ -83,13 +84,8 @@ Costs round_costs(int n) {
     auto other = std::make_shared<std::atomic<int>>(0);
     counts.push_back(main);
     StoreRendezvous::Config c;
-    c.round.run_id = "count";
     c.endpoint = "127.0.0.1:" + std::to_string(port);
-    c.round.min_nodes = n;
-    c.round.max_nodes = n;
-    c.round.advertise_addr = "127.0.0.1";
-    c.round.bind_addr = "127.0.0.1";
-    c.round.hostname = "n" + std::to_string(i);
+    c.round = test::loopback_round("count", i, n, n);
     c.round.keep_alive_interval = 30s;
     c.round.join_timeout = 120s;
     c.poll_slice = 30s;

@@ -3,11 +3,8 @@
 // rendezvous store at the endpoint, the others connect to it.
 #include "rendezvous/c10d/store_rendezvous.h"
 
-#include <signal.h>
-#include <spawn.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <future>
@@ -20,6 +17,7 @@
 #include "store/prefix_store.h"
 #include "store/tcp_store_client.h"
 #include "tests/rendezvous/rdzv_test_util.h"
+#include "tests/support/store_process.h"
 
 using namespace ddprun;
 using namespace ddprun::rdzv;
@@ -102,50 +100,6 @@ std::unique_ptr<store::TcpStore> connect(const std::string& host, std::uint16_t 
   o.wait_for_workers = false;
   return std::make_unique<store::TcpStore>(o);
 }
-
-// A real ddprun-store process on an OS-chosen loopback port, which a test can SIGSTOP:
-// a frozen rendezvous store, as when the agent that hosts it is stopped.
-class StoreProcess {
- public:
-  StoreProcess() {
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    posix_spawn_file_actions_addclose(&actions, fds[1]);
-    std::vector<std::string> args{DDPRUN_STORE_BIN, "serve", "--host", "127.0.0.1", "--port", "0"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    std::string line;  // "ddprun-store listening on 127.0.0.1:PORT"
-    char c = 0;
-    while (rc == 0 && read(fds[0], &c, 1) == 1 && c != '\n') line += c;
-    close(fds[0]);
-    REQUIRE(rc == 0);
-    INFO(line);
-    REQUIRE(line.rfind(':') != std::string::npos);
-    port_ = static_cast<std::uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
-  }
-  ~StoreProcess() {
-    kill(pid_, SIGCONT);
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-  }
-  StoreProcess(const StoreProcess&) = delete;
-  StoreProcess& operator=(const StoreProcess&) = delete;
-  std::uint16_t port() const { return port_; }
-  void freeze() { kill(pid_, SIGSTOP); }
-  void thaw() { kill(pid_, SIGCONT); }
-
- private:
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-};
 
 }  // namespace
 
@@ -539,18 +493,11 @@ TEST_CASE("StoreRendezvous over a MemoryStore: 16 nodes form one round", "[memor
   Handlers hs;
   for (int i = 0; i < 16; ++i) {
     StoreRendezvous::Config c;
-    c.round.run_id = "mem";
     c.endpoint = "memory";
-    c.round.min_nodes = 16;
-    c.round.max_nodes = 16;
-    c.round.advertise_addr = "127.0.0.1";
-    c.round.bind_addr = "127.0.0.1";
-    c.round.hostname = "n" + std::to_string(i);
+    c.round = test::loopback_round("mem", i, 16, 16);
     c.round.keep_alive_interval = 100ms;
     c.poll_slice = 20ms;
-    hs.push_back(std::make_unique<StoreRendezvous>(c, [mem](auto, const auto&) {
-      return std::make_shared<store::PrefixStore>("ddprun/rdzv/mem", mem);
-    }));
+    hs.push_back(std::make_unique<StoreRendezvous>(c, test::memory_connect(mem, "mem")));
   }
   auto infos = rendezvous_all(hs);
   check_consistent(infos, std::vector<int>(16, 1));
@@ -566,21 +513,12 @@ std::unique_ptr<StoreRendezvous> memory_node(const std::shared_ptr<store::Memory
                                              std::function<std::string()> find_address = {}) {
   StoreRendezvous::Config c;
   c.find_address = std::move(find_address);
-  c.round.run_id = "mem";
   c.endpoint = "memory";
-  c.round.min_nodes = n;
-  c.round.max_nodes = n;
-  c.round.advertise_addr = addr;
-  c.round.bind_addr = "127.0.0.1";
-  c.round.hostname = "n" + std::to_string(i);
+  c.round = test::loopback_round("mem", i, n, n, addr);
   c.round.keep_alive_interval = 100ms;
   c.poll_slice = 20ms;
-  return std::make_unique<StoreRendezvous>(
-      c,
-      [mem](auto, const auto&) {
-        return std::make_shared<store::PrefixStore>("ddprun/rdzv/mem", mem);
-      },
-      nullptr, [hosts] { return hosts; });
+  return std::make_unique<StoreRendezvous>(c, test::memory_connect(mem, "mem"), nullptr,
+                                           [hosts] { return hosts; });
 }
 
 }  // namespace
@@ -796,7 +734,7 @@ TEST_CASE("c10d: a node of another job with the same run id is refused without a
 }
 
 TEST_CASE("c10d: a frozen rendezvous store blames no one - the round goes on", "[c10d][liveness]") {
-  StoreProcess store;
+  test::StoreProcess store(DDPRUN_STORE_BIN);  // SIGSTOP: a frozen store
   std::vector<RendezvousParams> ps;
   for (int i = 0; i < 3; ++i) {
     ps.push_back(node_params("c10d", i, store.port(), 3, 3));

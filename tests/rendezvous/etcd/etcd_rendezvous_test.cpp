@@ -12,6 +12,7 @@
 #include <set>
 
 #include "tests/rendezvous/etcd/etcd_cluster.h"
+#include "tests/rendezvous/rdzv_test_util.h"
 #include "tests/support/eventually.h"
 
 using namespace ddprun::rdzv;
@@ -24,12 +25,7 @@ namespace {
 EtcdRendezvous::Config config(const EtcdCluster& cluster, int i) {
   EtcdRendezvous::Config c;
   c.etcd.endpoints = cluster.urls();
-  c.round.run_id = "threads";
-  c.round.min_nodes = 2;
-  c.round.max_nodes = 3;
-  c.round.advertise_addr = "127.0.0.1";
-  c.round.bind_addr = "127.0.0.1";
-  c.round.hostname = "node" + std::to_string(i);
+  c.round = ddprun::test::loopback_round("threads", i, 2, 3);
   c.round.job_command = {"train.py"};
   c.round.join_timeout = 60s;
   c.round.last_call_timeout = 1s;
