@@ -127,8 +127,7 @@ std::optional<EtcdKv> EtcdClient::get(const std::string& key, std::int64_t* revi
 
 std::vector<EtcdKv> EtcdClient::get_prefix(const std::string& prefix, bool keys_only,
                                            std::int64_t* revision) {
-  json body = {{"key", base64_encode(prefix)},
-               {"range_end", base64_encode(etcd_prefix_end(prefix))}};
+  json body = etcd_prefix_range(prefix);
   if (keys_only) body["keys_only"] = true;
   json r = impl_->call("/v3/kv/range", body);
   if (revision) *revision = r.contains("header") ? etcd_number(r["header"], "revision") : 0;
@@ -140,9 +139,8 @@ std::vector<EtcdKv> EtcdClient::get_prefix(const std::string& prefix, bool keys_
 }
 
 std::int64_t EtcdClient::count(const std::string& prefix) {
-  const json body = {{"key", base64_encode(prefix)},
-                     {"range_end", base64_encode(etcd_prefix_end(prefix))},
-                     {"count_only", true}};
+  json body = etcd_prefix_range(prefix);
+  body["count_only"] = true;
   return etcd_number(impl_->call("/v3/kv/range", body), "count");
 }
 
@@ -156,12 +154,9 @@ std::optional<EtcdKv> EtcdClient::newest(const std::string& prefix, std::int64_t
 
 std::optional<EtcdKv> EtcdClient::first_by_creation(const std::string& prefix, const char* order,
                                                     std::int64_t* count) {
-  const json body = {{"key", base64_encode(prefix)},
-                     {"range_end", base64_encode(etcd_prefix_end(prefix))},
-                     {"keys_only", true},
-                     {"limit", "1"},
-                     {"sort_order", order},
-                     {"sort_target", "CREATE"}};
+  json body = etcd_prefix_range(prefix);
+  body.update(
+      {{"keys_only", true}, {"limit", "1"}, {"sort_order", order}, {"sort_target", "CREATE"}});
   json r = impl_->call("/v3/kv/range", body);
   if (count) *count = r.contains("count") ? etcd_number(r, "count") : 0;
   if (!r.contains("kvs") || r["kvs"].empty()) return std::nullopt;
@@ -176,8 +171,7 @@ std::int64_t EtcdClient::put(const std::string& key, const std::string& value, s
 }
 
 std::int64_t EtcdClient::del(const std::string& key, bool prefix) {
-  json body = {{"key", base64_encode(key)}};
-  if (prefix) body["range_end"] = base64_encode(etcd_prefix_end(key));
+  const json body = prefix ? etcd_prefix_range(key) : json{{"key", base64_encode(key)}};
   return etcd_number(impl_->call("/v3/kv/deleterange", body), "deleted");
 }
 

@@ -56,6 +56,10 @@ std::string etcd_prefix_end(std::string prefix) {
   return std::string(1, '\0');  // every key
 }
 
+json etcd_prefix_range(const std::string& prefix) {
+  return {{"key", base64_encode(prefix)}, {"range_end", base64_encode(etcd_prefix_end(prefix))}};
+}
+
 EtcdKv decode_etcd_kv(const json& j) {
   EtcdKv kv;
   kv.key = base64_decode(etcd_text(j, "key")).value_or("");

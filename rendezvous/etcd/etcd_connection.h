@@ -34,6 +34,8 @@ std::int64_t etcd_number(const nlohmann::json& j, const char* field);
 std::string etcd_text(const nlohmann::json& j, const char* field);
 // The end of the key range holding every key that starts with `prefix`.
 std::string etcd_prefix_end(std::string prefix);
+// The fields {key, range_end} (base64) of a request on every key that starts with `prefix`.
+nlohmann::json etcd_prefix_range(const std::string& prefix);
 // A "kv" object of an answer or an event (key and value base64-decoded).
 EtcdKv decode_etcd_kv(const nlohmann::json& j);
 

@@ -75,10 +75,9 @@ struct EtcdWatch::Impl {
   // EtcdUnreachable on failure.
   void start(std::int64_t from) {
     conn.open();
-    const json body = {{"create_request",
-                        {{"key", base64_encode(prefix)},
-                         {"range_end", base64_encode(etcd_prefix_end(prefix))},
-                         {"start_revision", std::to_string(from)}}}};
+    json create = etcd_prefix_range(prefix);
+    create["start_revision"] = std::to_string(from);
+    const json body = {{"create_request", create}};
     auto req = conn.post("/v3/watch", body.dump());
     // etcd's "require leader" metadata (through the gateway's Grpc-Metadata- headers): a
     // member cut off from the leader ends the watch instead of keeping it silent.
