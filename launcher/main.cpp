@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/open_files.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/logging.h"
@@ -30,6 +31,9 @@ int main(int argc, char** argv) {
   if (cli.kind == CliOutcome::Kind::kPrint) return std::fputs(cli.text.c_str(), stdout) < 0;
   if (cli.kind == CliOutcome::Kind::kError) return usage_error_exit(cli.text);
   setup_agent_logging(host.env);
+  // A store host (and an ssh launcher's pipes) need a descriptor per node: up to the hard
+  // limit. Workers get the inherited limit back (spawn()).
+  if (!ddprun::OpenFilesLimit::raise()) spdlog::debug("cannot raise the open-files limit");
   if (cli.config.entry != EntryKind::kExecutable) {
     auto& v = cli.config.worker_torch_version;
     v = find_torch_version(cli.config.python_exec, host.env);

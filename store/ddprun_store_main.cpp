@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/open_files.h"
 #include "ddprun_version.h"
 #include "packaging/cli_dump.h"
 #include "store/core/host_port.h"
@@ -68,17 +68,6 @@ std::pair<std::string, std::uint16_t> parse_addr(const std::string& addr) {
   return {host, static_cast<std::uint16_t>(*port)};
 }
 
-// Lets a store serve as many connections as the hard limit allows (one fd each).
-void raise_nofile_limit() {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
-      spdlog::warn("cannot raise the open-files limit to {}", lim.rlim_max);
-    }
-  }
-}
-
 int serve(ServeArgs& args) {
   // Blocked before the io thread starts so that it inherits the mask and the signals
   // are consumed here, synchronously, by sigwait.
@@ -87,7 +76,8 @@ int serve(ServeArgs& args) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  raise_nofile_limit();
+  // As many connections as the hard limit allows (one descriptor each).
+  if (!ddprun::OpenFilesLimit::raise()) spdlog::warn("cannot raise the open-files limit");
 
   args.options.host = args.host;
   args.options.port = args.port;

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 
+#include "base/open_files.h"
 #include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
@@ -177,6 +178,9 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
   const pid_t parent = ::getpid();
   const bool scan_proc = options.scan_proc_fds;
   const int keep_fd = options.keep_fd > STDERR_FILENO ? options.keep_fd : -1;
+  // The open-files limit ddprun was started with, for the child (main() raised ours).
+  const bool restore_nofile = OpenFilesLimit::raised();
+  const rlimit child_nofile = OpenFilesLimit::inherited();
   // The CPU set for sched_setaffinity, allocated here (malloc is not async-signal-safe).
   std::size_t cpu_set_size = 0;
   std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpu_set(nullptr, [](cpu_set_t* s) {
@@ -225,6 +229,7 @@ pid_t spawn_process(const SpawnOptions& options, const std::function<void(pid_t)
     if (affinity != nullptr && ::sched_setaffinity(0, cpu_set_size, affinity) != 0) {
       child_fail(report_fd, Step::kAffinity);
     }
+    if (restore_nofile) ::setrlimit(RLIMIT_NOFILE, &child_nofile);  // lowers: cannot fail
     ::execve(program.c_str(), argv.data(), envp.data());
     child_fail(report_fd, Step::kExec);
   }

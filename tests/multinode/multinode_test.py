@@ -12,6 +12,7 @@ The harness (registry, check/poll, processes, ports, cleanup) is tests/support/b
 shared with the integration suite.
 """
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -73,6 +74,29 @@ def c10d_copied_node_rank_zero(c):
     for a in agents:
         check(a.text().count("--node-rank ignored: node rank 0 is claimed by both") == 1,
               f"{a.name}: one warning", a.text())
+
+
+@test(needs_torch=False)
+def c10d_store_host_past_the_soft_open_files_limit(c):
+    """32 agents started under a soft open-files limit of 64 (a login shell's 1 024 is the
+    same trap at ~500 agents): the store's host holds 2 connections per agent, so ddprun
+    raises its own soft limit to the hard one and the round forms; every worker gets the
+    64 it was started with back."""
+    n = 32
+    port = c.reserve_port()
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    hard = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    check(shutil.which("prlimit"), "prlimit (util-linux) is needed")
+    agents = [c.start(f"node{i}", c10d_args(i, port, n, "nofile", ["--no-python"]),
+                      ["-c", 'ulimit -Sn > "$MN_OUT/nofile.$RANK"'],
+                      prefix=["prlimit", f"--nofile=64:{hard}", "--"], script="/bin/sh")
+              for i in range(n)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    limits = [open(os.path.join(a.out, f)).read().strip() for a in agents
+              for f in os.listdir(a.out) if f.startswith("nofile.")]
+    check(len(limits) == n, f"{len(limits)} of {n} workers ran", c.logs())
+    check(set(limits) == {"64"}, f"workers' soft open-files limits: {sorted(set(limits))}")
 
 
 @test(every_tier=True)
