@@ -664,8 +664,10 @@ def rdzv_sim(bins, backend, n, cfg):
     if not bins.get("ddprun-rdzv-sim"):
         return "skipped: ddprun-rdzv-sim not built"
     try:
+        # c10d: the store in a process of its own, as on a cluster (and half the open files).
+        extra = ["--store-process"] if backend == "c10d" else []
         r = subprocess.run([bins["ddprun-rdzv-sim"], "--backend", backend, "--nodes", str(n),
-                            "--json", "--timeout", str(cfg.rdzv_timeout)],
+                            "--json", "--timeout", str(cfg.rdzv_timeout), *extra],
                            capture_output=True, text=True, timeout=3 * cfg.rdzv_timeout + 120)
     except subprocess.TimeoutExpired:
         return "timeout"
@@ -993,8 +995,10 @@ def report(results, cfg, m):
     out("### Simulated agents (ddprun-rdzv-sim)\n")
     out("`ddprun-rdzv-sim` runs N agents as threads of one process: each is the handler the "
         "launcher builds (`make_rendezvous_handler`), running the real join, heartbeat and "
-        "exit-barrier code over real loopback sockets. c10d: against a `TcpStoreServer` in the "
-        "same process that no agent hosts, counting at the server every request it handled "
+        "exit-barrier code over real loopback sockets. c10d: against a `TcpStoreServer` that no "
+        "agent hosts, in a process of its own (`--store-process`: forked before the agents "
+        "start, so the agents' process holds 2 open files per agent), counting at the server "
+        "every request it handled "
         "and every byte it read and wrote; etcd-v3: against a fresh 1-member etcd (data in "
         "/dev/shm), counting its `grpc_server_started_total` (every RPC, through its JSON "
         "gateway too; a watch stream counts once) and gRPC bytes from /metrics. **form**: "
@@ -1099,7 +1103,7 @@ class Config:
             self.rdzv_n, self.rdzv_reps, self.torchrun_rdzv_max, self.rdzv_timeout = \
                 [4, 16, 64, 256, 1024], 3, 16, 180
             self.rdzv_etcd_n = [4, 16, 64, 256]
-            self.sim_n = [4, 16, 64, 256, 1024, 4096, 16384]
+            self.sim_n = [4, 16, 64, 256, 1024, 4096, 8192, 16384]
             self.sim_etcd_n = [4, 16, 64, 256]
         self.nofile_note = ""
         need = max(self.barrier_n) + 64

@@ -2,10 +2,10 @@
 // simulator"). N agents, each a thread of this one process, run the real join logic
 // (make_rendezvous_handler: c10d or etcd-v3, as the launcher builds it) against a real
 // store: a TcpStoreServer on loopback that no agent hosts, counted at the server
-// (TcpStoreServer::stats), or a real etcd, counted from its /metrics. Per N it reports one
-// round: requests, bytes and wall time to form, the rounds it took (1 when nothing
-// cascaded), then the exit barrier's. Run by bench/run (bench.py) and by a ctest.
-// Single-threaded apart from the agents' threads.
+// (TcpStoreServer::stats; with --store-process in a forked child of its own), or a real
+// etcd, counted from its /metrics. Per N it reports one round: requests, bytes and wall
+// time to form, the rounds it took (1 when nothing cascaded), then the exit barrier's. Run
+// by bench/run (bench.py) and by a ctest. Single-threaded apart from the agents' threads.
 #include <pthread.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -31,6 +31,7 @@
 
 #include "base/text.h"
 #include "bench/rdzv_sim/etcd_member.h"
+#include "bench/rdzv_sim/forked_store.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/rendezvous.h"
 #include "store/tcp_store_server.h"
@@ -50,7 +51,8 @@ struct Options {
   std::vector<std::string> etcd;  // external members; empty = start one
   std::string etcd_bin = "/usr/bin/etcd";
   std::string log_level = "error";
-  int expect_rounds = 0;  // > 0: a size whose agents took another number of rounds fails
+  int expect_rounds = 0;       // > 0: a size whose agents took another number of rounds fails
+  bool store_process = false;  // c10d: the store in a forked child, not among the agents
 };
 
 // One phase's cost at the store host.
@@ -90,10 +92,14 @@ long tasks_now() {
   return slash == std::string::npos ? -1 : parse_int<long>(d.substr(slash + 1)).value_or(-1);
 }
 
+// Open files per agent in this process: 2 store connections, both ends here unless the
+// store is a process of its own.
+long files_per_agent(const Options& o) { return o.store_process ? 2 : 4; }
+
 // Why N agents cannot run here ("" when they can): threads (pid_max is shared by every
-// thread of the machine) and open files (4 per agent: 2 connections, both ends here).
+// thread of the machine: an agent's join and its round watch) and open files.
 std::string limits_say_no(int n, const Options& o) {
-  const long threads = (o.backend == "c10d" ? 1L : 3L) * n + 256;
+  const long threads = (o.backend == "c10d" ? 2L : 3L) * n + 256;
   const long pid_max = read_long("/proc/sys/kernel/pid_max");
   const long tasks = tasks_now();
   if (pid_max > 0 && tasks > 0 && tasks + threads > pid_max) {
@@ -107,14 +113,14 @@ std::string limits_say_no(int n, const Options& o) {
   }
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl);
-  const rlim_t files = 4 * static_cast<rlim_t>(n) + 256;
+  const long per = files_per_agent(o);
+  const rlim_t files = per * static_cast<rlim_t>(n) + 256;
   if (rl.rlim_cur < files) {
-    return "needs about " + std::to_string(files) +
-           " open files (2 store connections per agent, both ends in this process); "
-           "RLIMIT_NOFILE is " +
+    return "needs about " + std::to_string(files) + " open files (2 store connections per agent" +
+           (o.store_process ? "" : ", both ends in this process") + "); RLIMIT_NOFILE is " +
            std::to_string(rl.rlim_cur) + " and this process may not raise its hard limit (" +
            std::to_string(rl.rlim_max) + "; that takes CAP_SYS_RESOURCE): at most " +
-           std::to_string((rl.rlim_cur - 256) / 4) + " agents fit";
+           std::to_string((static_cast<long>(rl.rlim_cur) - 256) / per) + " agents fit";
   }
   return "";
 }
@@ -125,7 +131,7 @@ std::string limits_say_no(int n, const Options& o) {
 void prepare_process(int max_n) {
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl);
-  const rlim_t want = 4 * static_cast<rlim_t>(max_n) + 1024;
+  const rlim_t want = 4 * static_cast<rlim_t>(max_n) + 1024;  // enough either way
   if (rl.rlim_max < want) {
     rlimit more{want, want};
     if (::setrlimit(RLIMIT_NOFILE, &more) == 0) rl = more;
@@ -281,7 +287,8 @@ Result simulate(const Options& o, int n, const std::function<std::string(int)>& 
   return r;
 }
 
-// One size against a fresh in-process store (c10d).
+// One size against a fresh store (c10d): in this process, or with --store-process in a
+// forked child.
 Result simulate_c10d(const Options& o, int n) {
   // 2 connections per agent to one address: past the ephemeral port range (one source
   // address, 127.0.0.1) the store listens on every address and agents spread their
@@ -291,22 +298,37 @@ Result simulate_c10d(const Options& o, int n) {
   const int spread = 2L * n + 2048 > hi - lo + 1 ? 16 : 1;
   store::ServerOptions so;
   so.host = spread > 1 ? "0.0.0.0" : "127.0.0.1";
-  store::TcpStoreServer server(so);
-  const std::uint16_t port = server.start();
-  auto counters = [&] {
-    const store::ServerStats s = server.stats();
-    return Counters{s.requests, s.bytes_in, s.bytes_out};
-  };
+  std::optional<store::TcpStoreServer> server;
+  std::optional<ForkedStore> forked;
+  std::uint16_t port = 0;
+  std::function<Counters()> counters;
+  if (o.store_process) {
+    forked.emplace(so);
+    port = forked->port();
+    counters = [&] {
+      const store::ServerStats s = forked->stats();
+      return Counters{s.requests, s.bytes_in, s.bytes_out};
+    };
+  } else {
+    server.emplace(so);
+    port = server->start();
+    counters = [&] {
+      const store::ServerStats s = server->stats();
+      return Counters{s.requests, s.bytes_in, s.bytes_out};
+    };
+  }
   Result r = simulate(
       o, n,
       [&](int i) {
         return "127.0.0." + std::to_string(1 + i % spread) + ":" + std::to_string(port);
       },
       counters);
-  server.stop();
+  if (server) server->stop();
   if (spread > 1 && r.note.empty()) {
     r.note = "store on 0.0.0.0, endpoints spread over 127.0.0.1-" + std::to_string(spread);
   }
+  if (o.store_process)
+    r.note += std::string(r.note.empty() ? "" : "; ") + "store in its own process";
   return r;
 }
 
@@ -375,6 +397,9 @@ int run(int argc, char** argv) {
   app.add_option("--expect-rounds", o.expect_rounds,
                  "exit 1 unless every size formed in this many rounds (tests: 1)")
       ->check(CLI::Range(1, 1000));
+  app.add_flag("--store-process", o.store_process,
+               "c10d: run the store in a forked process of its own, so that this one holds "
+               "2 open files per agent instead of 4 (twice the agents under RLIMIT_NOFILE)");
   app.add_option("--log-level", o.log_level, "the agents' log level (spdlog)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   CLI11_PARSE(app, argc, argv);
@@ -385,7 +410,8 @@ int run(int argc, char** argv) {
 
   std::unique_ptr<EtcdMember> etcd;
   std::vector<std::string> urls = o.etcd;
-  std::string where = "an in-process TcpStoreServer on loopback";
+  std::string where = o.store_process ? "a TcpStoreServer on loopback in a forked process"
+                                      : "an in-process TcpStoreServer on loopback";
   try {
     if (o.backend == "etcd-v3") {
       if (urls.empty()) {
