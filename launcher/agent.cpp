@@ -113,9 +113,14 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
   }
   if (call.error) {
     spdlog::error("rendezvous failed: {}", what_of(call.error));
-    finish(result, RunResult::Outcome::kFailed);
+    if (unspent_failures_.empty()) {
+      finish(result, RunResult::Outcome::kFailed);
+    } else {
+      fail_job(std::move(unspent_failures_), result);
+    }
     return std::nullopt;
   }
+  unspent_failures_.clear();
   spdlog::info("rendezvous complete: round {}, group_rank {}/{}, ranks {}..{} of {}, master {}:{}",
                info->round, info->group_rank, info->group_world_size, info->rank_base,
                info->rank_base + config_.nproc_per_node - 1, info->world_size, info->master_addr,
@@ -154,6 +159,15 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
 
 std::vector<WorkerExit> Agent::stop_workers(int signo) { return supervisor_.stop(signo, grace_); }
 
+bool Agent::rendezvous_closed() {
+  try {
+    return handler_->is_closed();
+  } catch (const std::exception& e) {
+    spdlog::debug("is_closed: {}", e.what());
+    return false;
+  }
+}
+
 bool Agent::membership_changed(bool fresh) {
   try {
     return fresh ? handler_->needs_new_round_now() : handler_->needs_new_round();
@@ -181,13 +195,17 @@ Agent::Step Agent::monitor(RunResult& result) {
         break;
       }
       case Kind::kWorkerExited:
-        if (ev.exit.failed() && membership_changed(/*fresh=*/true)) {
+        if (ev.exit.failed() && membership_changed(/*fresh=*/true) && !rendezvous_closed()) {
           // Peers that already left for the new round break this round's collectives, so
-          // a failure now is most likely that, not a fault: no restart is spent on it.
+          // a failure now is most likely that, not a fault: no restart is spent on it. If
+          // the peer had in fact ended the job (its store gone before the close was seen),
+          // the next rendezvous fails and this failure is the one reported.
           spdlog::warn(
               "local rank {} failed while the rendezvous needs a new round; "
               "restarting the workers in a new round (no restart spent)",
               ev.exit.local_rank);
+          unspent_failures_ = {
+              make_failure(ev.exit, run_dirs_->error_file(attempt_, ev.exit.local_rank))};
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
@@ -250,6 +268,10 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
                  root.global_rank, root.exitcode, restart_count_, config_.max_restarts);
     return Step::kRendezvous;
   }
+  return fail_job(std::move(failures), result);
+}
+
+Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
   result.failures = std::move(failures);
   const auto own = agent_env_.find("TORCHELASTIC_ERROR_FILE");
   report_failures(config_.training_script, result.failures,

@@ -104,6 +104,11 @@ class Agent {
   bool membership_changed(bool fresh = false);
   std::vector<WorkerExit> stop_workers(int signo);
   Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
+  // The job failed for good: the failure report (stderr and the agent's error file), the
+  // rendezvous closed, kFailed.
+  Step fail_job(std::vector<Failure> failures, RunResult& result);
+  // Whether the job's rendezvous was closed (by a node whose job ended); errors say no.
+  bool rendezvous_closed();
   // A terminating signal ended the run: says so on stderr and finishes as kStopped.
   Step stopped_by(int signo, RunResult& result);
   // All workers exited 0: the exit barrier, then set_closed(), then kSucceeded.
@@ -123,7 +128,10 @@ class Agent {
   int restart_count_ = 0;            // restarts spent on failures (or adopted from the round)
   int attempt_ = 0;                  // TORCHELASTIC_RESTART_COUNT and attempt_<N> of this attempt
   int remaining_restarts_ = 0;
-  int pending_signal_ = 0;                // a terminating signal seen while collecting failures
+  int pending_signal_ = 0;  // a terminating signal seen while collecting failures
+  // A worker failure left for a new round without spending a restart (a peer had left):
+  // reported as the job's failure if that round cannot form (the peer ended the job).
+  std::vector<Failure> unspent_failures_;
   std::vector<RankPlacement> numa_plan_;  // by local rank; empty: no --numa-binding
 };
 

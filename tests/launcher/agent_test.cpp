@@ -98,7 +98,7 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
     asked = true;
     return true;
   }
-  bool is_closed() override { return real_->is_closed(); }
+  bool is_closed() override { return closed_by_peer || real_->is_closed(); }
   void set_closed() override {
     closed = true;
     real_->set_closed();
@@ -142,6 +142,7 @@ class Steered : public ddprun::rdzv::RendezvousHandler {
   bool interrupted = false;                 // guarded by mu
   std::string blocked_in;                   // guarded by mu
   std::atomic<bool> want_new_round{false};  // set by a worker; asked for once
+  std::atomic<bool> closed_by_peer{false};  // a peer's agent ended the job (set_closed)
   bool asked = false;
   bool closed = false;
   bool shut_down = false;
@@ -237,6 +238,45 @@ TEST_CASE("agent: a membership change restarts without spending a restart", "[ag
 TEST_CASE("agent: a failure during a membership change spends no restart", "[agent]") {
   // As if a peer had already left for the new round and broke a collective.
   check_new_round_spends_no_restart(true);
+}
+
+namespace {
+
+// One worker exits 3 just as a peer's agent ends the job (its own worker broke on this
+// one's exit): the handler then says a new round is needed. `seen_closed`: the close is
+// visible; else the peer's store is already gone, so the next rendezvous fails. Either
+// way this node's failure is the job's, reported, not lost in a rendezvous error.
+void check_failure_as_peer_ends_job(bool seen_closed) {
+  TempDir dir;
+  LaunchConfig c = program_job(1, dir);
+  auto handler = std::make_unique<Steered>(local_handler(c));
+  Steered* steered = handler.get();
+  handler->fail_at_round = 2;
+  ThreadSupervisor sup;
+  sup.install("program", [&](ThreadSupervisor::Worker&) {
+    steered->closed_by_peer = seen_closed;
+    steered->want_new_round = true;
+    return 3;
+  });
+  Agent agent(c, base_env(), sup, std::move(handler));
+  const RunResult r = agent.run();
+  CHECK(r.outcome == RunResult::Outcome::kFailed);
+  CHECK(r.exit_code == 1);
+  CHECK(steered->rounds == (seen_closed ? 1 : 2));
+  REQUIRE(r.failures.size() == 1);
+  CHECK(r.failures[0].exitcode == 3);
+  CHECK(steered->closed);
+}
+
+}  // namespace
+
+TEST_CASE("agent: a failure as a peer ends the job is reported - close seen", "[agent]") {
+  check_failure_as_peer_ends_job(true);
+}
+
+TEST_CASE("agent: a failure as a peer ends the job is reported - its store already gone",
+          "[agent]") {
+  check_failure_as_peer_ends_job(false);
 }
 
 TEST_CASE("agent: the round's restart count is adopted, with the budget it leaves", "[agent]") {
