@@ -10,14 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "store/tcp_store_server.h"
+
 namespace ddprun::bench {
 
-// Request and byte counters of a server, as the simulator reports them.
-struct Counters {
-  std::uint64_t requests = 0;
-  std::uint64_t bytes_in = 0;
-  std::uint64_t bytes_out = 0;
-};
+// Request and byte counters of a server, as the simulator reports them: the fields of
+// TcpStoreServer::stats(), which etcd_counters() fills from etcd's /metrics.
+using Counters = store::ServerStats;
 
 class EtcdMember {
  public:

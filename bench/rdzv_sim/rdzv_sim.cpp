@@ -305,17 +305,11 @@ Result simulate_c10d(const Options& o, int n) {
   if (o.store_process) {
     forked.emplace(so);
     port = forked->port();
-    counters = [&] {
-      const store::ServerStats s = forked->stats();
-      return Counters{s.requests, s.bytes_in, s.bytes_out};
-    };
+    counters = [&] { return forked->stats(); };
   } else {
     server.emplace(so);
     port = server->start();
-    counters = [&] {
-      const store::ServerStats s = server->stats();
-      return Counters{s.requests, s.bytes_in, s.bytes_out};
-    };
+    counters = [&] { return server->stats(); };
   }
   Result r = simulate(
       o, n,
