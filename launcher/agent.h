@@ -47,9 +47,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config.h"
 #include "launcher/failure_report.h"
 #include "launcher/numa.h"
+#include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
 #include "launcher/run_dirs.h"
 #include "launcher/worker_env.h"

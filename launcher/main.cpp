@@ -13,8 +13,8 @@
 
 #include "base/open_files.h"
 #include "launcher/agent.h"
-#include "launcher/cli.h"
 #include "launcher/logging.h"
+#include "launcher/options/cli.h"
 #include "launcher/ssh/ssh_launch.h"
 #include "launcher/ssh/stdin_watch.h"
 #include "launcher/supervision.h"

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "launcher/cli.h"
+#include "launcher/options/cli.h"
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/signals.h"
 

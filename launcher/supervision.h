@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "launcher/config.h"
+#include "launcher/options/config.h"
 #include "launcher/process/supervisor.h"
 
 namespace ddprun::launcher {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config.h"
 #include "launcher/numa.h"
+#include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
 #include "launcher/run_dirs.h"
 #include "rendezvous/rendezvous.h"

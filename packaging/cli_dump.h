@@ -2,7 +2,7 @@
 // footer, options by group, positionals, subcommands), so that the man pages and the
 // bash/zsh completion are generated from the programs' own option definitions
 // (packaging/clidoc.py) and never drift from --help. Used by the hidden --dump-cli-json
-// option of ddprun (launcher/cli.cpp) and ddprun-store. Thread-safety: pure (reads `app`).
+// option of ddprun (launcher/options/cli.cpp) and ddprun-store. Thread-safety: pure (reads `app`).
 #pragma once
 
 #include <CLI/CLI.hpp>

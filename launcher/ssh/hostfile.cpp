@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "base/text.h"
-#include "launcher/usage_error.h"
+#include "launcher/options/usage_error.h"
 
 namespace ddprun::launcher {
 namespace {

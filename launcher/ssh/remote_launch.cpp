@@ -9,7 +9,7 @@
 #include <cctype>
 #include <string_view>
 
-#include "launcher/usage_error.h"
+#include "launcher/options/usage_error.h"
 
 namespace ddprun::launcher {
 namespace {

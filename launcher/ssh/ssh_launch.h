@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config.h"
+#include "launcher/options/config.h"
 #include "launcher/ssh/hostfile.h"
 #include "launcher/ssh/remote_launch.h"
 

@@ -4,8 +4,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "launcher/usage_error.h"
-#include "tests/launcher/usage_error_text.h"
+#include "launcher/options/usage_error.h"
+#include "tests/launcher/options/usage_error_text.h"
 
 using namespace ddprun::launcher;
 using ddprun::launcher::test::usage_error_text;

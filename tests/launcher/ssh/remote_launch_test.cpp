@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "launcher/cli.h"
+#include "launcher/options/cli.h"
 #include "launcher/ssh/ssh_config.h"
 #include "launcher/ssh/ssh_launch.h"
-#include "tests/launcher/usage_error_text.h"
+#include "tests/launcher/options/usage_error_text.h"
 
 using namespace ddprun::launcher;
 using ddprun::launcher::test::usage_error_text;

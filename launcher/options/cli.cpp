@@ -1,7 +1,7 @@
 // cli.cpp: the CLI11 binding of torchrun's options (see cli.h). CLI11 only collects raw
 // strings here; build_config (config.cpp) interprets and checks them, so every message
 // about a value comes from one place.
-#include "launcher/cli.h"
+#include "launcher/options/cli.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -14,9 +14,9 @@
 #include <string_view>
 
 #include "ddprun_version.h"
-#include "launcher/accelerators.h"
-#include "launcher/nproc.h"
-#include "launcher/slurm_env.h"
+#include "launcher/options/accelerators.h"
+#include "launcher/options/nproc.h"
+#include "launcher/options/slurm_env.h"
 #include "packaging/cli_dump.h"
 
 extern char** environ;

@@ -1,13 +1,13 @@
 // AMD and Intel GPU counting (accelerators.h) on sysfs fixtures written from the kernel's
 // documented layouts (tests/launcher/fixtures/accelerators/*.sysfs), recreated in a
 // temporary directory and read with the real counters; and the visibility variables.
-#include "launcher/accelerators.h"
+#include "launcher/options/accelerators.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
-#include "launcher/cli.h"
+#include "launcher/options/cli.h"
 #include "tests/support/temp_dir.h"
 
 using namespace ddprun::launcher;

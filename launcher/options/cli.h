@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config.h"
-#include "launcher/slurm_env.h"
+#include "launcher/options/config.h"
+#include "launcher/options/slurm_env.h"
 
 namespace ddprun::launcher {
 

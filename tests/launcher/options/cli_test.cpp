@@ -1,6 +1,6 @@
 // Command-line parsing: both spellings, PET_* fallbacks, defaults, and every bad input
 // giving one line that names the flag or file.
-#include "launcher/cli.h"
+#include "launcher/options/cli.h"
 
 #include <catch2/catch.hpp>
 #include <csignal>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config.h"
+#include "launcher/options/config.h"
 
 namespace ddprun::launcher {
 

@@ -1,6 +1,6 @@
 // nproc.cpp: CPU and GPU counting (see nproc.h): online CPUs, NVIDIA GPUs from
 // /proc/driver/nvidia and /dev. Used by cli.cpp (--nproc-per-node cpu/gpu/auto).
-#include "launcher/nproc.h"
+#include "launcher/options/nproc.h"
 
 #include <unistd.h>
 

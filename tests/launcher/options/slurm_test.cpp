@@ -2,9 +2,9 @@
 // sets (under what the command line and PET_* give), through parse_command_line.
 #include <catch2/catch.hpp>
 
-#include "launcher/cli.h"
-#include "launcher/slurm_env.h"
-#include "launcher/slurm_hostlist.h"
+#include "launcher/options/cli.h"
+#include "launcher/options/slurm_env.h"
+#include "launcher/options/slurm_hostlist.h"
 
 using namespace ddprun::launcher;
 using ddprun::rdzv::Backend;

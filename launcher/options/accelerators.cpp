@@ -1,5 +1,5 @@
 // accelerators.cpp: AMD and Intel GPU counting from sysfs (see accelerators.h).
-#include "launcher/accelerators.h"
+#include "launcher/options/accelerators.h"
 
 #include <filesystem>
 #include <fstream>
@@ -9,7 +9,7 @@
 #include <system_error>
 
 #include "base/text.h"
-#include "launcher/nproc.h"
+#include "launcher/options/nproc.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "launcher/config.h"
+#include "launcher/options/config.h"
 
 namespace ddprun::launcher::test {
 

@@ -1,6 +1,6 @@
 // option_values.cpp: one option's text to a checked value (see option_values.h), and the
 // value parsers config.h declares (--redirects/--tee, --nnodes, ${local_rank}).
-#include "launcher/option_values.h"
+#include "launcher/options/option_values.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 
 #include "base/text.h"
-#include "launcher/config.h"
+#include "launcher/options/config.h"
 
 namespace ddprun::launcher {
 

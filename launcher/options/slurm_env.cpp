@@ -1,6 +1,6 @@
 // slurm_env.cpp: options implied by a Slurm job step (see slurm_env.h). Used by cli.cpp
 // before build_config.
-#include "launcher/slurm_env.h"
+#include "launcher/options/slurm_env.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/text.h"
-#include "launcher/slurm_hostlist.h"
+#include "launcher/options/slurm_hostlist.h"
 #include "store/core/host_port.h"
 
 namespace ddprun::launcher {

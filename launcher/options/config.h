@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/usage_error.h"
+#include "launcher/options/usage_error.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::launcher {

@@ -1,6 +1,6 @@
 // slurm_hostlist.cpp: expansion of Slurm's compressed host lists (see slurm_hostlist.h).
 // Used by slurm_env.cpp.
-#include "launcher/slurm_hostlist.h"
+#include "launcher/options/slurm_hostlist.h"
 
 #include <fmt/format.h>
 

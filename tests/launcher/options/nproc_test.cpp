@@ -1,5 +1,5 @@
 // GPU counting for --nproc-per-node gpu|auto, over a fake /proc and /dev root.
-#include "launcher/nproc.h"
+#include "launcher/options/nproc.h"
 
 #include <catch2/catch.hpp>
 #include <filesystem>

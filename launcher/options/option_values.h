@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/usage_error.h"
+#include "launcher/options/usage_error.h"
 
 namespace ddprun::launcher {
 

@@ -1,6 +1,6 @@
 // config.cpp: interpretation and checks of the raw option strings (see config.h):
 // build_config as named read_* steps, and the rendezvous parameters. Used by cli.cpp, main.
-#include "launcher/config.h"
+#include "launcher/options/config.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "base/text.h"
-#include "launcher/option_values.h"
+#include "launcher/options/option_values.h"
 #include "launcher/process/signals.h"
 #include "rendezvous/registry.h"
 
