@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdlib>
 #include <vector>
 
@@ -43,6 +44,7 @@ void EventLoop::start(Hooks hooks) {
 }
 
 EventLoop::Id EventLoop::add(int fd, std::uint32_t events, Handler handler) {
+  assert(on_loop_thread() && "EventLoop: a loop-thread call from another thread");
   const Id id = next_id_++;
   epoll_event ev{};
   ev.events = events;
@@ -53,6 +55,7 @@ EventLoop::Id EventLoop::add(int fd, std::uint32_t events, Handler handler) {
 }
 
 void EventLoop::modify(Id id, std::uint32_t events) {
+  assert(on_loop_thread() && "EventLoop: a loop-thread call from another thread");
   auto it = registrations_.find(id);
   if (it == registrations_.end()) return;
   epoll_event ev{};
@@ -62,6 +65,7 @@ void EventLoop::modify(Id id, std::uint32_t events) {
 }
 
 void EventLoop::remove(Id id) {
+  assert(on_loop_thread() && "EventLoop: a loop-thread call from another thread");
   auto it = registrations_.find(id);
   if (it == registrations_.end()) return;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->second.fd, nullptr);
@@ -69,6 +73,7 @@ void EventLoop::remove(Id id) {
 }
 
 EventLoop::TimerId EventLoop::add_timer(Clock::time_point when, std::function<void()> fn) {
+  assert(on_loop_thread() && "EventLoop: a loop-thread call from another thread");
   const TimerId id = next_timer_++;
   timers_.emplace(std::make_pair(when, id), std::move(fn));
   timer_when_.emplace(id, when);
@@ -76,6 +81,7 @@ EventLoop::TimerId EventLoop::add_timer(Clock::time_point when, std::function<vo
 }
 
 void EventLoop::cancel_timer(TimerId id) {
+  assert(on_loop_thread() && "EventLoop: a loop-thread call from another thread");
   const auto it = timer_when_.find(id);
   if (it == timer_when_.end()) return;
   timers_.erase(std::make_pair(it->second, id));
@@ -129,7 +135,17 @@ void EventLoop::wake() {
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
 }
 
+bool EventLoop::on_loop_thread() const {
+  const std::thread::id loop = loop_thread_.load();
+  return loop == std::thread::id{} || loop == std::this_thread::get_id();
+}
+
 void EventLoop::run() {
+  loop_thread_ = std::this_thread::get_id();
+  struct Ended {  // however run() returns, the loop-thread rule no longer applies
+    std::atomic<std::thread::id>& id;
+    ~Ended() { id = std::thread::id{}; }
+  } ended{loop_thread_};
   if (hooks_.on_start) hooks_.on_start();
   epoll_event ready[32];
   while (true) {
@@ -140,7 +156,7 @@ void EventLoop::run() {
     const int n = ::epoll_wait(epoll_.get(), ready, 32, timeout_ms());
     if (n < 0) {
       if (errno == EINTR) continue;
-      spdlog::critical("supervisor: epoll_wait: {}", errno_text(errno));
+      spdlog::critical("event loop: epoll_wait: {}", errno_text(errno));
       std::abort();  // a supervisor that cannot wait can neither reap nor stop workers
     }
     for (int i = 0; i < n; ++i) {

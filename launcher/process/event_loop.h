@@ -3,11 +3,13 @@
 // posted from other threads (an eventfd wakes the loop), a per-wakeup hook. Used by
 // ProcessSupervisor's parts. Thread-safety: post(), call() and shutdown() from any other
 // thread; add(), modify(), remove(), add_timer() and cancel_timer() only on the loop
-// thread (from handlers, timers, hooks or tasks) or before start().
+// thread (from handlers, timers, hooks or tasks), before start() or after the loop ended:
+// they assert it (in builds with assertions, CI's among them).
 #pragma once
 
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -83,6 +85,9 @@ class EventLoop {
 
   void run();
   void run_tasks();
+  // True on the loop thread, and on any thread while no loop thread runs (before start(),
+  // after run() returned): the rule add() and the other loop-thread calls assert.
+  bool on_loop_thread() const;
   // Milliseconds until the first timer (rounded up; 0 when due), or -1 when none.
   int timeout_ms() const;
   void run_due_timers();
@@ -103,6 +108,9 @@ class EventLoop {
   std::deque<std::function<void()>> tasks_;
   bool quit_ = false;
   std::thread thread_;
+  // The running loop thread's id (set by run() itself, so no thread reads thread_ while
+  // start() writes it); a default id while none runs.
+  std::atomic<std::thread::id> loop_thread_{};
 };
 
 }  // namespace ddprun::launcher

@@ -13,7 +13,7 @@
 
 #include "store/tcp_store_server.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "tests/store/raw_client.h"
+#include "tests/support/raw_client.h"
 
 namespace ddprun::store::fuzz {
 namespace {

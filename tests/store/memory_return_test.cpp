@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "tests/store/raw_client.h"
 #include "tests/support/eventually.h"
+#include "tests/support/raw_client.h"
 #include "tests/support/store_process.h"
 
 // A sanitizer's allocator keeps freed memory (ASan's quarantine, TSan's shadow), so the

@@ -5,7 +5,6 @@
 
 #include <dlfcn.h>
 #include <poll.h>
-#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -26,14 +25,16 @@
 
 #include "store/core/wire.h"
 #include "store/tcp_store_client.h"
-#include "tests/store/raw_client.h"
 #include "tests/support/eventually.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/raw_client.h"
 
 namespace ddprun::store {
 namespace {
 
 using namespace std::chrono_literals;
 using test::eventually;
+using test::LogCapture;
 using testing::encode;
 using testing::RawClient;
 constexpr Dialect L = Dialect::kLegacy;
@@ -49,42 +50,6 @@ struct Server {
   }
   TcpStoreServer server;
   std::uint16_t port = 0;
-};
-
-// Keeps every line spdlog's default logger prints while it lives (instead of printing).
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink_));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::vector<std::string> lines() { return sink_->lines(); }
-  bool has(const std::string& needle) {
-    for (const std::string& l : lines()) {
-      if (l.find(needle) != std::string::npos) return true;
-    }
-    return false;
-  }
-
- private:
-  class Sink : public spdlog::sinks::base_sink<std::mutex> {
-   public:
-    std::vector<std::string> lines() {
-      std::lock_guard lock(mutex_);
-      return lines_;
-    }
-
-   protected:
-    void sink_it_(const spdlog::details::log_msg& msg) override {
-      lines_.emplace_back(msg.payload.data(), msg.payload.size());
-    }
-    void flush_() override {}
-
-   private:
-    std::vector<std::string> lines_;
-  };
-  std::shared_ptr<Sink> sink_ = std::make_shared<Sink>();
-  std::shared_ptr<spdlog::logger> previous_;
 };
 
 TcpStoreOptions client(std::uint16_t port, Store::Duration timeout = 30s) {

@@ -1,9 +1,14 @@
 // EventLoop's timers (add_timer/cancel_timer): order, cancelling, a timer that re-arms
-// itself, and timers added from another thread through call(). Real loop thread.
+// itself, and timers added from another thread through call(); the loop-thread assertion.
+// Real loop thread.
 #include "launcher/process/event_loop.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <functional>
 #include <future>
 #include <memory>
@@ -58,4 +63,35 @@ TEST_CASE("event loop timer in the past runs at once - re-arming itself repeats"
   CHECK(result.get() == 3);
   CHECK(Clock::now() - start >= 10ms);
   CHECK(Clock::now() - start < 2s);
+}
+
+// The loop-thread rule is checked, not only written: add_timer() from another thread while
+// the loop runs aborts (in a forked child, so the test process survives); before start()
+// and after shutdown() the same call is allowed (no loop thread to race with).
+TEST_CASE("event loop asserts that loop-thread calls come from the loop thread", "[event_loop]") {
+#ifdef NDEBUG
+  SUCCEED("assertions are compiled out in this build");
+#else
+  {
+    EventLoop before;
+    before.add_timer(Clock::now() + 1h, [] {});  // before start(): allowed
+    before.start({});
+    before.shutdown();
+    before.add_timer(Clock::now() + 1h, [] {});  // after shutdown(): allowed
+  }
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGABRT, SIG_DFL);
+    EventLoop loop;
+    loop.start({});
+    loop.call([] { return 0; });               // the loop thread runs
+    loop.add_timer(Clock::now() + 1h, [] {});  // from this (non-loop) thread: must abort
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGABRT);
+#endif
 }

@@ -1,5 +1,5 @@
 // raw_client.cpp: see raw_client.h.
-#include "tests/store/raw_client.h"
+#include "tests/support/raw_client.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
