@@ -29,6 +29,7 @@ launcher starts: torchrun imports torch (~3 s of CPU).
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -49,6 +50,7 @@ LAUNCHERS = ("torchrun", "ddprun")
 # Issue 31's open items that a check below marks: the check asserts torchrun 2.14's
 # behaviour and fails today; it is an expected failure until the item's fix lands.
 XFAIL = {
+    1: "the job check compares the script path as typed",
     2: "--log-line-prefix-template (new in 2.14) is refused",
     5: "-r 3 --log-dir /dev/null prints nothing (torchrun ignores the redirects)",
     6: "--event-log-handler console exits 2 (torchrun prints its events)",
@@ -75,6 +77,11 @@ KNOWN_ENV_DIFFERENCES = {
     # ddprun marks every process of the job with it, to find and stop them all at the end
     # (docs/architecture.md, descendants.*): nothing is left running.
     "DDPRUN_JOB_TOKEN": "ddprun's job token: every descendant is found and stopped",
+    # Harness: set by the shell of scripts/in-chroot that enters the chroot, so present
+    # where the launcher (torchrun) or the worker (ddprun's, through PYTHON_EXEC) entered
+    # it and absent where a --no-python program runs on the host.
+    "OLDPWD": "set by the shell of scripts/in-chroot",
+    "_": "set by the shell of scripts/in-chroot",
 }
 
 suite = blackbox.Suite(__doc__)
@@ -280,9 +287,17 @@ class Diff(blackbox.Workspace):
     def same_exit(self, runs, item=None):
         self.same(runs, "exit code", lambda r: r.rc, item=item)
 
-    def same_env(self, runs, ports=(), item=None, marks=None):
+    @staticmethod
+    def both_nccl_names(t, d):
+        return ("NCCL_ASYNC_ERROR_HANDLING" not in t and "TORCH_NCCL_ASYNC_ERROR_HANDLING" in t
+                and "NCCL_ASYNC_ERROR_HANDLING" in d and "TORCH_NCCL_ASYNC_ERROR_HANDLING" in d)
+
+    def same_env(self, runs, ports=(), item=None, marks=None, probe_noise=True):
         """The variables each launcher set, rank by rank; `marks` names variables whose
-        difference is an expected failure: {variable: item}."""
+        difference is an expected failure: {variable: item}. `probe_noise`: both NCCL
+        names from ddprun, because its torch-version probe timed out on a busy machine,
+        is a note, not a difference (the probe runs for scripts and -m, not for
+        --no-python, where both names are issue 31's item 13)."""
         marks = marks or {}
         norm = normaliser(self, ports)
 
@@ -299,6 +314,11 @@ class Diff(blackbox.Workspace):
         self.expect(t and sorted(t) == sorted(d), f"ranks: torchrun {sorted(t)} vs ddprun "
                     f"{sorted(d)}", runs["torchrun"].show, runs["ddprun"].show, item=item)
         for rank in sorted(set(t) & set(d)):
+            if probe_noise and self.both_nccl_names(t[rank], d[rank]):
+                print(f"NOTE rank {rank}: ddprun set both NCCL variable names: its probe of "
+                      "the workers' torch version (the chroot wrapper, 5 s at most) failed; "
+                      "a busy machine? (issue 31 item 7: nothing says so)")
+                d[rank].pop("NCCL_ASYNC_ERROR_HANDLING")
             keys = sorted(set(t[rank]) | set(d[rank]))
             diff = {k: (t[rank].get(k, "<unset>"), d[rank].get(k, "<unset>")) for k in keys
                     if t[rank].get(k, "<unset>") != d[rank].get(k, "<unset>")}
@@ -338,6 +358,9 @@ class Diff(blackbox.Workspace):
 
     def verdict(self, name, better=None):
         """Fails on an unmarked difference or on an XFAIL item whose checks all hold."""
+        cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+        print(f"{name}: the launchers and workers used {cpu.ru_utime + cpu.ru_stime:.1f} s "
+              "of CPU")
         real = [w for item, w in self.failures if item is None]
         if real:
             raise blackbox.Failed("\n".join(real))
@@ -486,26 +509,43 @@ def static_master(ws):
     ws.verdict("static_master")
 
 
-@case
-def c10d_two_agents(ws):
-    """c10d, two agents (127.0.0.1 hosts the store, 127.0.0.2 joins), two workers each."""
+def two_agents(ws, scripts, conf=()):
+    """c10d, two agents (127.0.0.1 hosts the store, 127.0.0.2 joins), two workers each,
+    node i running scripts[i]: {launcher: Run} (exit codes as a list, output joined)."""
     port = ws.reserve_port()
     runs = {}
     for name in LAUNCHERS:
         procs = []
         ws.fresh()
-        for addr in ("127.0.0.1", "127.0.0.2"):
+        for addr, script in zip(("127.0.0.1", "127.0.0.2"), scripts):
             args = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=c10d",
-                    f"--local-addr={addr}", *ws.probe()]
+                    f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=c10d", *conf,
+                    f"--local-addr={addr}", script, ws.out, ws.token]
             procs.append(ws.start_process(ws.argv(name, args), ws.launcher_env(name)))
         done = [p.communicate(timeout=300) for p in procs]
         rcs = [p.returncode for p in procs]
         runs[name] = ws.collect(name, rcs, *("\n".join(d[i] for d in done) for i in (0, 1)))
+    return runs, port
+
+
+@case
+def c10d_two_agents(ws):
+    runs, port = two_agents(ws, [PROBE, PROBE])
     ws.same_exit(runs)
     ws.same_env(runs, ports=[port])
     ws.nothing_left(runs)
     ws.verdict("c10d_two_agents")
+
+
+@case
+def c10d_script_path_spellings(ws):
+    """Item 1: one node names the script relative to its working directory, the other by
+    its absolute path; torchrun runs the job (join_timeout 30 s bounds ddprun's wait)."""
+    runs, _ = two_agents(ws, [os.path.relpath(PROBE, ws.dir), PROBE],
+                         conf=["--rdzv-conf=join_timeout=30"])
+    ws.same_exit(runs, item=1)
+    ws.nothing_left(runs)
+    ws.verdict("c10d_script_path_spellings")
 
 
 def shell_probe(ws):
@@ -527,7 +567,7 @@ def no_python(ws):
     finally:
         os.unlink(script)
     ws.same_exit(runs)
-    ws.same_env(runs, item=13, marks=LOCALHOST)
+    ws.same_env(runs, item=13, marks=LOCALHOST, probe_noise=False)
     ws.nothing_left(runs)
     ws.verdict("no_python")
 
@@ -569,8 +609,7 @@ def usage_errors(ws):
     """Exit codes only (the texts are the launchers' own)."""
     for args in (["--bogus-option", PROBE], ["--nproc-per-node=2"],
                  ["--max-restarts=abc", PROBE]):
-        runs = {n: ws.collect(n, *ws.run_process(ws.argv(n, args), ws.launcher_env(n), 240))
-                for n in LAUNCHERS}
+        runs = {n: ws.run(n, args) for n in LAUNCHERS}
         ws.same(runs, f"exit code of {args}", lambda r: r.rc)
     ws.verdict("usage_errors")
 
@@ -587,8 +626,8 @@ def sigterm_to_launcher(ws):
         out, err = p.communicate(timeout=120)
         runs[name] = ws.collect(name, p.returncode, out, err)
     ws.same_exit(runs)
-    ws.same(runs, "signals the workers got", lambda r: [f for f in r.files
-                                                        if f.startswith("got.")])
+    ws.same(runs, "signals the workers got",
+            lambda r: [f for f in r.files if f.startswith("got.")], nonempty=True)
     ws.nothing_left(runs)
     ws.verdict("sigterm_to_launcher")
 
