@@ -202,7 +202,7 @@ class Diff(blackbox.Workspace):
         return {n: self.run(n, args, env, timeout) for n in LAUNCHERS}
 
     # -- what a run left ---------------------------------------------------------------
-    def collect(self, name, rc, out, err, env=None):
+    def collect(self, name, rc, out, err, env=None, left=None):
         launcher_env = self.launcher_env(name, env)
         envs = {}
         for f in os.listdir(self.out):
@@ -226,7 +226,8 @@ class Diff(blackbox.Workspace):
                         logs[rel] = blackbox.read_text(path)
                 if not dirs and not fs:
                     layout.append(os.path.relpath(root, self.dir) + "/")
-        return Run(name, rc, out, err, envs, sorted(layout), logs, self.leftovers(), files)
+        left = self.leftovers() if left is None else left
+        return Run(name, rc, out, err, envs, sorted(layout), logs, left, files)
 
     def token_processes(self):
         """Live processes whose environment carries this workspace's token."""
@@ -630,6 +631,30 @@ def sigterm_to_launcher(ws):
             lambda r: [f for f in r.files if f.startswith("got.")], nonempty=True)
     ws.nothing_left(runs)
     ws.verdict("sigterm_to_launcher")
+
+
+@case
+def launcher_killed(ws):
+    """BETTER: the launcher killed by SIGKILL, or by a signal it does not handle (SIGUSR1,
+    not in the default --signals-to-handle): torchrun 2.14's workers run on, ddprun's
+    die with it (docs/usage.md, Supervision: no orphans)."""
+    for sig in (signal.SIGKILL, signal.SIGUSR1):
+        runs = {}
+        for name in LAUNCHERS:
+            p = ws.start(name, ["--nproc-per-node=2", *ws.probe("sleep")])
+            poll(lambda: all(os.path.exists(os.path.join(ws.out, f"ready.{r}"))
+                             for r in (0, 1)), 240, f"{name}'s workers ready")
+            p.send_signal(sig)
+            p.wait(timeout=120)
+            left = ws.leftovers()  # killed: they hold the launcher's output pipes
+            out, err = p.communicate(timeout=120)
+            runs[name] = ws.collect(name, p.returncode, out, err, left=left)
+        ws.same(runs, f"exit code after {sig.name}", lambda r: r.rc)
+        ws.expect(len(runs["torchrun"].leftovers) == 2, f"{sig.name}: torchrun 2.14 left "
+                  f"{runs['torchrun'].leftovers} running, not its 2 workers")
+        ws.expect(not runs["ddprun"].leftovers, f"{sig.name}: ddprun left "
+                  f"{runs['ddprun'].leftovers} running", runs["ddprun"].show)
+    ws.verdict("launcher_killed", better="no worker outlives a killed ddprun")
 
 
 # ---------------------------------------------------------------------------------------
