@@ -189,8 +189,12 @@ class Diff(blackbox.Workspace):
 
     def run(self, name, args, env=None, timeout=240):
         self.fresh()
-        rc, out, err = self.run_process(self.argv(name, args), self.launcher_env(name, env),
-                                        timeout)
+        try:
+            rc, out, err = self.run_process(self.argv(name, args),
+                                            self.launcher_env(name, env), timeout)
+        except blackbox.Failed as e:  # a hang: say what was still running, and how far
+            raise blackbox.Failed(f"{e}\n--- still running: {self.describe_processes()}"
+                                  f"\n--- {self.out}: {sorted(os.listdir(self.out))}") from None
         return self.collect(name, rc, out, err, env)
 
     def start(self, name, args, env=None):
@@ -246,6 +250,19 @@ class Diff(blackbox.Workspace):
             if state != "Z" and needle in env.split(b"\0"):
                 found.append(int(pid))
         return found
+
+    def describe_processes(self):
+        out = []
+        for pid in self.token_processes():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                with open(f"/proc/{pid}/wchan") as f:
+                    wchan = f.read()
+            except OSError:
+                continue
+            out.append(f"{pid} ({wchan}) {cmd[:200]}")
+        return "\n".join(out) or "nothing"
 
     def leftovers(self):
         """What still runs 5 s after the launcher exited (then killed)."""
