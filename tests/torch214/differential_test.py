@@ -172,6 +172,7 @@ class Diff(blackbox.Workspace):
         env = dict(self.env, **(extra or {}))
         if name == "torchrun":
             env.pop("PYTHON_EXEC")  # torchrun's workers run its own sys.executable
+            env["PYTHONFAULTHANDLER"] = "1"  # its threads' stacks on SIGABRT (a hang)
         return env
 
     def argv(self, name, args):
@@ -189,13 +190,24 @@ class Diff(blackbox.Workspace):
 
     def run(self, name, args, env=None, timeout=240):
         self.fresh()
+        p = self.start_process(self.argv(name, args), self.launcher_env(name, env))
         try:
-            rc, out, err = self.run_process(self.argv(name, args),
-                                            self.launcher_env(name, env), timeout)
-        except blackbox.Failed as e:  # a hang: say what was still running, and how far
-            raise blackbox.Failed(f"{e}\n--- still running: {self.describe_processes()}"
-                                  f"\n--- {self.out}: {sorted(os.listdir(self.out))}") from None
-        return self.collect(name, rc, out, err, env)
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # A hang: what still runs, how far the workers got, and (torchrun: Python's
+            # faulthandler, PYTHONFAULTHANDLER) where the launcher's threads are.
+            running = self.describe_processes()
+            p.send_signal(signal.SIGABRT)
+            try:
+                out, err = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            raise blackbox.Failed(f"{name} still running after {timeout} s: {args}\n--- "
+                                  f"still running: {running}\n--- {self.out}: "
+                                  f"{sorted(os.listdir(self.out))}\n--- stderr:\n"
+                                  f"{err[-6000:]}") from None
+        return self.collect(name, p.returncode, out, err, env)
 
     def start(self, name, args, env=None):
         self.fresh()
