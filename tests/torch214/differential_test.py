@@ -203,10 +203,13 @@ class Diff(blackbox.Workspace):
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, err = p.communicate()
-            raise blackbox.Failed(f"{name} still running after {timeout} s: {args}\n--- "
-                                  f"still running: {running}\n--- {self.out}: "
-                                  f"{sorted(os.listdir(self.out))}\n--- stderr:\n"
-                                  f"{err[-6000:]}") from None
+            # torchrun 2.14 (the reference, not under test) hung after its workers had
+            # exited, now and then, on a machine at load 20-125: the case is skipped
+            # (ctest shows it), with the stacks; a hung ddprun fails it.
+            raise (blackbox.Skip if name == "torchrun" else blackbox.Failed)(
+                f"{name} still running after {timeout} s: {args}\n--- still running: "
+                f"{running}\n--- {self.out}: {sorted(os.listdir(self.out))}\n--- stderr:\n"
+                f"{err[-6000:]}") from None
         return self.collect(name, p.returncode, out, err, env)
 
     def start(self, name, args, env=None):
