@@ -10,8 +10,8 @@ A suite script builds a Suite, registers its test functions with suite.test and 
     <suite>.py <path to ddprun> <test name>
     <suite>.py - --list         (one line per test: NAME KIND; CMake registers from it)
 
-KIND is `plain` (needs no torch), `torch` (the 1.13 tier only) or `tiers` (torch, run on
-every PyTorch tier: 1.13, 2.6 and 2.14). The interpreter for workers and clients is
+KIND is `plain` (needs no torch), `torch` (the 1.13 tier only), `tiers` (torch, run on
+every PyTorch tier: 1.13, 2.6 and 2.14) or `torch214` (the 2.14 tier only). The interpreter for workers and clients is
 $DDPRUN_TEST_PYTHON (PYTHON_EXEC of the jobs): Debian 12's /usr/bin/python3 with PyTorch
 1.13, or scripts/python-torch26 / scripts/python-torch214 for the newer tiers. A test
 that needs torch exits 77 (ctest's SKIP_RETURN_CODE) when it has none.
@@ -191,13 +191,16 @@ class Suite:
         self.needs_torch = needs_torch  # the default of the suite's tests
         self.tests = {}
 
-    def test(self, fn=None, *, needs_torch=None, every_tier=False):
+    def test(self, fn=None, *, needs_torch=None, every_tier=False, tier=None):
         """Registers a test function fn(workspace): `@suite.test`,
-        `@suite.test(needs_torch=True)`, or `@suite.test(every_tier=True)` for a torch
-        test that also runs with PyTorch 2.6 and 2.14."""
+        `@suite.test(needs_torch=True)`, `@suite.test(every_tier=True)` for a torch
+        test that also runs with PyTorch 2.6 and 2.14, or `@suite.test(tier="214")` for
+        one that runs with PyTorch 2.14 only."""
         def register(f):
             torch = every_tier or (self.needs_torch if needs_torch is None else needs_torch)
-            self.tests[f.__name__] = (f, torch, every_tier)
+            kind = ("tiers" if every_tier else f"torch{tier}" if tier
+                    else "torch" if torch else "plain")
+            self.tests[f.__name__] = (f, torch, kind)
             return f
         return register(fn) if fn is not None else register
 
@@ -207,8 +210,8 @@ class Suite:
             return 2
         ddprun, name = argv[1], argv[2]
         if name == "--list":
-            for test, (_, torch, every_tier) in self.tests.items():
-                print(test, "tiers" if every_tier else "torch" if torch else "plain")
+            for test, (_, _, kind) in self.tests.items():
+                print(test, kind)
             return 0
         if name not in self.tests:
             print(f"no test named {name!r}; --list lists them")

@@ -12,6 +12,9 @@ Modes, applied in order:
   rank=<r>         restrict the exit= / fail-first modes to rank r
   fail-first       exit 1 on attempt 0 (TORCHELASTIC_RESTART_COUNT == 0)
   print=<text>     print <text> to stdout and "err:<text>" to stderr
+  raise            raise ValueError from a torch `@record` entry point (writes the error
+                   file), if this is rank --rank (imports torch: seconds of CPU)
+  kill=<SIGNAME>   kill itself with that signal, if this is rank --rank
 """
 import json
 import os
@@ -69,6 +72,15 @@ for m in modes:
         sys.exit(int(m[5:]))
     elif m == "fail-first" and mine and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
         sys.exit(1)
+    elif m == "raise" and mine:
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        @record
+        def entry():
+            raise ValueError(f"rank {rank} failed on purpose")
+        entry()
+    elif m.startswith("kill=") and mine:
+        os.kill(os.getpid(), signal.Signals[m[5:]])
     elif m == "sleep":
         open(os.path.join(out_dir, f"ready.{rank}"), "w").close()
         while True:
