@@ -149,6 +149,11 @@ std::uint64_t OutputRouter::bytes_read(std::size_t index) const {
   return pipes_.at(2 * index)->bytes + pipes_.at(2 * index + 1)->bytes;
 }
 
+bool OutputRouter::held_back(std::size_t index) const {
+  const auto held = [](const Pipe& p) { return p.fd && p.paused; };
+  return held(*pipes_.at(2 * index)) || held(*pipes_.at(2 * index + 1));
+}
+
 void OutputRouter::keep_tail(Pipe& pipe, std::string_view chunk) {
   pipe.tail.append(chunk);
   // Trimmed back to tail_limit once it holds twice that: each byte is copied at most twice.

@@ -63,6 +63,10 @@ class OutputRouter {
   void take_stderr_tail(std::size_t index, WorkerExit& exit) const;
   // Bytes read so far from worker `index`'s stdout and stderr (the stall watchdog).
   std::uint64_t bytes_read(std::size_t index) const;
+  // Worker `index`'s output is not being read because its console is over its high-water
+  // mark (a reader of ddprun's stdout that stopped, Ctrl-S, a paused pager): the worker may
+  // be blocked writing to ddprun, which the stall watchdog must not call a stall.
+  bool held_back(std::size_t index) const;
 
   // Queues `event` behind the console output queued so far (for at most kHoldLimit: a
   // console that stopped reading must not keep a failure from the agent).

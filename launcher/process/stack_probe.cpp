@@ -48,7 +48,32 @@ def _ddprun_stack_probe():
     import time
 
     main = _thread.get_ident()
+    pid = _os.getpid()
     period = min(0.02, interval)
+
+    def joined(frame):
+        # The thread whose Thread.join the stack of `frame` waits in (None: none). The
+        # threading module is never imported here: imported first by this thread, it
+        # would take this thread for the main one.
+        threading = _sys.modules.get("threading")
+        join = getattr(getattr(threading, "Thread", None), "join", None)
+        code = getattr(join, "__code__", None)
+        while code is not None and frame is not None:
+            if frame.f_code is code:
+                return getattr(frame.f_locals.get("self"), "ident", None)
+            frame = frame.f_back
+        return None
+
+    def work(frames):
+        # The main thread's innermost frame, or, while it joins a thread (training in a
+        # thread), that thread's (followed a few levels).
+        ident = main
+        for _ in range(4):
+            nxt = joined(frames.get(ident))
+            if nxt is None or nxt == ident or nxt not in frames:
+                break
+            ident = nxt
+        return ident, frames.get(ident)
 
     def run():
         # The innermost frame is held until the next sample, so that a new call (a loop
@@ -56,10 +81,12 @@ def _ddprun_stack_probe():
         last, last_frame, moves, report = None, None, 0, 0.0
         while True:
             time.sleep(period)
-            frame = _sys._current_frames().get(main)
-            if frame is None:
+            frames = _sys._current_frames()
+            if main not in frames:
                 return
-            key, f = [], frame
+            ident, frame = work(frames)
+            frames = None
+            key, f = [ident], frame
             while f is not None:
                 key.append((id(f.f_code), f.f_lasti))
                 f = f.f_back
@@ -71,10 +98,10 @@ def _ddprun_stack_probe():
             if now >= report:
                 report = now + interval
                 code = frame.f_code
-                text = "%d %s:%s %s\n" % (moves, code.co_filename, frame.f_lineno, code.co_name)
-                data = text.encode("utf-8", "replace")
+                where = "%s:%s %s" % (code.co_filename, frame.f_lineno, code.co_name)
+                data = ("%d %d %s\n" % (moves, pid, where)).encode("utf-8", "replace")
                 if len(data) > 2048:
-                    data = b"%d ?\n" % moves
+                    data = b"%d %d ?\n" % (moves, pid)
                 try:
                     _os.write(fd, data)
                 except BlockingIOError:
@@ -105,13 +132,26 @@ finally:
         _sys.modules.setdefault("sitecustomize", _self)
 )PY";
 
+// Takes "<number> " from the front of `rest`.
+template <typename T>
+bool next_number(std::string_view& rest, T& out) {
+  const auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), out);
+  if (ec != std::errc() || p == rest.data() || p == rest.data() + rest.size() || *p != ' ') {
+    return false;
+  }
+  rest.remove_prefix(static_cast<std::size_t>(p - rest.data()) + 1);
+  return true;
+}
+
 }  // namespace
 
 StackProbe::StackProbe(EventLoop& loop, std::chrono::milliseconds interval)
     : loop_(loop), interval_(interval) {
+  // A TMPDIR with ':' cannot be a PYTHONPATH entry: /tmp then.
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern =
-      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ddprun_stack_XXXXXX";
+  const std::string_view base = tmp != nullptr ? tmp : "";
+  std::string pattern = std::string(base.empty() || base.find(':') != base.npos ? "/tmp" : base) +
+                        "/ddprun_stack_XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
     spdlog::warn("stall watchdog: cannot create {} ({}); judging workers by CPU time only", pattern,
                  errno_text(errno));
@@ -175,30 +215,32 @@ void StackProbe::read(Worker& w) {
     const ssize_t n = ::read(w.fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) break;
-    if (n <= 0) {  // every writer gone
+    if (n <= 0) {  // every writer gone: the sampled process exec'd or ended
       loop_.remove(w.id);
       w.id = 0;
       w.fd.reset();
-      break;
+      // Its last position is frozen, not the worker's: from now on judged without it.
+      w.position.sampled = false;
+      return;
     }
     w.partial.append(buf, static_cast<std::size_t>(n));
   }
-  // Reports: "<moves> <file>:<line> <function>\n"; only the last whole one counts.
+  // Reports: "<moves> <pid> <file>:<line> <function>\n"; only the last whole one counts.
   std::size_t end;
   while ((end = w.partial.find('\n')) != std::string::npos) {
-    const std::string line = w.partial.substr(0, end);
-    w.partial.erase(0, end + 1);
-    const std::size_t space = line.find(' ');
+    std::string_view rest(w.partial.data(), end);
     std::uint64_t moves = 0;
-    const auto [p, ec] =
-        std::from_chars(line.data(), line.data() + std::min(space, line.size()), moves);
-    if (ec != std::errc() || space == std::string::npos) continue;
-    std::string rest = line.substr(space + 1);
-    const std::size_t last = rest.rfind(' ');
+    pid_t pid = 0;
+    const bool ok = next_number(rest, moves) && next_number(rest, pid);
+    const std::string where(rest);
+    w.partial.erase(0, end + 1);
+    if (!ok) continue;
+    const std::size_t last = where.rfind(' ');
     w.position.sampled = true;
     w.position.moves = moves;
+    w.position.pid = pid;
     w.position.where =
-        last == std::string::npos ? rest : rest.substr(0, last) + " in " + rest.substr(last + 1);
+        last == std::string::npos ? where : where.substr(0, last) + " in " + where.substr(last + 1);
   }
   if (w.partial.size() > 8192) w.partial.clear();  // not a report
 }

@@ -2,12 +2,16 @@
 // watchdog (stall_watchdog.h): a sitecustomize.py that ddprun writes to a directory of its
 // own and puts first on the workers' PYTHONPATH starts, in the first Python process of each
 // worker, a thread that samples the main thread's stack (each frame's code and bytecode
-// offset) every 20 ms and reports on a pipe, once per sample interval, how often that
-// changed and the innermost file:line. Then it restores PYTHONPATH and loads the
-// sitecustomize it hides, if any. Workers that are not Python, or run with -S/-I, send
-// nothing (the watchdog then judges them by CPU time).
+// offset; while the main thread waits in Thread.join, the joined thread's) every 20 ms and
+// reports on a pipe, once per sample interval, how often that changed, its pid and the
+// innermost file:line. Then it restores PYTHONPATH and loads the sitecustomize it hides,
+// if any. Workers that are not Python, or run with -S/-I, send nothing (the watchdog then
+// judges them by CPU time); nor does a worker after the sampled process exec'd (the
+// pipe's end closes: no longer sampled).
 // Used by StallWatchdog. Thread-safety: none; the supervisor's EventLoop thread only.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
@@ -26,10 +30,12 @@ class StackProbe {
   struct Position {
     bool sampled = false;     // a report came
     std::uint64_t moves = 0;  // how often the main thread's stack changed between samples
+    pid_t pid = 0;            // the sampled process (the worker or a descendant)
     std::string where;        // "<file>:<line> in <function>", the innermost frame
   };
 
-  // Writes the hook into a new directory under $TMPDIR (or /tmp); reports come every
+  // Writes the hook into a new directory under $TMPDIR (/tmp when unset or when it holds
+  // a ':', which PYTHONPATH cannot carry); reports come every
   // `interval`. Without it (the directory cannot be written: a warning) add() does nothing.
   StackProbe(EventLoop& loop, std::chrono::milliseconds interval);
   ~StackProbe();  // removes the directory

@@ -44,6 +44,7 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
   // 16 cutime, 17 cstime (the last two are signed there).
   ProcStat st;
   std::uint64_t sum = 0;
+  std::uint64_t own = 0;
   for (int field = 3; field <= 17; ++field) {
     const std::string_view f = next_field(rest);
     if (f.empty()) return std::nullopt;
@@ -58,6 +59,7 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
       std::uint64_t v = 0;
       if (!to_number(f, v)) return std::nullopt;
       sum += v;
+      own += v;
     } else if (field == 16 || field == 17) {
       std::int64_t v = 0;
       if (!to_signed(f, v)) return std::nullopt;
@@ -65,10 +67,11 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
     }
   }
   st.cpu_ticks = sum;
+  st.own_ticks = own;
   return st;
 }
 
-double process_tree_cpu_seconds(pid_t pid) {
+double process_tree_cpu_seconds(pid_t pid, pid_t except_own) {
   static const long ticks_per_second = std::max(1L, ::sysconf(_SC_CLK_TCK));
   std::uint64_t ticks = 0;
   std::vector<pid_t> todo = {pid};
@@ -79,7 +82,7 @@ double process_tree_cpu_seconds(pid_t pid) {
     if (!seen.insert(p).second) continue;
     const auto st = parse_proc_stat(read_proc_file("/proc/" + std::to_string(p) + "/stat"));
     if (!st) continue;  // gone meanwhile
-    ticks += st->cpu_ticks;
+    ticks += st->cpu_ticks - (p == except_own ? st->own_ticks : 0);
     for (pid_t child : child_pids(p)) todo.push_back(child);
   }
   return static_cast<double>(ticks) / static_cast<double>(ticks_per_second);
@@ -104,10 +107,12 @@ void StallDetector::observe(std::size_t index, Clock::time_point now, double cpu
   if (index >= workers_.size() || !workers_[index].watched) return;
   Worker& w = workers_[index];
   if (w.sampled) {
+    const auto unseen = now - w.last_sample - 2 * sample_interval();
+    if (unseen > Clock::duration::zero()) w.last_progress = std::min(now, w.last_progress + unseen);
     const double wall = std::chrono::duration<double>(now - w.last_sample).count();
     const bool busy = cpu_seconds - w.cpu > kMinBusyFraction * std::max(wall, 0.0);
-    // The first report of a stack counts as a move; after it only moves do.
-    const bool moved = moves ? moves != w.moves : busy;
+    // The first report of a stack counts as a move.
+    const bool moved = busy || (moves && moves != w.moves);
     if (moved || output_bytes != w.bytes) w.last_progress = now;
   }
   w.moves = moves;
@@ -115,6 +120,10 @@ void StallDetector::observe(std::size_t index, Clock::time_point now, double cpu
   w.last_sample = now;
   w.cpu = cpu_seconds;
   w.bytes = output_bytes;
+}
+
+void StallDetector::held_back(std::size_t index, Clock::time_point now) {
+  if (index < workers_.size() && workers_[index].watched) workers_[index].last_progress = now;
 }
 
 void StallDetector::forget(std::size_t index) {

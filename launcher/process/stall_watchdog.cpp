@@ -76,8 +76,10 @@ void StallWatchdog::tick() {
   for (std::size_t i = 0; i < group_.size(); ++i) {
     if (group_.reaped(i)) continue;
     const StackProbe::Position& pos = probe_.position(i);
-    detector_.observe(i, now, process_tree_cpu_seconds(group_.pid(i)), router_.bytes_read(i),
+    detector_.observe(i, now, process_tree_cpu_seconds(group_.pid(i), pos.sampled ? pos.pid : 0),
+                      router_.bytes_read(i),
                       pos.sampled ? std::optional<std::uint64_t>(pos.moves) : std::nullopt);
+    if (router_.held_back(i)) detector_.held_back(i, now);
   }
   next_sample_ = now + detector_.sample_interval();
   const auto stalled = detector_.stalled(now);

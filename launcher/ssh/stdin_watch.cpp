@@ -2,10 +2,12 @@
 // of file. Used by main.cpp.
 #include "launcher/ssh/stdin_watch.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -15,9 +17,13 @@
 
 namespace ddprun::launcher {
 
-StdinWatch::StdinWatch(int fd, int signo) : wake_(::eventfd(0, EFD_CLOEXEC)) {
+StdinWatch::StdinWatch(int fd, int signo)
+    : watched_(::fcntl(fd, F_DUPFD_CLOEXEC, 3)), wake_(::eventfd(0, EFD_CLOEXEC)) {
+  if (!watched_) throw_errno("cannot take stdin for the ssh session watch");
   if (!wake_) throw_errno("eventfd");
-  thread_ = std::thread([this, fd, signo] { run(fd, signo); });
+  const UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!null || ::dup2(null.get(), fd) < 0) throw_errno("cannot put /dev/null on stdin");
+  thread_ = std::thread([this, signo] { run(signo); });
 }
 
 StdinWatch::~StdinWatch() {
@@ -26,7 +32,8 @@ StdinWatch::~StdinWatch() {
   thread_.join();
 }
 
-void StdinWatch::run(int fd, int signo) {
+void StdinWatch::run(int signo) {
+  const int fd = watched_.get();
   std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{wake_.get(), POLLIN, 0}};
   std::array<char, 4096> discard{};
   for (;;) {

@@ -950,6 +950,13 @@ def stall_watchdog_sees_where_ranks_are(job):
           and f"s, at {spin}; stacks dumped" in err, "the report's note", err)
     check(f'File "{worker}", line {marked_line(worker, "# SPIN")}' in err, "the stack", err)
 
+    # Issue 31 item 20: a TMPDIR with ':' (no PYTHONPATH entry can name it) still has the
+    # stacks sampled (busy, the spin is only seen by its stack).
+    colon = os.path.join(job.dir, "a:b")
+    os.mkdir(colon)
+    rc, out, err = job.run(args + ["spin"], env={"TMPDIR": colon}, timeout=30)
+    check(rc != 0 and f"at {spin}" in err, f"TMPDIR with ':': exit {rc}", out, err)
+
     rc, out, err = job.run(args + ["move", "6"], timeout=60)
     check(rc == 0 and "stall" not in err, f"a moving worker reported (exit {rc})", out, err)
     check(int(read_text(os.path.join(job.out, "count"))) > 0, "it moved", err)
@@ -964,6 +971,46 @@ def stall_watchdog_sees_where_ranks_are(job):
     # land on its sampler thread while the main thread goes on to time.sleep).
     stop = marked_line(worker, "# STOP")
     check(any(f'File "{worker}", line {n}' in err for n in (stop, stop + 1)), "its stack", err)
+
+
+@test()
+def stall_watchdog_ignores_its_own_back_pressure(job):
+    """Issue 31 item 14: ddprun's stdout is not read for 4 stall timeouts (`| (sleep 8;
+    cat)`): ddprun stops reading its workers' pipes and their print blocks; that is not a
+    stall. Every line arrives once the reader reads, and the job succeeds."""
+    worker = os.path.join(WORKERS, "spin.py")
+    lines = 20000  # 2 MB per rank: past ddprun's queue and the pipes
+    p = job.start(["--nproc-per-node=2", "--max-restarts=0", "--stall-timeout=2", worker,
+                   job.out, "chatty", str(lines)])
+    time.sleep(8)
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 0 and "stall" not in err, f"ddprun exited {p.returncode}", err)
+    for r in (0, 1):
+        got = sum(1 for l in out.splitlines() if l.startswith(f"rank {r} line "))
+        check(got == lines, f"rank {r}: {got} of {lines} lines", err)
+
+
+@test()
+def stall_watchdog_follows_the_work(job):
+    """Issue 31 item 15: with --stall-timeout 2, workers that compute silently for 3
+    timeouts are not called stalled when the work is not in the first Python process's
+    main thread: after re-exec'ing themselves (os.execv), in a child the worker waits for
+    (a wrapper's subprocess.run), or in a thread the main thread joins. A thread that
+    spins while the main thread joins it is still reported, at the thread's line."""
+    worker = os.path.join(WORKERS, "spin.py")
+    args = ["--nproc-per-node=1", "--max-restarts=0", "--stall-timeout=2", worker, job.out]
+    for mode in ("reexec", "wrap", "thread"):
+        count = os.path.join(job.out, "count")
+        if os.path.exists(count):
+            os.remove(count)
+        rc, out, err = job.run(args + [mode, "6"], timeout=60)
+        check(rc == 0 and "stall" not in err, f"{mode}: ddprun exited {rc}", out, err)
+        check(os.path.exists(count), f"{mode}: the work did not finish", err)
+    rc, out, err = job.run(args + ["thread-spin"], timeout=60)
+    spin = f"{worker}:{marked_line(worker, '# THREAD-SPIN')} in spin"
+    stalls = [l for l in err.splitlines() if "error: stall: " in l]
+    check(rc != 0 and len(stalls) == 1 and f"at {spin}" in stalls[0],
+          f"the spinning thread's stall (exit {rc})", err)
 
 
 @test(every_tier=True)

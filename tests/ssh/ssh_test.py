@@ -262,11 +262,46 @@ def stdin_eof_stops_the_agent(c):
           blackbox.read_text(log))
     poll(lambda: not c.leftovers(), 10, "its worker is gone", c.leftovers)
 
+    # Its workers read end of file, not the session's pipe (which stays open here).
+    r, w = os.pipe()
+    log = os.path.join(c.dir, "reader.log")
+    with open(log, "w") as out:
+        p = subprocess.Popen([c.ddprun, "--exit-on-stdin-eof", "--no-python", "sh", "-c",
+                              "read x || echo worker read end of file"], stdin=r, stdout=out,
+                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    os.close(r)
+    c._procs.append((p, True))
+    try:
+        code = p.wait(30)
+    except subprocess.TimeoutExpired:
+        raise Failed("the worker waits on the session's pipe", blackbox.read_text(log))
+    finally:
+        os.close(w)
+    check(code == 0 and "worker read end of file" in blackbox.read_text(log),
+          f"the worker read end of file (exit {code})", blackbox.read_text(log))
+
     code, out, err = c.run_process([c.ddprun, "--hosts", "127.0.0.1", "--ssh-command",
                                     "/nonexistent/ssh -x", "--no-python", "true"], env, 30)
     check(code == 1, f"exit 1, not {code}", out, err)
     check("cannot execute '/nonexistent/ssh'" in err and len(err.strip().splitlines()) <= 2,
           "one line naming the ssh command", err)
+
+
+@test(needs_torch=False)
+def remote_workers_read_end_of_file(c):
+    """Issue 31 item 17: a remote worker that reads its stdin (input(), breakpoint(), here
+    `read`) gets end of file at once instead of waiting forever on the ssh session's pipe,
+    which the launcher never writes (`echo bob | ddprun --hosts a,b prog`)."""
+    c.start_hosts(2)
+    worker = shell_worker('if read x; then echo "rank $RANK read $x"; '
+                          'else echo "rank $RANK read end of file"; fi')
+    p = c.launch(["--hosts", hosts_arg(c, 2), f"--rdzv-conf={FAST}"], log="read.log",
+                 program=worker)
+    check(c.wait(p, 90) == 0, "the job ends", c.text())
+    for i in range(2):
+        check(f"[{c.host(i)}]:rank {i} read end of file" in c.text(), f"rank {i} read EOF",
+              c.text())
+    poll(lambda: not c.leftovers(), 30, "nothing left", c.leftovers, c.text)
 
 
 def processes():

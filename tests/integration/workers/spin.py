@@ -6,10 +6,21 @@ stall_watchdog_sees_where_ranks_are).
                                       without printing, writes the loop count to
                                       <out>/count, exits 0
     spin.py <out dir> stop            stops itself with SIGSTOP (the line marked STOP)
+    spin.py <out dir> chatty <lines>  prints <lines> lines of 100 bytes, exits 0
+    spin.py <out dir> reexec <secs>   moves for 1.5 s, then re-execs itself (os.execv) as
+                                      `move <secs>`
+    spin.py <out dir> wrap <secs>     runs `move <secs>` as a child (subprocess.run) and
+                                      waits for it, as a wrapper script does
+    spin.py <out dir> thread <secs>   runs `move <secs>` in a thread that the main thread
+                                      joins
+    spin.py <out dir> thread-spin     spins (the line marked THREAD-SPIN) in a thread that
+                                      the main thread joins
 """
 import os
 import signal
+import subprocess
 import sys
+import threading
 import time
 
 OUT, MODE = sys.argv[1], sys.argv[2]
@@ -22,15 +33,40 @@ def work(n):
     return total
 
 
-if MODE == "spin":
-    while True: pass  # SPIN
-elif MODE == "move":
-    count, deadline = 0, time.time() + float(sys.argv[3])
+def move(seconds):
+    count, deadline = 0, time.time() + seconds
     while time.time() < deadline:
         count += 1
         work(20000)
     with open(os.path.join(OUT, "count"), "w") as f:
         f.write(str(count))
+
+
+def spin():
+    while True: pass  # THREAD-SPIN
+
+
+if MODE == "spin":
+    while True: pass  # SPIN
+elif MODE == "move":
+    move(float(sys.argv[3]))
+elif MODE == "chatty":
+    rank = os.environ.get("RANK", "?")
+    for i in range(int(sys.argv[3])):
+        print(f"rank {rank} line {i:08d} ".ljust(99, "x"))
+elif MODE == "reexec":
+    move(1.5)
+    os.execv(sys.executable, [sys.executable, __file__, OUT, "move", sys.argv[3]])
+elif MODE == "wrap":
+    subprocess.run([sys.executable, __file__, OUT, "move", sys.argv[3]], check=True)
+elif MODE == "thread":
+    t = threading.Thread(target=move, args=(float(sys.argv[3]),))
+    t.start()
+    t.join()
+elif MODE == "thread-spin":
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    t.join()
 elif MODE == "stop":
     os.kill(os.getpid(), signal.SIGSTOP)  # STOP
     time.sleep(60)

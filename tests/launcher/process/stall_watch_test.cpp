@@ -96,21 +96,27 @@ TEST_CASE("stall: the detector on a fake clock", "[stall]") {
   d.observe(7, at(30), 1, 1);     // out of range: ignored
 }
 
-TEST_CASE("stall: with stack samples, moves are progress and CPU time is not", "[stall]") {
+TEST_CASE("stall: with stack samples, moves are progress and so is CPU time they do not cover",
+          "[stall]") {
   StallDetector d(std::chrono::milliseconds(5000));
-  // Worker 0 spins on one line (busy, no moves); 1 moves without CPU; 2 has no samples
-  // yet (judged by CPU), then its first report counts as a move, then it spins.
-  d.reset(3, at(0));
+  // Worker 0 spins on one line (its own CPU time is left out by the caller: constant, no
+  // moves); 1 moves without CPU; 2 has no samples yet (judged by CPU), then its first
+  // report counts as a move, then it spins; 3's main thread waits for a child process
+  // that computes (a wrapper running the trainer: no moves, the child's CPU grows).
+  d.reset(4, at(0));
   std::uint64_t moves1 = 0;
   for (int s = 0; s <= 10; ++s) {
     const double cpu = 0.9 * s;
-    d.observe(0, at(s), cpu, 0, 7);
+    d.observe(0, at(s), 1.0, 0, 7);
     d.observe(1, at(s), 0, 0, moves1 += 3);
-    d.observe(2, at(s), cpu, 0, s < 4 ? std::nullopt : std::optional<std::uint64_t>(0));
+    d.observe(2, at(s), s < 4 ? cpu : 0.5, 0,
+              s < 4 ? std::nullopt : std::optional<std::uint64_t>(0));
+    d.observe(3, at(s), cpu, 0, 2);
   }
   CHECK(d.idle_for(0, at(10)) == std::chrono::milliseconds(10000));
   CHECK(d.idle_for(1, at(10)) == std::chrono::milliseconds(0));
   CHECK(d.idle_for(2, at(10)) == std::chrono::milliseconds(6000));  // last progress: at 4
+  CHECK(d.idle_for(3, at(10)) == std::chrono::milliseconds(0));
   CHECK(d.stalled(at(8.9)) == std::vector<std::size_t>{0});
   CHECK(d.stalled(at(9)) == std::vector<std::size_t>{0, 2});
 }
@@ -125,6 +131,9 @@ TEST_CASE("stall: process_tree_cpu_seconds counts a busy grandchild, not a sleep
   const pid_t i = spawn_process(idle);
   CHECK(eventually([&] { return process_tree_cpu_seconds(b) > 0.2; }));
   CHECK(process_tree_cpu_seconds(i) < 0.1);
+  // The busy grandchild's own time is what the tree has; leaving out the worker's own
+  // (its stack is sampled instead) keeps it.
+  CHECK(eventually([&] { return process_tree_cpu_seconds(b, b) > 0.2; }));
   ::kill(-b, SIGKILL);
   ::kill(-i, SIGKILL);
   ::waitpid(b, nullptr, 0);
@@ -166,6 +175,41 @@ TEST_CASE("stall: no alarm for silent computation, chatty sleepers or ranks wait
                 sh(2, "exec sleep 60")});
   CHECK(h.next(2500ms).kind == Kind::kTimeout);
   CHECK(h.sup->stop(SIGTERM, 1s).size() == 3);
+}
+
+TEST_CASE("stall: ddprun's own back-pressure and its own pauses are not a worker's stall",
+          "[stall]") {
+  StallDetector d(std::chrono::milliseconds(5000));  // samples every second
+  d.reset(2, at(0));
+  d.observe(0, at(0), 0, 0);
+  d.observe(1, at(0), 0, 0);
+  // Worker 0 is held back (its output unread) from 1 s to 8 s; then it idles.
+  for (int s = 1; s <= 8; ++s) {
+    d.observe(0, at(s), 0, 0);
+    d.held_back(0, at(s));
+  }
+  CHECK(d.stalled(at(12.9)) == std::vector<std::size_t>{1});  // 1 is not sampled meanwhile
+  CHECK(d.stalled(at(13)) == std::vector<std::size_t>{0, 1});
+  // Worker 1's owner did not sample it from 0 s to 30 s (ddprun stopped): only the two
+  // sample intervals after the last sample count against it.
+  d.observe(1, at(30), 0, 0);
+  CHECK(d.idle_for(1, at(30)) == std::chrono::milliseconds(2000));
+  d.held_back(7, at(30));  // out of range: ignored
+}
+
+TEST_CASE("stall: a worker blocked writing to a console that stopped reading is not stalled",
+          "[stall]") {
+  // The console stops reading: ddprun queues its high-water mark, stops reading the
+  // worker's pipe, and `seq` blocks in write(2) using no CPU.
+  Harness h(true, 600ms);
+  h.out->set_paused(true);
+  h.sup->start({sh(0, "seq 1 400000; echo done")});
+  CHECK(h.next(3000ms).kind == Kind::kTimeout);
+  h.out->set_paused(false);
+  const SupervisorEvent ev = h.next(20s);
+  REQUIRE(ev.kind == Kind::kWorkerExited);
+  CHECK(!ev.exit.failed());
+  CHECK(eventually([&] { return h.out->text().ends_with("400000\ndone\n"); }));
 }
 
 TEST_CASE("stall: a worker that ignores SIGABRT is killed after kStallDumpWait", "[stall]") {
