@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "launcher/numa.h"
+#include "launcher/options/option_values.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
 
@@ -30,12 +31,6 @@ using Ms = std::chrono::milliseconds;
 constexpr auto kMembershipPoll = 1000ms;
 // torchrun's exit barrier timeout.
 constexpr auto kExitBarrierTimeout = std::chrono::seconds(300);
-
-// The directory for the default torchelastic_XXXXXX (no --log-dir): TMPDIR or /tmp.
-std::string temp_base(const EnvMap& env) {
-  const auto it = env.find("TMPDIR");
-  return it != env.end() && !it->second.empty() ? it->second : "/tmp";
-}
 
 std::string what_of(const std::exception_ptr& error) {
   try {
@@ -331,7 +326,8 @@ void Agent::plan_numa_binding() {
 RunResult Agent::run() {
   RunResult result;
   try {
-    run_dirs_.emplace(config_.log_dir, handler_->run_id(), temp_base(agent_env_));
+    // The default torchelastic_XXXXXX (no --log-dir) goes where torchrun's goes.
+    run_dirs_.emplace(config_.log_dir, handler_->run_id(), temp_dir(agent_env_));
     if (defaults_omp_num_threads(config_, agent_env_)) {
       spdlog::warn(
           "\n*****************************************\n"
