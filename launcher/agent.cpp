@@ -11,10 +11,12 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "launcher/numa.h"
+#include "launcher/options/option_values.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
 
@@ -30,12 +32,6 @@ using Ms = std::chrono::milliseconds;
 constexpr auto kMembershipPoll = 1000ms;
 // torchrun's exit barrier timeout.
 constexpr auto kExitBarrierTimeout = std::chrono::seconds(300);
-
-// The directory for the default torchelastic_XXXXXX (no --log-dir): TMPDIR or /tmp.
-std::string temp_base(const EnvMap& env) {
-  const auto it = env.find("TMPDIR");
-  return it != env.end() && !it->second.empty() ? it->second : "/tmp";
-}
 
 std::string what_of(const std::exception_ptr& error) {
   try {
@@ -57,7 +53,8 @@ Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
       handler_(std::move(handler)),
       // Capped so that absurd values cannot overflow the conversion (1e7 s is 115 days).
       grace_(static_cast<std::int64_t>(std::min(config_.shutdown_timeout_s, 1e7) * 1000)),
-      remaining_restarts_(config_.max_restarts) {}
+      remaining_restarts_(config_.max_restarts),
+      events_(config_.event_log_handler) {}
 
 Agent::~Agent() = default;
 
@@ -103,6 +100,7 @@ Agent::CallOutcome Agent::call_interruptibly(const std::function<void()>& call,
 std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
   std::optional<rdzv::RendezvousInfo> info;
   handler_->set_restarts_spent(restart_count_);
+  const auto rendezvous_start = Clock::now();
   const CallOutcome call =
       call_interruptibly([&] { info = handler_->next_rendezvous(); }, "the rendezvous");
   if (call.signo != 0) {
@@ -121,6 +119,16 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
     return std::nullopt;
   }
   unspent_failures_.clear();
+  EventFields event("RENDEZVOUS");
+  if (round_) event.group_rank = round_->group_rank;  // torchrun's: the previous round's
+  if (round_) event.group_world_size = round_->group_world_size;
+  event.duration_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - rendezvous_start).count();
+  record_event(event);
+  event.state = "ASSIGN_WORKER_RANKS";  // ranks come with the round here
+  event.duration_ms = 0.0;
+  record_event(event);
+  round_ = info;
   spdlog::info("rendezvous complete: round {}, group_rank {}/{}, ranks {}..{} of {}, master {}:{}",
                info->round, info->group_rank, info->group_world_size, info->rank_base,
                info->rank_base + config_.nproc_per_node - 1, info->world_size, info->master_addr,
@@ -328,10 +336,55 @@ void Agent::plan_numa_binding() {
   spdlog::warn("{}", describe_plan(config_.numa_binding, numa_plan_));
 }
 
+void Agent::record_event(const EventFields& event, std::int64_t total_run_time) const {
+  if (!events_.on()) return;
+  const std::string entry =
+      config_.entry == EntryKind::kExecutable ? config_.training_script : config_.python_exec;
+  events_.record({.run_id = handler_->run_id(),
+                  .role = config_.role,
+                  .hostname = host_fqdn(),
+                  .rdzv_backend = handler_->backend_name(),
+                  .entry_point = std::filesystem::path(entry).filename().string(),
+                  .agent_restarts = restart_count_,
+                  .total_run_time = total_run_time},
+                 event);
+}
+
+void Agent::record_end_events(const RunResult& result) const {
+  if (!events_.on()) return;
+  const auto total = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_);
+  EventFields agent("SUCCEEDED");
+  if (round_) agent.group_rank = round_->group_rank;
+  if (round_) agent.group_world_size = round_->group_world_size;
+  // As torchrun: SUCCEEDED means the agent's run ended normally (the workers may have
+  // failed); FAILED that it ended by a signal or an error of its own.
+  const bool workers_ended =
+      result.outcome == RunResult::Outcome::kSucceeded ||
+      (result.outcome == RunResult::Outcome::kFailed && !result.failures.empty());
+  if (workers_ended && round_) {
+    for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
+      EventFields w = agent;
+      w.worker.emplace(lr, round_->rank_base + lr, round_->world_size);
+      w.state = result.outcome == RunResult::Outcome::kSucceeded ? "SUCCEEDED" : "TERMINATED";
+      for (const auto& f : result.failures) {
+        if (f.local_rank != lr) continue;
+        w.state = "FAILED";
+        w.worker->pid = f.pid;
+        w.worker->exit_code = f.exitcode;
+        w.raw_error = raw_error_of(f.error_file_path, f.error_file != "<N/A>", f.exitcode);
+      }
+      record_event(w, total.count());
+    }
+  }
+  if (!workers_ended) agent.state = "FAILED";
+  record_event(agent, total.count());
+}
+
 RunResult Agent::run() {
   RunResult result;
   try {
-    run_dirs_.emplace(config_.log_dir, handler_->run_id(), temp_base(agent_env_));
+    // The default torchelastic_XXXXXX (no --log-dir) goes where torchrun's goes.
+    run_dirs_.emplace(config_.log_dir, handler_->run_id(), temp_dir(agent_env_));
     if (defaults_omp_num_threads(config_, agent_env_)) {
       spdlog::warn(
           "\n*****************************************\n"
@@ -351,6 +404,13 @@ RunResult Agent::run() {
         finish(result, RunResult::Outcome::kFailed);
         break;
       }
+      for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
+        EventFields start("START");
+        start.group_rank = info->group_rank;
+        start.group_world_size = info->group_world_size;
+        start.worker.emplace(lr, info->rank_base + lr, info->world_size);
+        record_event(start);
+      }
       spdlog::info(
           "started {} workers with {} (attempt {}, restarts spent {})", config_.nproc_per_node,
           config_.entry == EntryKind::kExecutable ? config_.training_script : config_.python_exec,
@@ -362,6 +422,7 @@ RunResult Agent::run() {
     result.outcome = RunResult::Outcome::kFailed;
     result.exit_code = 1;
   }
+  record_end_events(result);
   // The failure report (the only reader of the workers' error files) is printed by now.
   if (run_dirs_) run_dirs_->remove_default_dir();
   result.restart_count = restart_count_;

@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/events.h"
 #include "launcher/failure_report.h"
 #include "launcher/numa.h"
 #include "launcher/options/config.h"
@@ -118,6 +119,10 @@ class Agent {
   // --numa-binding: the plan (numa.h) for this process's CPUs, shown in one line. Throws
   // NumaError.
   void plan_numa_binding();
+  // --event-log-handler console (events.h): one event; the job's end (each worker's
+  // status, then the agent's).
+  void record_event(const EventFields& event, std::int64_t total_run_time = 0) const;
+  void record_end_events(const RunResult& result) const;
 
   LaunchConfig config_;
   EnvMap agent_env_;
@@ -133,6 +138,9 @@ class Agent {
   // reported as the job's failure if that round cannot form (the peer ended the job).
   std::vector<Failure> unspent_failures_;
   std::vector<RankPlacement> numa_plan_;  // by local rank; empty: no --numa-binding
+  EventLog events_;
+  std::optional<rdzv::RendezvousInfo> round_;  // the last round formed (events)
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace ddprun::launcher

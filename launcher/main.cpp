@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
     spdlog::log(cli.slurm.taken ? spdlog::level::warn : spdlog::level::info, "{}", cli.slurm.text);
   }
   for (const auto& w : cli.slurm.warnings) spdlog::warn("{}", w);
+  for (const auto& w : cli.config.warnings) spdlog::warn("{}", w);
   // --hostfile / --hosts: this ddprun only starts and supervises the hosts' agents.
   if (cli.config.ssh.active()) return run_ssh_launch(cli.config, host.env);
   std::unique_ptr<ddprun::rdzv::RendezvousHandler> handler;

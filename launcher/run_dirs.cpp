@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <stdexcept>
 #include <system_error>
 
 #include "base/sys_error.h"
@@ -32,7 +33,13 @@ RunDirs::RunDirs(const std::string& log_dir, std::string run_id, const std::stri
     base = make_temp_dir(tmp_base + "/torchelastic_");
     default_dir_ = base;
   } else {
-    fs::create_directories(base);
+    // Named after the option (torchrun: "log_dir: X is a file"), not a bare errno text.
+    std::error_code ec;
+    if (fs::exists(base, ec) && !fs::is_directory(base, ec)) {
+      throw std::runtime_error(fmt::format("--log-dir {}: is a file, not a directory", base));
+    }
+    fs::create_directories(base, ec);
+    if (ec) throw std::runtime_error(fmt::format("--log-dir {}: {}", base, ec.message()));
   }
   std::replace(run_id.begin(), run_id.end(), '/', '_');  // a user's --rdzv-id may hold '/'
   run_dir_ = make_temp_dir((fs::path(base) / (run_id + "_")).string());

@@ -3,6 +3,7 @@
 #include "launcher/worker_env.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -72,7 +73,11 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
   // The name that version reads (2.2+ warns about the old one); both when unknown. A
   // user's value is kept.
-  for (const auto& name : nccl_async_error_handling_names(config.worker_torch_version)) {
+  // --no-python: no python of ours to ask; the name torchrun 2.x sets.
+  const auto names = config.entry == EntryKind::kExecutable && !config.worker_torch_version
+                         ? std::vector<std::string>{"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+                         : nccl_async_error_handling_names(config.worker_torch_version);
+  for (const auto& name : names) {
     env.emplace(name, "1");
   }
   // Gloo would bind to loopback here (the host name does not resolve to this machine).
@@ -89,7 +94,7 @@ EnvMap worker_env(const LaunchConfig& config, const AttemptFacts& attempt, const
     } else {
       const auto devices = split(cvd->second, ',');
       if (local_rank < static_cast<int>(devices.size())) {
-        env["CUDA_VISIBLE_DEVICES"] = devices[local_rank];
+        env["CUDA_VISIBLE_DEVICES"] = std::string(trim(devices[local_rank]));  // as torchrun
       }
     }
   }
@@ -125,18 +130,11 @@ std::vector<std::string> to_env_strings(const EnvMap& env) {
 
 namespace {
 
-std::string expand_prefix(std::string text, const std::string& role, int rank, int local_rank) {
-  const std::pair<std::string, std::string> macros[] = {
-      {"${role_name}", role},
-      {"${rank}", std::to_string(rank)},
-      {"${local_rank}", std::to_string(local_rank)}};
-  for (const auto& [macro, value] : macros) {
-    for (auto pos = text.find(macro); pos != std::string::npos;
-         pos = text.find(macro, pos + value.size())) {
-      text.replace(pos, macro.size(), value);
-    }
-  }
-  return text;
+// The short host name (torchrun's socket.gethostname()), for ${hostname}.
+std::string short_hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
 }
 
 }  // namespace
@@ -145,14 +143,21 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
                                           const EnvMap& agent_env, const RunDirs& dirs,
                                           const std::vector<RankPlacement>& numa_plan) {
   const int n = attempt.restart_count;
-  const auto prefix_template = agent_env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  const std::string& prefix_template = config.log_line_prefix_template;
+  const std::string hostname = prefix_template.empty() ? "" : short_hostname();
   std::vector<WorkerSpec> specs;
+  // --log-dir /dev/null: as torchrun, no file, and so -r/-t and --local-ranks-filter do
+  // nothing: every rank writes to the console.
+  const bool files = !dirs.files_disabled();
+  const auto shown_rank = [&](int lr) {
+    return !files || !config.local_ranks_filter || config.local_ranks_filter->count(lr) > 0;
+  };
   // The one rank --local-ranks-filter shows reads the agent's stdin alone (a breakpoint()
   // there must get what is typed); the hidden ranks get /dev/null. Otherwise every rank
   // inherits it, as with torchrun.
   int shown_ranks = 0;
   for (int lr = 0; lr < config.nproc_per_node; ++lr) {
-    shown_ranks += !config.local_ranks_filter || config.local_ranks_filter->count(lr) > 0;
+    shown_ranks += shown_rank(lr);
   }
   for (int lr = 0; lr < config.nproc_per_node; ++lr) {
     WorkerSpec w;
@@ -166,10 +171,10 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
       w.cpus.assign(numa_plan[lr].cpus.begin(), numa_plan[lr].cpus.end());
     }
 
-    const bool shown = !config.local_ranks_filter || config.local_ranks_filter->count(lr) > 0;
+    const bool shown = shown_rank(lr);
     w.stdin_null = shown_ranks == 1 && config.nproc_per_node > 1 && !shown;
-    const int tee = config.tee.for_rank(lr);
-    const int redirect = config.redirects.for_rank(lr);
+    const int tee = files ? config.tee.for_rank(lr) : 0;
+    const int redirect = files ? config.redirects.for_rank(lr) : 0;
     const auto stream = [&](int bit, const char* name) {
       StreamSpec s;
       if (tee & bit) {
@@ -179,16 +184,14 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
         s.mode = StreamMode::kRedirect;
       }
       if (s.mode != StreamMode::kConsole) {
-        s.file = dirs.files_disabled()
-                     ? "/dev/null"
-                     : (std::filesystem::path(dirs.rank_dir(n, lr)) / (std::string(name) + ".log"))
-                           .string();
+        s.file =
+            (std::filesystem::path(dirs.rank_dir(n, lr)) / (std::string(name) + ".log")).string();
       }
       s.show_on_console = shown;
       // torchrun: the tee'd lines matching a filter, from every rank, in one file.
       const auto& filters = bit == StdStreams::kOut ? config.duplicate_stdout_filters
                                                     : config.duplicate_stderr_filters;
-      if ((tee & bit) && !filters.empty() && !dirs.files_disabled()) {
+      if ((tee & bit) && !filters.empty()) {
         s.duplicate_filters = filters;
         s.duplicate_file = (std::filesystem::path(dirs.attempt_dir(n)) /
                             (std::string("filtered_") + name + ".log"))
@@ -198,8 +201,12 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
     };
     w.out = stream(StdStreams::kOut, "stdout");
     w.err = stream(StdStreams::kErr, "stderr");
-    if (prefix_template != agent_env.end()) {
-      w.line_prefix = expand_prefix(prefix_template->second, config.role, w.global_rank, lr);
+    if (!prefix_template.empty()) {
+      // torchrun: string.Template(template).safe_substitute of these four.
+      w.line_prefix = safe_substitute(prefix_template, {{"role_name", config.role},
+                                                        {"rank", std::to_string(w.global_rank)},
+                                                        {"local_rank", std::to_string(lr)},
+                                                        {"hostname", hostname}});
     } else if (tee != 0) {
       w.line_prefix = fmt::format("[{}{}]:", config.role, lr);
     }

@@ -20,10 +20,24 @@ def load(program):
     return json.loads(out)
 
 
-def choices(opt):
+def member_choices(opt):
     """The values CLI11's IsMember check allows ('TEXT:{a,b}'), else []."""
     m = re.search(r"\{([^{}]*)\}", opt["type_name"])
     return m.group(1).split(",") if m else []
+
+
+def choices(opt):
+    """What completes an option's value: member_choices, else the words of a metavar like
+    'N|cpu|gpu' or 'static|c10d', else []."""
+    if member_choices(opt):
+        return member_choices(opt)
+    return [w for w in opt["type_name"].split("|") if re.fullmatch(r"[a-z][a-z0-9-]*", w)] \
+        if "|" in opt["type_name"] else []
+
+
+def takes_path(opt):
+    """Whether the option's value is a file or directory name (completed as one)."""
+    return metavar(opt) in ("FILE", "DIR", "PATH", "COMMAND")
 
 
 def metavar(opt):
@@ -65,8 +79,8 @@ def man_option(opt):
             head += " \\fI" + roff(metavar(opt)) + "\\fR"
     body = opt["description"] or ""
     extra = []
-    if choices(opt):
-        extra.append("one of: " + ", ".join(choices(opt)))
+    if member_choices(opt):
+        extra.append("one of: " + ", ".join(member_choices(opt)))
     if opt["default"]:
         extra.append("default: " + opt["default"])
     if opt["envname"]:
@@ -138,6 +152,7 @@ def bash(app):
   local cur prev words cword
   _init_completion -s || return
   local valued=" %(valued)s "
+  local paths=" %(paths)s "
   local i=1
   while ((i < cword)); do
     case "${words[i]}" in
@@ -150,7 +165,8 @@ def bash(app):
   done
   case "$prev" in
 %(choices)s  esac
-  if [[ $valued == *" $prev "* ]]; then _filedir; return; fi
+  if [[ $paths == *" $prev "* ]]; then _filedir; return; fi
+  [[ $valued == *" $prev "* ]] && return  # a number, a host, ...: no file names
   if [[ $cur == -* ]]; then
     COMPREPLY=($(compgen -W "%(all)s" -- "$cur"))
     [[ ${COMPREPLY-} == *= ]] && compopt -o nospace
@@ -160,6 +176,8 @@ def bash(app):
 }
 complete -F %(fn)s %(name)s
 """ % {"fn": fn, "name": app["name"], "valued": " ".join(flat_names(app["options"], True)),
+       "paths": " ".join(n for o in app["options"] if o["takes_value"] and takes_path(o)
+                         for n in o["names"]),
        "choices": bash_case_choices(app["options"]),
        "all": " ".join(n for o in app["options"] for n in o["names"])}
     cases = ""
@@ -204,7 +222,8 @@ def zq(text):
 def zsh_spec(opt):
     desc = " ".join(opt["description"].split()).replace("\\", "\\\\").replace("]", "\\]")
     desc = desc.replace("[", "\\[")
-    action = "(%s)" % " ".join(choices(opt)) if choices(opt) else "_files"
+    action = "(%s)" % " ".join(choices(opt)) if choices(opt) else (
+        "_files" if takes_path(opt) or opt["positional"] else " ")
     msg = metavar(opt).replace(":", "\\:")
     if opt["positional"]:
         return [zq("*:%s:%s" % (opt["positional"].lower(), action))]

@@ -56,4 +56,8 @@ Progress describe_progress(const ProgressInput& in) {
   return out;
 }
 
+spdlog::level::level_enum progress_level(int nth) {
+  return nth % 6 == 0 ? spdlog::level::warn : spdlog::level::info;
+}
+
 }  // namespace ddprun::rdzv

@@ -2,8 +2,10 @@
 // (min 3, max 4): [...]; waiting for 1 more; 580 s left"), from what it read of the
 // round. Users complain most about a silent wait; this says who is in, what is missing
 // and why the round has not formed. Used by both multi-node handlers; table tests in
-// tests/rendezvous/progress_test.cpp. Thread-safety: pure function.
+// tests/rendezvous/progress_test.cpp. Thread-safety: pure functions.
 #pragma once
+
+#include <spdlog/common.h>
 
 #include <cstdint>
 #include <string>
@@ -33,5 +35,10 @@ struct Progress {
 };
 
 Progress describe_progress(const ProgressInput& in);
+
+// The level of a wait's `nth` progress line (0: the first, after one interval): WARNING
+// for the first and every sixth (each 30 s at the default 5 s interval), INFO between,
+// so that the default level says why the agent waits without a line every 5 s.
+spdlog::level::level_enum progress_level(int nth);
 
 }  // namespace ddprun::rdzv

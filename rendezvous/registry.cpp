@@ -105,8 +105,10 @@ std::unique_ptr<RendezvousHandler> make_static(const RendezvousParams& p) {
     throw RendezvousError("static rendezvous with --nnodes " + std::to_string(nnodes) +
                           " needs a fixed port, not 0 (the other nodes must know it)");
   }
+  // INFO: a loopback endpoint is mostly a one-machine test, and a real multi-machine
+  // mistake shows in the waiting lines (issue 31: noisy at the default level).
   if (is_loopback_host(ep.host) && !p.local_addr) {
-    spdlog::warn(
+    spdlog::info(
         "static rendezvous: the endpoint {} is a loopback address, reachable from "
         "this machine only; set --master-addr to node rank 0's address for a "
         "multi-machine job",
@@ -179,8 +181,8 @@ std::unique_ptr<RendezvousHandler> make_c10d(const RendezvousParams& p) {
       return find_published_address(ep, host, hostname);
     };
   }
-  if (is_loopback_host(ep.host) && !p.local_addr) {
-    spdlog::warn(
+  if (is_loopback_host(ep.host) && !p.local_addr) {  // INFO: as static's above
+    spdlog::info(
         "c10d rendezvous: the endpoint {} is a loopback address: only agents on this "
         "machine can join; use an address the other nodes can reach",
         ep.to_string());

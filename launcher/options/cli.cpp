@@ -10,7 +10,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string_view>
 
 #include "ddprun_version.h"
@@ -80,6 +83,10 @@ constexpr OptionDef kOptions[] = {
      "Redirect streams to log files: 0 none, 1 stdout, 2 stderr, 3 both, or lr:v,lr:v"},
     {"-t,--tee", "tee", false, kLogs,
      "Tee streams to log files and the console (same values as --redirects)"},
+    {"--log-line-prefix-template,--log_line_prefix_template", "log_line_prefix_template", false,
+     kLogs,
+     "Console prefix of tee'd lines: $role_name, $local_rank, $rank, $hostname (as "
+     "${name}) are substituted (default '[${role_name}${local_rank}]:')"},
     {"--local-ranks-filter,--local_ranks_filter", "local_ranks_filter", false, kLogs,
      "Comma-separated local ranks whose output is shown on the console"},
     {"--node-rank,--node_rank", "node_rank", false, kStatic,
@@ -143,6 +150,10 @@ const char* metavar(const std::string& dest) {
   static const std::map<std::string, const char*> kMetavars = {
       {"nnodes", "N|MIN:MAX"},
       {"nproc_per_node", "N|cpu|gpu|xpu|auto"},
+      {"rdzv_backend", "static|c10d|etcd-v3"},
+      {"start_method", "spawn|fork|forkserver"},
+      {"event_log_handler", "null|console"},
+      {"numa_binding", "node|socket|exclusive|core-complex"},
       {"rdzv_endpoint", "HOST[:PORT]"},
       {"rdzv_conf", "K=V,..."},
       {"max_restarts", "N"},
@@ -150,6 +161,7 @@ const char* metavar(const std::string& dest) {
       {"log_dir", "DIR"},
       {"redirects", "0-3|LR:V,..."},
       {"tee", "0-3|LR:V,..."},
+      {"log_line_prefix_template", "TEMPLATE"},
       {"local_ranks_filter", "LR,..."},
       {"node_rank", "N"},
       {"master_port", "PORT"},
@@ -276,6 +288,49 @@ std::vector<std::string> expand_abbreviations(const std::vector<std::string>& ar
   return out;
 }
 
+// A value read from PET_<NAME> that build_config refuses: its message names the flag
+// ("--nnodes: ..."); say which variable the value came from ("PET_NNODES (--nnodes): ...").
+std::string name_env_source(const std::string& text,
+                            const std::map<std::string, std::string>& env_dests) {
+  for (const auto& [dest, env_name] : env_dests) {
+    std::string flag = "--" + dest;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (text.rfind(flag, 0) == 0 &&
+        (text.size() == flag.size() ||
+         std::string_view(":= ").find(text[flag.size()]) != std::string_view::npos)) {
+      return env_name + " (" + flag + ")" + text.substr(flag.size());
+    }
+  }
+  return text;
+}
+
+// --print-completion SHELL (torchrun 2.14): the completion script installed with ddprun
+// (generated at build time by packaging/clidoc.py), found beside this executable: the
+// install prefix's share/, or the build tree's packaging/. Throws UsageError.
+std::string completion_script(const std::string& shell) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  const std::vector<fs::path> candidates =
+      shell == "bash" ? std::vector<fs::path>{dir / "../share/bash-completion/completions/ddprun",
+                                              dir / "../packaging/bash/ddprun"}
+                      : std::vector<fs::path>{dir / "../share/zsh/vendor-completions/_ddprun",
+                                              dir / "../share/zsh/site-functions/_ddprun",
+                                              dir / "../packaging/zsh/_ddprun"};
+  for (const auto& path : shell == "tcsh" ? std::vector<fs::path>{} : candidates) {
+    if (!fs::is_regular_file(path, ec)) continue;
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  throw UsageError(fmt::format("--print-completion {}: {}", shell,
+                               shell == "tcsh"
+                                   ? "ddprun has bash and zsh completion only"
+                                   : "no completion script installed beside " + dir.string() +
+                                         " (it is part of the deb and the CMake install)"));
+}
+
 }  // namespace
 
 std::string usage_hint() {
@@ -324,6 +379,11 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.");
   bool version = false;
   app.add_flag("--version", version, "Print the version and exit");
+  std::string completion_shell;
+  app.add_option("--print-completion,--print_completion", completion_shell,
+                 "Print the bash or zsh completion script and exit (e.g. "
+                 "--print-completion bash > ~/.local/share/bash-completion/completions/ddprun)")
+      ->check(CLI::IsMember({"bash", "zsh", "tcsh"}));
   bool dump_cli = false;  // for the man page and completion (packaging/clidoc.py)
   app.add_flag(ddprun::packaging::kDumpCliOption, dump_cli)->group(kHidden);
 
@@ -369,6 +429,16 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
     out.text = std::string("ddprun ") + DDPRUN_VERSION_TEXT + " (torchrun-compatible launcher)\n";
     return out;
   }
+  if (!completion_shell.empty()) {
+    try {
+      out.text = completion_script(completion_shell);
+      out.kind = CliOutcome::Kind::kPrint;
+    } catch (const UsageError& e) {
+      out.kind = CliOutcome::Kind::kError;
+      out.text = e.what();
+    }
+    return out;
+  }
   if (dump_cli) {
     out.kind = CliOutcome::Kind::kPrint;
     out.text =
@@ -378,10 +448,14 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
 
   RawOptions raw;
   raw.positional = app.remaining();
+  std::map<std::string, std::string> env_dests;  // dest -> PET_ name, values taken from env
   try {
     for (const auto& [def, opt] : bound) {
       const std::string env_name = pet_name(def->dest);
-      const bool own = def->group == kSsh || def->group == kHidden;  // no PET_* fallback
+      // No PET_* fallback: ddprun's own options, and torchrun's without action=env.
+      const bool own = def->group == kSsh || def->group == kHidden ||
+                       std::string_view(def->dest) == "logs_specs" ||
+                       std::string_view(def->dest) == "numa_binding";
       const auto env = own ? host.env.end() : host.env.find(env_name);
       if (def->is_flag) {
         if (opt->count() > 0) {
@@ -403,6 +477,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
         raw.values[def->dest] = storage[def->dest];
       } else if (env != host.env.end()) {
         raw.values[def->dest] = env->second;
+        env_dests[def->dest] = env_name;
       }
     }
     out.slurm = apply_slurm_environment(raw, host.env);  // fills what was not given
@@ -410,7 +485,7 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
     if (out.config.ssh.active()) out.config.ssh.agent_options = agent_options(expanded);
   } catch (const UsageError& e) {
     out.kind = CliOutcome::Kind::kError;
-    out.text = e.what();
+    out.text = name_env_source(e.what(), env_dests);
     return out;
   }
   out.kind = CliOutcome::Kind::kRun;

@@ -209,10 +209,16 @@ void read_entry(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
   }
 }
 
-// --log-dir, --redirects, --tee, --local-ranks-filter.
-void read_output(const RawOptions& raw, LaunchConfig& c) {
+// --log-dir, --redirects, --tee, --log-line-prefix-template, --local-ranks-filter.
+void read_output(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
   const auto& v = raw.values;
   if (const auto* s = find(v, "log_dir")) c.log_dir = *s;
+  // As torchrun: the option (or PET_), when not empty, else torchrun's own variable.
+  if (const auto* s = find(v, "log_line_prefix_template"); s && !s->empty()) {
+    c.log_line_prefix_template = *s;
+  } else if (const auto* e = find(host.env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
+    c.log_line_prefix_template = *e;
+  }
   if (const auto* s = find(v, "redirects")) c.redirects = parse_std_streams("--redirects", *s);
   if (const auto* s = find(v, "tee")) c.tee = parse_std_streams("--tee", *s);
   if (const auto* s = find(v, "local_ranks_filter"); s && !trimmed(*s).empty()) {
@@ -230,7 +236,15 @@ void read_master(const RawOptions& raw, LaunchConfig& c) {
   if (const auto* s = find(v, "node_rank")) {
     c.node_rank = int_in_range("--node-rank", *s, 0, 1000000);
   }
-  if (const auto* s = find(v, "master_addr")) c.master_addr = trimmed(*s);
+  if (const auto* s = find(v, "master_addr")) {
+    // torchrun's --help suggests "[0:0:0:0:0:0:0:1]" for IPv6; its endpoint parser drops
+    // the brackets, so the workers get MASTER_ADDR=::1, not "[::1]".
+    std::string addr = trimmed(*s);
+    if (addr.size() > 2 && addr.front() == '[' && addr.back() == ']') {
+      addr = addr.substr(1, addr.size() - 2);
+    }
+    c.master_addr = addr;
+  }
   if (const auto* s = find(v, "master_port")) {
     c.master_port = int_in_range("--master-port", *s, 0, 65535);
   }
@@ -244,10 +258,16 @@ void read_signals(const RawOptions& raw, const HostFacts& host, LaunchConfig& c)
   const std::string* sig = find(v, "signals_to_handle");
   if (!sig) sig = find(host.env, "TORCHELASTIC_SIGNALS_TO_HANDLE");
   if (sig) c.signals_to_handle_text = *sig;
+  // As torchrun, a name it cannot handle is a warning and the others are handled;
+  // SIGKILL and SIGSTOP (which torchrun fails on) are an error.
+  std::vector<std::string> unknown;
   try {
-    c.signals_to_handle = parse_signal_list(c.signals_to_handle_text);
+    c.signals_to_handle = parse_signal_list(c.signals_to_handle_text, &unknown);
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--signals-to-handle: {}", e.what()));
+  }
+  for (const auto& u : unknown) {
+    c.warnings.push_back(fmt::format("--signals-to-handle: {}; not handled (the others are)", u));
   }
   const std::string* grace = find(v, "shutdown_timeout");
   if (!grace) grace = find(host.env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
@@ -274,7 +294,7 @@ void read_watchdogs(const RawOptions& raw, const HostFacts& host, LaunchConfig& 
   }
   if (const auto* on = find(host.env, "TORCHELASTIC_ENABLE_FILE_TIMER"); on && *on == "1") {
     const auto* path = find(host.env, "TORCHELASTIC_TIMER_FILE");
-    c.file_timer_path = path ? *path : "/tmp/watchdog_timer_" + random_uuid();
+    c.file_timer_path = path ? *path : temp_dir(host.env) + "/watchdog_timer_" + random_uuid();
     if (c.file_timer_path.empty()) {
       throw UsageError("TORCHELASTIC_TIMER_FILE is empty (TORCHELASTIC_ENABLE_FILE_TIMER=1)");
     }
@@ -293,9 +313,14 @@ void read_compat(const RawOptions& raw, LaunchConfig& c) {
       throw UsageError(fmt::format("{}={}: not supported by ddprun; {}", flag_name, *s, instead));
     }
   };
-  refuse("event_log_handler", "--event-log-handler", "null",
-         "it has no torchelastic event handlers (only 'null'): LOGLEVEL=INFO logs the "
-         "rendezvous, start, restart and exit events");
+  // torchrun's registered handlers: console, null and dynamic_rendezvous (a null one).
+  if (const auto* s = find(v, "event_log_handler")) {
+    const std::string h = trimmed(*s);
+    if (h == "console") c.event_log_handler = h;
+    refuse("event_log_handler", "--event-log-handler",
+           h == "console" || h == "dynamic_rendezvous" ? h.c_str() : "null",
+           "it cannot load torchelastic event handler plugins (its handlers: console, null)");
+  }
   refuse("logs_specs", "--logs-specs", "",
          "it cannot load Python LogsSpecs plugins: its log layout is torchrun's default "
          "(--log-dir, -r/--redirects, -t/--tee, --local-ranks-filter)");
@@ -331,6 +356,14 @@ void read_compat(const RawOptions& raw, LaunchConfig& c) {
 void apply_rendezvous_defaults(const RawOptions& raw, LaunchConfig& c) {
   c.standalone = raw.flags.count("standalone") > 0;
   const bool explicit_id = find(raw.values, "rdzv_id") != nullptr;
+  if (c.standalone && c.max_nodes > 1) {
+    // torchrun would wait for nodes that cannot find this one's random local port.
+    throw UsageError(
+        fmt::format("--standalone is a single-node job (a rendezvous on a free local port), but "
+                    "--nnodes asks for {} nodes: leave out --standalone and give every node "
+                    "--rdzv-backend c10d --rdzv-endpoint HOST:PORT",
+                    c.max_nodes));
+  }
   if (c.standalone) {
     c.rdzv_backend = rdzv::Backend::kC10d;
     c.rdzv_endpoint = "localhost:0";
@@ -346,8 +379,12 @@ void apply_rendezvous_defaults(const RawOptions& raw, LaunchConfig& c) {
 // Positionals: the script, then everything after it belongs to the script.
 void read_positionals(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
   auto pos = raw.positional;
-  if (!pos.empty() && pos.front() == "--") pos.erase(pos.begin());
+  // argparse (Python 3.14, torchrun 2.14's) drops one "--": the one before the script,
+  // else one right after it (`ddprun train.py -- --lr 0.1`); any other is the script's.
+  const bool dash_before = !pos.empty() && pos.front() == "--";
+  if (dash_before) pos.erase(pos.begin());
   if (pos.empty()) throw UsageError("the following arguments are required: training_script");
+  if (!dash_before && pos.size() > 1 && pos[1] == "--") pos.erase(pos.begin() + 1);
   if (!pos.front().empty() && pos.front()[0] == '-') {
     throw UsageError(fmt::format("unrecognized arguments: {}", pos.front()));
   }
@@ -366,7 +403,7 @@ LaunchConfig build_config(const RawOptions& raw, const HostFacts& host) {
   read_nodes(raw, host, c);
   read_rendezvous(raw, c);
   read_entry(raw, host, c);
-  read_output(raw, c);
+  read_output(raw, host, c);
   read_master(raw, c);
   read_signals(raw, host, c);
   read_watchdogs(raw, host, c);

@@ -74,6 +74,9 @@ struct LaunchConfig {
   int max_restarts = 0;
   double monitor_interval_s = 0.1;  // accepted; ddprun reacts to events, not polls
   std::string start_method = "spawn";
+  // --event-log-handler: "console" prints torchrun's events to stderr (events.h), "null"
+  // does not.
+  std::string event_log_handler = "null";
   std::string role = "default";
 
   EntryKind entry = EntryKind::kPythonScript;
@@ -88,6 +91,9 @@ struct LaunchConfig {
   StdStreams redirects;
   StdStreams tee;
   std::optional<std::set<int>> local_ranks_filter;  // nullopt: every rank on the console
+  // --log-line-prefix-template (or PET_), else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; "":
+  // torchrun's default "[<role><local rank>]:" (worker_env.cpp expands it).
+  std::string log_line_prefix_template;
 
   std::optional<int> node_rank;  // only when given explicitly
   std::optional<std::string> master_addr;
@@ -103,8 +109,9 @@ struct LaunchConfig {
   // ddprun's watchdogs (docs/usage.md): --stall-timeout / PET_STALL_TIMEOUT, 0: off.
   double stall_timeout_s = 0;
   // torch's file timer: TORCHELASTIC_ENABLE_FILE_TIMER=1 in the agent's environment; the
-  // named pipe is TORCHELASTIC_TIMER_FILE, else /tmp/watchdog_timer_<uuid4> (torchrun's
-  // default). "": off. Workers get TORCHELASTIC_TIMER_FILE=<path>.
+  // named pipe is TORCHELASTIC_TIMER_FILE, else <temp_dir>/watchdog_timer_<uuid4>
+  // (torchrun's default: tempfile.gettempdir()). "": off. Workers get
+  // TORCHELASTIC_TIMER_FILE=<path>.
   std::string file_timer_path;
   // --numa-binding: node, socket, exclusive or core-complex (numa.h); "": none.
   std::string numa_binding;
@@ -122,6 +129,9 @@ struct LaunchConfig {
   std::vector<std::string> script_args;
 
   SshLaunchOptions ssh;
+
+  // What build_config found worth a warning (one line each; main logs them).
+  std::vector<std::string> warnings;
 
   // True when workers are given --local_rank=N on their command line.
   bool passes_local_rank_arg() const { return legacy_launch && !use_env; }
@@ -163,9 +173,13 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config,
 // Parses --nnodes: "N" or "MIN:MAX" with 0 < MIN <= MAX. Throws UsageError.
 std::pair<int, int> parse_nnodes(const std::string& text);
 
-// Expands `arg` as torchrun does (Python's string.Template.safe_substitute with the one
-// name local_rank): "${local_rank}" and "$local_rank" become `local_rank`, "$$" becomes
-// "$", every other "$" stays.
+// Python's string.Template(text).safe_substitute(values): "$name" and "${name}" (name:
+// [_A-Za-z][_A-Za-z0-9]*, longest match) become values[name] where it holds the name and
+// stay as written otherwise; "$$" becomes "$"; every other "$" stays.
+std::string safe_substitute(const std::string& text,
+                            const std::map<std::string, std::string>& values);
+
+// Expands `arg` as torchrun does: safe_substitute with the one name local_rank.
 std::string substitute_local_rank(const std::string& arg, int local_rank);
 
 }  // namespace ddprun::launcher

@@ -1,8 +1,10 @@
 // option_values.cpp: one option's text to a checked value (see option_values.h), and the
-// value parsers config.h declares (--redirects/--tee, --nnodes, ${local_rank}).
+// value parsers config.h declares (--redirects/--tee, --nnodes, string.Template's $name).
 #include "launcher/options/option_values.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -77,6 +79,21 @@ std::string random_uuid() {
   return out;
 }
 
+std::string temp_dir(const std::map<std::string, std::string>& env) {
+  const auto usable = [](const std::string& dir) {
+    struct stat st {};
+    return !dir.empty() && ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+           ::access(dir.c_str(), W_OK | X_OK) == 0;
+  };
+  for (const char* name : {"TMPDIR", "TEMP", "TMP"}) {
+    if (const auto* dir = find(env, name); dir && usable(*dir)) return *dir;
+  }
+  for (const char* dir : {"/tmp", "/var/tmp", "/usr/tmp"}) {
+    if (usable(dir)) return dir;
+  }
+  return "/tmp";
+}
+
 const std::string* find(const std::map<std::string, std::string>& m, const std::string& k) {
   const auto it = m.find(k);
   return it == m.end() ? nullptr : &it->second;
@@ -129,15 +146,17 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
 }
 
 std::string substitute_local_rank(const std::string& arg, int local_rank) {
-  // torchrun passes every argument through Python's string.Template.safe_substitute with
-  // the one name local_rank; its rules, reproduced: "$$" is a literal "$"; "$name" and
-  // "${name}" (name: [_A-Za-z][_A-Za-z0-9]*, longest match) are replaced when name is
-  // exactly local_rank and kept otherwise; any other "$" is kept.
+  return safe_substitute(arg, {{"local_rank", std::to_string(local_rank)}});
+}
+
+std::string safe_substitute(const std::string& arg,
+                            const std::map<std::string, std::string>& values) {
+  // Python's rules, reproduced: "$$" is a literal "$"; "$name" and "${name}" are replaced
+  // when name is one of `values` and kept otherwise; any other "$" is kept.
   const auto is_start = [](char c) {
     return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');  // ASCII only
   };
   const auto is_rest = [&](char c) { return is_start(c) || (c >= '0' && c <= '9'); };
-  const std::string value = std::to_string(local_rank);
   std::string out;
   std::string::size_type i = 0;
   while (i < arg.size()) {
@@ -157,8 +176,9 @@ std::string substitute_local_rank(const std::string& arg, int local_rank) {
       while (end < arg.size() && is_rest(arg[end])) ++end;
     }
     const bool closed = !braced || (end < arg.size() && arg[end] == '}');
-    if (end > at && closed && arg.compare(at, end - at, "local_rank") == 0) {
-      out += value;
+    const auto value = end > at && closed ? values.find(arg.substr(at, end - at)) : values.end();
+    if (value != values.end()) {
+      out += value->second;
       i = end + (braced ? 1 : 0);
     } else {
       out += '$';  // an unknown or malformed placeholder stays as written

@@ -1,7 +1,7 @@
 // option_values.h: one option's text to a checked value, or a UsageError naming the
 // flag, as argparse reads it (blanks around a value dropped, int() takes a leading '+').
 // The readers build_config is made of (config.cpp). Thread-safety: pure functions, except
-// random_uuid (std::random_device).
+// random_uuid (std::random_device) and temp_dir (the file system).
 #pragma once
 
 #include <initializer_list>
@@ -28,6 +28,10 @@ std::string choice(const std::string& flag, const std::string& text,
                    std::initializer_list<const char*> choices);
 // A random version-4 UUID, as torchrun uses for --standalone run ids.
 std::string random_uuid();
+// Python's tempfile.gettempdir() (where torchrun puts its torchelastic_* log dir and the
+// file timer's pipe): the first of TMPDIR, TEMP, TMP, /tmp, /var/tmp, /usr/tmp that is a
+// writable directory, so a stale TMPDIR falls back to /tmp. Reads the file system.
+std::string temp_dir(const std::map<std::string, std::string>& env);
 // m[k], or nullptr.
 const std::string* find(const std::map<std::string, std::string>& m, const std::string& k);
 

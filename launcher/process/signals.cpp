@@ -89,10 +89,17 @@ int signal_from_name(std::string_view name) {
   throw unknown();
 }
 
-std::vector<int> parse_signal_list(std::string_view list) {
+std::vector<int> parse_signal_list(std::string_view list, std::vector<std::string>* unknown) {
   std::vector<int> out;
   for (const auto& name : split(list, ',')) {
-    const int s = signal_from_name(name);
+    int s = 0;
+    try {
+      s = signal_from_name(name);
+    } catch (const std::invalid_argument& e) {
+      if (unknown == nullptr) throw;
+      unknown->push_back(e.what());
+      continue;
+    }
     if (s == SIGKILL || s == SIGSTOP) {
       throw std::invalid_argument(signal_name(s) + " cannot be handled");
     }

@@ -35,9 +35,11 @@ UniqueFd make_signalfd(const std::vector<int>& signals);
 int signal_from_name(std::string_view name);
 
 // "SIGTERM,SIGINT" (commas, optional spaces; torchrun's --signals-to-handle) -> {15, 2}.
-// Duplicates are dropped. Throws std::invalid_argument for an unknown or empty entry, and
-// for SIGKILL/SIGSTOP ("SIGKILL cannot be handled").
-std::vector<int> parse_signal_list(std::string_view list);
+// Duplicates are dropped. Throws std::invalid_argument for SIGKILL/SIGSTOP ("SIGKILL
+// cannot be handled"), and for an unknown or empty entry unless `unknown` is given: then
+// the entry is left out and its message ("unknown signal 'X'") appended there.
+std::vector<int> parse_signal_list(std::string_view list,
+                                   std::vector<std::string>* unknown = nullptr);
 
 // 15 -> "SIGTERM"; an unnamed number n -> "SIG<n>" (real-time signals: "SIGRTMIN+k").
 std::string signal_name(int signo);

@@ -129,7 +129,7 @@ class StoreRendezvous final : public RendezvousHandler {
   // Whether nobody runs in round r any more (every member counted out, or, looked at
   // by slot 0 of the next round, none of them alive).
   bool round_retired(int r, int next_slot);
-  void log_progress(int r, Clock::time_point deadline, bool retired);
+  void log_progress(int r, Clock::time_point deadline, bool retired, int nth);
   // The round leader (slot 0): waits for the n descriptors while their count grows,
   // reads them once and publishes every slot's plan (round_plan.h) in one MULTI_SET, or
   // the round's refusal / reason to start over.

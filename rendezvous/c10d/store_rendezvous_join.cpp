@@ -167,6 +167,7 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
   std::optional<Clock::time_point> last_call_start;
   bool retired = r == 0;
   auto next_log = now() + config_.round.progress_interval;
+  int progress_lines = 0;
   // The counter, the closed flag and the previous round are looked at once per tick,
   // not every slice: a waiting agent costs the store a few requests a second.
   const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
@@ -207,7 +208,7 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
                                    (retired ? "" : " (the previous round's nodes never left it)"));
     }
     if (t >= next_log) {
-      log_progress(r, deadline, retired);
+      log_progress(r, deadline, retired, progress_lines++);
       next_log = t + config_.round.progress_interval;
     }
     count = store_->add(keys::joined(r), 0);
@@ -234,7 +235,7 @@ bool StoreRendezvous::round_retired(int r, int next_slot) {
   return std::all_of(members.begin(), members.end(), [](Member m) { return m != Member::kAlive; });
 }
 
-void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retired) {
+void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retired, int nth) {
   const std::int64_t joined = store_->add(keys::joined(r), 0);
   // The first 64 descriptors, for the line: one look when all are there.
   std::vector<std::string> present =
@@ -255,9 +256,9 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
                      config_.static_ranks, deadline);
   const Progress progress = describe_progress(in);
   if (!progress.error.empty()) throw RendezvousStateError(where() + ": " + progress.error);
-  // WARNING level on purpose: the agent's default level; a silent wait is what users
-  // complain about most.
-  spdlog::warn("{}: {}", where(), progress.line);
+  // The first line at WARNING (the agent's default level: a silent wait is what users
+  // complain about most), then one each 30 s; INFO between (progress_level).
+  spdlog::log(progress_level(nth), "{}: {}", where(), progress.line);
 }
 
 void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {

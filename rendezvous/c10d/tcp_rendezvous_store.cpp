@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/sys_error.h"
+#include "rendezvous/progress.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_member.h"
 #include "store/prefix_store.h"
@@ -104,10 +105,12 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
   constexpr Clock::time_point kNone = Clock::time_point::max();
   Clock::time_point refused_since = kNone;
   Ms attempt(1000);  // one try's connect and handshake time
+  int waiting_lines = 0;
   auto log_waiting = [&] {
     if (Clock::now() < next_log) return;
-    spdlog::warn("{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
-                 std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
+    spdlog::log(progress_level(waiting_lines++),
+                "{}: waiting for the rendezvous store: {}; {} s left", where(), last_error,
+                std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
     next_log = Clock::now() + Ms(5000);
   };
   for (;;) {

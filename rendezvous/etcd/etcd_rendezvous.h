@@ -78,7 +78,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   // A member of the final round `s`: its ranks and the workers' store (the descriptors
   // from r<R>/members); nullopt when the round moved on meanwhile.
   std::optional<RendezvousInfo> formed(const EtcdRoundState& s, Clock::time_point deadline);
-  void log_progress(const EtcdRoundState& s, Clock::time_point deadline);
+  void log_progress(const EtcdRoundState& s, Clock::time_point deadline, int nth);
 
   Config config_;
   EtcdKeys keys_;      // under <prefix>/<run id>/

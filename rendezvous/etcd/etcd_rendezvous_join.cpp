@@ -93,6 +93,7 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
   check_same_job();
   ensure_lease();
   auto next_log = now() + config_.round.progress_interval;
+  int progress_lines = 0;
   std::int64_t newest_join = -1;  // the newest join key's create revision last seen
   v.changed_at = now();           // when it was seen first
   int waiting_in = -1;            // the round this node registered as a late joiner of
@@ -202,7 +203,7 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
           }
         }
       }
-      log_progress(shown, deadline);
+      log_progress(shown, deadline, progress_lines++);
       next_log = now() + config_.round.progress_interval;
     }
     // The oldest joiner watches the join keys; everyone else the state key alone (one event
@@ -213,7 +214,7 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
   }
 }
 
-void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point deadline) {
+void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point deadline, int nth) {
   std::vector<EtcdKv> nodes = client_.get_prefix(keys_.key("node/"));
   std::size_t described = 0;
   std::vector<NodeDesc> descs;
@@ -230,7 +231,7 @@ void EtcdRendezvous::log_progress(const EtcdRoundState& s, Clock::time_point dea
                      /*static_ranks=*/false, deadline);
   std::string line = describe_progress(in).line;
   if (s.final) line += " (round " + std::to_string(s.round) + " runs without this node; waiting)";
-  spdlog::warn("{}: {}", where(), line);
+  spdlog::log(progress_level(nth), "{}: {}", where(), line);
 }
 
 std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,

@@ -17,6 +17,7 @@ import pty
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -351,6 +352,23 @@ def worker_environment(job):
     check("OMP_NUM_THREADS" not in err, "no OMP notice when the user set it", err)
 
 
+@test()
+def bracketed_ipv6_master_addr_and_stale_tmpdir(job):
+    """--master-addr '[::1]' (the form torchrun's --help suggests) gives the workers
+    MASTER_ADDR=::1, as torchrun; a TMPDIR that is gone falls back to /tmp (torchrun's
+    tempfile.gettempdir())."""
+    port = job.reserve_port("::1")
+    rc, out, err = job.run(["--nproc-per-node=1", "--master-addr", "[::1]",
+                            f"--master-port={port}", *job.probe()], timeout=60)
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    check(job.envs()[0]["env"]["MASTER_ADDR"] == "::1", "MASTER_ADDR without brackets",
+          str(job.envs()[0]["env"].get("MASTER_ADDR")))
+    gone = os.path.join(job.dir, "gone")
+    rc, out, err = job.run(["--nproc-per-node=1", *job.probe()], env={"TMPDIR": gone},
+                           timeout=60)
+    check(rc == 0, f"stale TMPDIR: ddprun exited {rc}", out, err)
+
+
 @test(every_tier=True)
 def nccl_variable_for_the_workers_torch(job):
     """Workers get the NCCL async-error variable under the name their torch reads, as that
@@ -537,7 +555,7 @@ def unimplemented_options_refused(job):
     with open(script, "w") as f:
         f.write("print('ran')\n")
     for arg, instead in (("--logs-specs=x", "--log-dir"),
-                         ("--event-log-handler=console", "LOGLEVEL=INFO")):
+                         ("--event-log-handler=scuba", "console, null")):
         rc, out, err = job.run(["--nproc-per-node=2", arg, script], timeout=60)
         lines = err.splitlines()
         check(rc == 2 and "ran" not in out, f"{arg}: exit {rc}", out, err)
@@ -593,12 +611,54 @@ def tee_redirect_and_log_dir(job):
                             *job.probe("print=quiet")])
     check(rc == 0 and "quiet" not in out, "redirected stdout stays off the console", out)
     check(err.count("err:quiet") == 2, "stderr not redirected", err)
-    rc, out, err = job.run(["--nproc-per-node=1", "--log-dir", "/dev/null", "-t", "3",
-                            *job.probe("print=devnull")])
-    check(rc == 0 and "[default0]:devnull" in out, "--log-dir /dev/null tees to console", out)
+    # --log-dir /dev/null: no files, so (as torchrun) -r/-t change nothing: all is printed.
+    for streams in (["-t", "3"], ["-r", "3"], ["-r", "1", "--local-ranks-filter", "1"]):
+        rc, out, err = job.run(["--nproc-per-node=1", "--log-dir", "/dev/null", *streams,
+                                *job.probe("print=devnull")])
+        check(rc == 0 and out.splitlines() == ["devnull"] and "err:devnull" in err,
+              f"--log-dir /dev/null {streams}: printed as it is", out, err)
     rc, out, err = job.run(["--nproc-per-node=1", "-t", "1", *job.probe("print=tpl")],
                            env={"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<${role_name}:${rank}>"})
     check("<default:0>tpl" in out.splitlines(), "prefix template", out)
+    # torchrun 2.14's option and its PET_ form win over the variable; safe_substitute.
+    host = socket.gethostname()
+    for how in (["--log-line-prefix-template", "$hostname:$rank$$ ${x} "], []):
+        env = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<env>"}
+        if not how:
+            env["PET_LOG_LINE_PREFIX_TEMPLATE"] = "$hostname:$rank$$ ${x} "
+        rc, out, err = job.run(["--nproc-per-node=1", "-t", "1", *how, *job.probe("print=tpl")],
+                               env=env)
+        check(f"{host}:0$ ${{x}} tpl" in out.splitlines(), f"prefix template option {how}", out)
+
+
+@test()
+def print_completion(job):
+    """--print-completion (torchrun 2.14): the bash and zsh scripts the build generated."""
+    rc, out, err = job.run(["--print-completion", "bash"], timeout=30)
+    check(rc == 0 and "complete -F _ddprun ddprun" in out, "bash completion printed", out, err)
+    rc, out, err = job.run(["--print_completion=zsh"], timeout=30)
+    check(rc == 0 and out.startswith("#compdef ddprun"), "zsh completion printed", out, err)
+    rc, out, err = job.run(["--print-completion", "fish"], timeout=30)
+    check(rc == 2 and "--print-completion" in err, "an unknown shell is a usage error", err)
+
+
+@test()
+def event_log_handler_console(job):
+    """--event-log-handler console: torchrun's JSON event lines on stderr; null: none."""
+    def events(err):
+        return [json.loads(line) for line in err.splitlines()
+                if line.startswith('{"name": "torchelastic.worker.status.')]
+    rc, out, err = job.run(["--nproc-per-node=2", "--event-log-handler", "console",
+                            *job.probe("print=ev")])
+    got = [(e["source"], e["metadata"]["state"], e["metadata"]["global_rank"])
+           for e in events(err)]
+    want = [("AGENT", "RENDEZVOUS", None), ("AGENT", "ASSIGN_WORKER_RANKS", None),
+            ("WORKER", "START", 0), ("WORKER", "START", 1), ("WORKER", "SUCCEEDED", 0),
+            ("WORKER", "SUCCEEDED", 1), ("AGENT", "SUCCEEDED", None)]
+    check(rc == 0 and got == want, f"console events {got}", err)
+    rc, out, err = job.run(["--nproc-per-node=1", "--event-log-handler", "null",
+                            *job.probe("print=ev")])
+    check(rc == 0 and not events(err), "null prints no event", err)
 
 
 @test()

@@ -1,8 +1,11 @@
 // The worker environment and command line, table-tested against torchrun's (reference C).
 #include "launcher/worker_env.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <set>
 
 #include "tests/support/temp_dir.h"
@@ -99,6 +102,9 @@ TEST_CASE("virtual local rank (--virtual-local-rank): LOCAL_RANK 0 and one devic
   CHECK(worker_env(c, attempt(), with, 1, "e").at("CUDA_VISIBLE_DEVICES") == "6");
   CHECK(worker_env(c, attempt(), with, 1, "e").at("RANK") == "5");
   CHECK(worker_env(c, attempt(), {}, 2, "e").at("CUDA_VISIBLE_DEVICES") == "2");
+  // torchrun strips each entry: 'CUDA_VISIBLE_DEVICES=0, 1' gives rank 1 "1", not " 1".
+  CHECK(worker_env(c, attempt(), {{"CUDA_VISIBLE_DEVICES", "0, 1 ,2"}}, 1, "e")
+            .at("CUDA_VISIBLE_DEVICES") == "1");
   c.virtual_local_rank = false;
   CHECK(worker_env(c, attempt(), with, 1, "e").at("CUDA_VISIBLE_DEVICES") == "5,6,7");
 }
@@ -221,6 +227,63 @@ TEST_CASE("one attempt's worker specs: ranks, CPUs and stream routes", "[worker_
   CHECK(std::find(specs[2].env.begin(), specs[2].env.end(), error_file) != specs[2].env.end());
 }
 
+TEST_CASE("--log-dir naming a file: one line naming the option", "[worker_env]") {
+  ddprun::test::TempDir dir;
+  const std::string file = (dir.path / "a_file").string();
+  std::fclose(std::fopen(file.c_str(), "w"));
+  CHECK_THROWS_WITH(RunDirs(file, "job", dir.path.string()),
+                    "--log-dir " + file + ": is a file, not a directory");
+  CHECK_THROWS_WITH(RunDirs(file + "/sub", "job", dir.path.string()),
+                    Catch::Matchers::StartsWith("--log-dir " + file + "/sub: "));
+}
+
+TEST_CASE("--log-dir /dev/null: no files, every rank's streams on the console", "[worker_env]") {
+  // torchrun 2.14's DefaultLogsSpecs: with os.devnull every stream is the console's, and
+  // -r/-t and --local-ranks-filter (which only act through files) change nothing.
+  ddprun::test::TempDir dir;
+  const RunDirs dirs("/dev/null", "job", dir.path.string());
+  LaunchConfig c = config(2);
+  c.redirects.all = StdStreams::kOut | StdStreams::kErr;
+  c.tee.per_rank = {{1, StdStreams::kOut}};
+  c.local_ranks_filter = std::set<int>{1};
+  for (const auto& w : make_worker_specs(c, attempt(), {}, dirs, {})) {
+    CAPTURE(w.local_rank);
+    for (const auto& s : {w.out, w.err}) {
+      CHECK(s.mode == StreamMode::kConsole);
+      CHECK(s.show_on_console);
+      CHECK(s.file.empty());
+    }
+    CHECK_FALSE(w.stdin_null);
+  }
+}
+
+TEST_CASE("--log-line-prefix-template: string.Template.safe_substitute of four names",
+          "[worker_env]") {
+  // Expected values printed by Python's Template(t).safe_substitute(role_name="trainer",
+  // rank=5, local_rank=1, hostname=<short host name>), as torchrun 2.14's agent does.
+  ddprun::test::TempDir dir;
+  const RunDirs dirs(dir.path.string(), "job", dir.path.string());
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string h = host;
+  const std::vector<std::pair<std::string, std::string>> table{
+      {"${hostname}:${rank}: ", h + ":5: "},
+      {"[$role_name$local_rank]", "[trainer1]"},
+      {"$$${rank}", "$5"},
+      {"${unknown}$rank", "${unknown}5"},
+      {"${rank", "${rank"},
+      {"$RANK", "$RANK"},
+  };
+  LaunchConfig c = config(2);
+  c.role = "trainer";
+  c.tee.all = StdStreams::kOut;
+  for (const auto& [text, want] : table) {
+    INFO("template: " << text);
+    c.log_line_prefix_template = text;
+    CHECK(make_worker_specs(c, attempt(), {}, dirs, {})[1].line_prefix == want);
+  }
+}
+
 TEST_CASE("the NCCL async-error variable is the one the workers' torch reads", "[worker_env]") {
   LaunchConfig c = config(1);
   c.worker_torch_version = std::pair{2, 11};  // reads TORCH_*, warns about the old name
@@ -236,4 +299,12 @@ TEST_CASE("the NCCL async-error variable is the one the workers' torch reads", "
   env = worker_env(c, attempt(), {{"NCCL_ASYNC_ERROR_HANDLING", "0"}}, 0, "e");
   CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  // Unknown version: both names for python workers, torchrun 2.x's one for --no-python.
+  c.worker_torch_version.reset();
+  env = worker_env(c, attempt(), {}, 0, "e");
+  CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 1);
+  c.entry = EntryKind::kExecutable;
+  env = worker_env(c, attempt(), {}, 0, "e");
+  CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
 }

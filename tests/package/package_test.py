@@ -112,8 +112,21 @@ def test_docs(build):
         fail("ddprun-store subcommands do not complete")
     if complete_bash(store_bash, ["ddprun-store", "serve", "--log-level", "de"]) != ["debug"]:
         fail("--log-level choices do not complete")
-    if complete_bash(os.path.join(pkg, "bash", "ddprun"), ["ddprun", "train.py", "--sta"]):
+    ddprun_bash = os.path.join(pkg, "bash", "ddprun")
+    if complete_bash(ddprun_bash, ["ddprun", "train.py", "--sta"]):
         fail("options completed after the training script")
+    # Values: choices where there are some, file names only where the value is a path.
+    if complete_bash(ddprun_bash, ["ddprun", "--rdzv-backend", ""]) != ["static", "c10d", "etcd-v3"]:
+        fail("--rdzv-backend choices do not complete")
+    if complete_bash(ddprun_bash, ["ddprun", "--nproc-per-node", "g"]) != ["gpu"]:
+        fail("--nproc-per-node words do not complete")
+    for option in ("-r", "--tee", "--master-port", "--rdzv-endpoint"):
+        got = complete_bash(ddprun_bash, ["ddprun", option, ""], files=["train.py"])
+        if got:
+            fail("%s completes file names: %s" % (option, got))
+    for option in ("--log-dir", "--hostfile"):
+        if complete_bash(ddprun_bash, ["ddprun", option, "tr"], files=["train.py"]) != ["train.py"]:
+            fail("%s does not complete file names" % option)
     print("docs: man pages and completion cover every option of --help")
 
 
@@ -121,13 +134,16 @@ def app_version(pkg, name):
     return json.load(open(os.path.join(pkg, name + ".json")))["version"]
 
 
-def complete_bash(script, words):
-    """COMPREPLY of the completion function for `words` (the last one being completed)."""
+def complete_bash(script, words, files=()):
+    """COMPREPLY of the completion function for `words` (the last one being completed), in
+    a directory holding `files`."""
     fn = "_" + os.path.basename(script).replace("-", "_")
     prog = ("source /usr/share/bash-completion/bash_completion; source \"$1\"; shift;"
             "COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); COMP_LINE=\"$*\";"
             "COMP_POINT=${#COMP_LINE}; COMPREPLY=(); %s; printf '%%s\\n' \"${COMPREPLY[@]}\"" % fn)
-    with tempfile.TemporaryDirectory() as empty:  # no files to complete
+    with tempfile.TemporaryDirectory() as empty:  # no files to complete but `files`
+        for name in files:
+            open(os.path.join(empty, name), "w").close()
         res = out(["bash", "-c", prog, "complete", script] + words, cwd=empty)
     return [w for w in res.split("\n") if w]
 

@@ -88,3 +88,12 @@ TEST_CASE("progress: static, a node rank claimed twice ends the wait", "[progres
         "node rank 0 is claimed twice (again by 127.0.0.2 pid 2, which gave no --node-rank); "
         "give every node a distinct --node-rank in [0, 2)");
 }
+
+TEST_CASE("progress: the first waiting line and one each 30 s at WARNING, INFO between",
+          "[progress]") {
+  // At the default 5 s interval: warnings at 5 s, 35 s, 65 s; the rest at INFO.
+  CHECK(progress_level(0) == spdlog::level::warn);
+  for (int nth = 1; nth < 6; ++nth) CHECK(progress_level(nth) == spdlog::level::info);
+  CHECK(progress_level(6) == spdlog::level::warn);
+  CHECK(progress_level(12) == spdlog::level::warn);
+}

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 
+#include "tests/support/temp_dir.h"
+
 using namespace ddprun::launcher;
 using ddprun::rdzv::Backend;
 
@@ -80,6 +82,7 @@ TEST_CASE("every option in both spellings", "[cli]") {
       {"--signals-to-handle", "--signals_to_handle", "SIGUSR1"},
       {"--shutdown-timeout", "--shutdown_timeout", "7"},
       {"--numa-binding", "--numa_binding", "node"},
+      {"--log-line-prefix-template", "--log_line_prefix_template", "${hostname}:${rank}: "},
   };
   for (const auto& row : rows) {
     for (const auto& style : {0, 1}) {
@@ -108,6 +111,9 @@ TEST_CASE("every option in both spellings", "[cli]") {
           CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1});
         if (row.dash == "--shutdown-timeout") CHECK(c.shutdown_timeout_s == 7);
         if (row.dash == "--numa-binding") CHECK(c.numa_binding == "node");
+        if (row.dash == "--log-line-prefix-template") {
+          CHECK(c.log_line_prefix_template == "${hostname}:${rank}: ");
+        }
       }
     }
   }
@@ -116,9 +122,16 @@ TEST_CASE("every option in both spellings", "[cli]") {
 TEST_CASE("torchrun options ddprun does not implement: no-op values pass, others refused",
           "[cli]") {
   ok({"--event-log-handler=null", "--logs-specs=", "train.py"});
+  // torchrun's registered event handlers: console prints, null (the default) and
+  // dynamic_rendezvous do not; only plugin names are refused.
+  CHECK(ok({"--event-log-handler=console", "train.py"}).event_log_handler == "console");
+  CHECK(ok({"train.py"}, {{"PET_EVENT_LOG_HANDLER", "console"}}).event_log_handler == "console");
+  CHECK(ok({"--event_log_handler", "null", "train.py"}).event_log_handler == "null");
+  CHECK(ok({"--event-log-handler=dynamic_rendezvous", "train.py"}).event_log_handler == "null");
+  CHECK(ok({"train.py"}).event_log_handler == "null");
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {"--event-log-handler=console", "LOGLEVEL=INFO"},
-      {"--event_log_handler=console", "LOGLEVEL=INFO"},
+      {"--event-log-handler=scuba", "console, null"},
+      {"--event_log_handler=scuba", "console, null"},
       {"--logs-specs=x", "--log-dir"},
       {"--logs_specs=x", "--log-dir"}};
   for (const auto& [arg, instead] : refused) {
@@ -129,8 +142,9 @@ TEST_CASE("torchrun options ddprun does not implement: no-op values pass, others
     CHECK(out.text.find(instead) != std::string::npos);
     CHECK(out.text.find('\n') == std::string::npos);
   }
-  // PET_* too.
-  CHECK(parse({"train.py"}, {{"PET_LOGS_SPECS", "x"}}).kind == CliOutcome::Kind::kError);
+  // torchrun has no PET_ form of these two: a stray variable is not read.
+  CHECK(ok({"train.py"}, {{"PET_LOGS_SPECS", "x"}, {"PET_NUMA_BINDING", "bogus"}})
+            .numa_binding.empty());
 }
 
 TEST_CASE("duplicate filters: torchrun's comma list, ',,' a comma inside a filter", "[cli]") {
@@ -168,6 +182,12 @@ TEST_CASE("everything after the script belongs to the script", "[cli]") {
   CHECK(c.script_args == std::vector<std::string>{"--nproc-per-node", "5", "--help", "-m",
                                                   "--lr=0.1", "${local_rank}", "--", "x"});
   CHECK(ok({"--", "train.py", "a"}).script_args == std::vector<std::string>{"a"});
+  // As argparse in torchrun 2.14 (Python 3.14): one "--" is dropped, before the script or
+  // right after it.
+  CHECK(ok({"train.py", "--", "--lr", "0.1"}).script_args ==
+        std::vector<std::string>{"--lr", "0.1"});
+  CHECK(ok({"--", "train.py", "--", "--lr"}).script_args == std::vector<std::string>{"--", "--lr"});
+  CHECK(ok({"train.py", "a", "--", "x"}).script_args == std::vector<std::string>{"a", "--", "x"});
 }
 
 TEST_CASE("PET_ environment fallbacks - the command line wins", "[cli]") {
@@ -208,6 +228,40 @@ TEST_CASE("torchrun's own environment knobs", "[cli]") {
   CHECK(d.shutdown_timeout_s == 9);
   CHECK(d.signals_to_handle == std::vector<int>{SIGINT});
   CHECK(d.signals_to_handle_text == "SIGINT");
+}
+
+TEST_CASE("log line prefix: the option or PET_ form wins over torchrun's variable", "[cli]") {
+  const std::map<std::string, std::string> env = {
+      {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "env:$rank"}};
+  CHECK(ok({"train.py"}, env).log_line_prefix_template == "env:$rank");
+  CHECK(ok({"--log-line-prefix-template=cli:$rank", "train.py"}, env).log_line_prefix_template ==
+        "cli:$rank");
+  auto pet = env;
+  pet["PET_LOG_LINE_PREFIX_TEMPLATE"] = "pet:$rank";
+  CHECK(ok({"train.py"}, pet).log_line_prefix_template == "pet:$rank");
+  // As torchrun's `args.log_line_prefix_template or os.getenv(...)`: empty is not given.
+  CHECK(ok({"--log-line-prefix-template=", "train.py"}, env).log_line_prefix_template ==
+        "env:$rank");
+  CHECK(ok({"train.py"}).log_line_prefix_template.empty());
+}
+
+TEST_CASE("a bracketed IPv6 --master-addr is the address without brackets", "[cli]") {
+  CHECK(*ok({"--master-addr", "[::1]", "--master-port=29555", "train.py"}).master_addr == "::1");
+  CHECK(*ok({"--master_addr=[0:0:0:0:0:0:0:1]", "train.py"}).master_addr == "0:0:0:0:0:0:0:1");
+  CHECK(*ok({"--master-addr=::1", "train.py"}).master_addr == "::1");
+}
+
+TEST_CASE("a typo in --signals-to-handle warns and the other signals are handled", "[cli]") {
+  // torchrun logs "Failed to register signal handler for SIGTEMR" and goes on.
+  const LaunchConfig c = ok({"--signals-to-handle=SIGTEMR,SIGUSR1,,SIGINT", "train.py"});
+  CHECK(c.signals_to_handle == std::vector<int>{SIGUSR1, SIGINT});
+  CHECK(c.signals_to_handle_text == "SIGTEMR,SIGUSR1,,SIGINT");  // the workers' copy
+  REQUIRE(c.warnings.size() == 2);
+  CHECK(c.warnings[0].find("--signals-to-handle: unknown signal 'SIGTEMR'") == 0);
+  const LaunchConfig e = ok({"train.py"}, {{"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGBOGUS"}});
+  CHECK(e.signals_to_handle.empty());
+  CHECK(e.warnings.size() == 1);
+  CHECK(ok({"train.py"}).warnings.empty());
 }
 
 TEST_CASE("value forms: nnodes, nproc, redirects, tee, rdzv-conf", "[cli]") {
@@ -254,7 +308,7 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
       {{"--master-port=70000", "train.py"}, "--master-port"},
       {{"--redirects=4", "train.py"}, "--redirects"},
       {{"--tee=0:x", "train.py"}, "--tee"},
-      {{"--signals-to-handle=SIGNOPE", "train.py"}, "--signals-to-handle"},
+      {{"--signals-to-handle=SIGTERM,SIGKILL", "train.py"}, "--signals-to-handle: SIGKILL"},
       {{"--shutdown-timeout=-3", "train.py"}, "--shutdown-timeout"},
       {{"--stall-timeout=soon", "train.py"}, "--stall-timeout: expected a non-negative number"},
       {{"--start-method=thread", "train.py"}, "--start-method"},
@@ -270,8 +324,12 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
       {{"--no-python", "-m", "train.py"}, "--no-python"},
       {{"--legacy-launch", "--no-python", "/bin/true"}, "--use-env"},
       {{"--nnodes"}, "--nnodes"},
+      {{"--standalone", "--nnodes=2", "train.py"}, "--standalone is a single-node job"},
       {{"train.py"}, "PET_STANDALONE", {{"PET_STANDALONE", "yes"}}},
-      {{"train.py"}, "--nnodes", {{"PET_NNODES", "0"}}},
+      {{"train.py"}, "PET_NNODES (--nnodes): invalid value '0'", {{"PET_NNODES", "0"}}},
+      {{"train.py"}, "PET_MAX_RESTARTS (--max-restarts): ", {{"PET_MAX_RESTARTS", "x"}}},
+      {{"train.py"}, "PET_NPROC_PER_NODE (--nproc-per-node): ", {{"PET_NPROC_PER_NODE", "0"}}},
+      {{"--nnodes=0", "train.py"}, "--nnodes: invalid", {{"PET_MAX_RESTARTS", "1"}}},
       {{"--virtual-local-rank", "--nproc-per-node=3", "train.py"},
        "--virtual-local-rank: 3 workers per node but CUDA_VISIBLE_DEVICES='5,7' lists 2",
        {{"CUDA_VISIBLE_DEVICES", "5,7"}}},
@@ -325,6 +383,14 @@ TEST_CASE("help and version print and exit 0", "[cli]") {
   const CliOutcome version = parse({"--version"});
   REQUIRE(version.kind == CliOutcome::Kind::kPrint);
   CHECK(version.text.rfind("ddprun ", 0) == 0);
+  // torchrun 2.14's --print-completion: bash and zsh (the installed scripts; the
+  // integration test prints them), tcsh and others refused in one line.
+  const CliOutcome tcsh = parse({"--print-completion", "tcsh"});
+  CHECK(tcsh.kind == CliOutcome::Kind::kError);
+  CHECK(tcsh.text == "--print-completion tcsh: ddprun has bash and zsh completion only");
+  const CliOutcome fish = parse({"--print_completion=fish"});
+  CHECK(fish.kind == CliOutcome::Kind::kError);
+  CHECK(fish.text.find("--print-completion") != std::string::npos);
 }
 
 TEST_CASE("unambiguous prefixes of long options, as argparse allows", "[cli]") {
@@ -359,6 +425,14 @@ TEST_CASE("watchdogs: --stall-timeout, PET_STALL_TIMEOUT and the file timer's va
       ok({"train.py"}, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}).file_timer_path;
   CHECK(path.rfind("/tmp/watchdog_timer_", 0) == 0);
   CHECK(path.size() == std::string("/tmp/watchdog_timer_").size() + 36);
+  // In TMPDIR (Python's tempfile.gettempdir()), unless it is gone: then /tmp.
+  ddprun::test::TempDir tmp;
+  const std::string in_tmpdir =
+      ok({"train.py"}, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}, {"TMPDIR", tmp.path.string()}})
+          .file_timer_path;
+  CHECK(in_tmpdir.rfind(tmp.path.string() + "/watchdog_timer_", 0) == 0);
+  CHECK(ok({"train.py"}, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}, {"TMPDIR", "/nonexistent"}})
+            .file_timer_path.rfind("/tmp/watchdog_timer_", 0) == 0);
   const CliOutcome empty = parse(
       {"train.py"}, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}, {"TORCHELASTIC_TIMER_FILE", ""}});
   CHECK(empty.kind == CliOutcome::Kind::kError);

@@ -30,6 +30,10 @@ TEST_CASE("parse_signal_list splits on commas and drops duplicates", "[signals]"
   CHECK_THROWS_WITH(parse_signal_list("SIGTERM,SIGNOPE"), "unknown signal 'SIGNOPE'");
   CHECK_THROWS_WITH(parse_signal_list("SIGTERM,9"), "SIGKILL cannot be handled");
   CHECK_THROWS_WITH(parse_signal_list("STOP"), "SIGSTOP cannot be handled");
+  std::vector<std::string> unknown;
+  CHECK(parse_signal_list("SIGTERM,,SIGNOPE,USR1", &unknown) == std::vector<int>{SIGTERM, SIGUSR1});
+  CHECK(unknown == std::vector<std::string>{"unknown signal ''", "unknown signal 'SIGNOPE'"});
+  CHECK_THROWS_WITH(parse_signal_list("SIGNOPE,9", &unknown), "SIGKILL cannot be handled");
 }
 
 TEST_CASE("signal_name and exit codes", "[signals]") {
