@@ -313,6 +313,25 @@ def agent_error_file_copy(job):
     check("ValueError" in data["message"]["message"], "message", json.dumps(data))
 
 
+@test()
+def hostile_error_files(job):
+    """A worker leaves a FIFO, a symlink to /dev/zero or a 50 MB file at its
+    TORCHELASTIC_ERROR_FILE: the report comes at once, saying why the file was not read,
+    without hanging in open() or reading without bound (issue 31 item 16)."""
+    makers = {"fifo": 'mkfifo "$TORCHELASTIC_ERROR_FILE"',
+              "zero": 'ln -s /dev/zero "$TORCHELASTIC_ERROR_FILE"',
+              "big": 'head -c 50000000 /dev/zero | tr "\\0" x > "$TORCHELASTIC_ERROR_FILE"'}
+    for name, make in makers.items():
+        t0 = time.monotonic()
+        rc, out, err = job.run(["--nproc-per-node=1", "--no-python", "sh", "-c",
+                                f"{make}; exit 1", job.token], timeout=60)
+        took = time.monotonic() - t0
+        check(rc == 1, f"{name}: ddprun exited {rc}", out, err)
+        why = "larger than 4 MiB" if name == "big" else "not a regular file"
+        check(f"<error file not readable: {why}" in err, f"{name}: the report says why", err)
+        check(took < 30, f"{name}: took {took:.1f} s", err)
+
+
 # ---------------------------------------------------------------------------------------
 # Environment, command line, exit codes (no torch needed: the probe is plain Python)
 
