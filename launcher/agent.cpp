@@ -305,6 +305,10 @@ Agent::Step Agent::on_success(RunResult& result) {
     spdlog::warn("exit barrier: {}", e.what());
   }
   return finish(result, RunResult::Outcome::kSucceeded);
+  // torchrun's line, matched by log scrapers: logged for every failed attempt.
+  spdlog::error(
+      "{}", failed_log_line(root, config_.entry == EntryKind::kExecutable ? config_.training_script
+                                                                          : config_.python_exec));
 }
 
 Agent::Step Agent::stopped_by(int signo, RunResult& result) {

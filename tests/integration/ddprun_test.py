@@ -14,6 +14,7 @@ processes, ports, cleanup) is tests/support/blackbox.py, shared with the multino
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -156,6 +157,16 @@ def failure_report_with_traceback(job):
     check("Root Cause (first observed failure):" in lines, "root cause header missing", err)
     check("  rank      : 1 (local_rank: 1)" in lines, "root cause rank", err)
     check(any(l.startswith("  exitcode  : 1 (pid: ") for l in lines), "exitcode line", err)
+    # torchrun 2.14's text byte for byte (issue 31 item 10): the exit code's trailing space,
+    # its traceback's last line before the report, its error log line.
+    check(any(re.fullmatch(r"  exitcode  : 1 \(pid: \d+\) ", l) for l in lines),
+          "2.14's exitcode line", err)
+    title = next(i for i, l in enumerate(lines) if l.endswith("failing_worker.py FAILED"))
+    check(lines[title - 2] == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+          "ChildFailedError line before the report", err)
+    check(any(re.fullmatch(r"\[ddprun\] error: failed \(exitcode: 1\) local_rank: 1 "
+                           r"\(pid: \d+\) of binary: \S*python\S*", l) for l in lines),
+          "torchrun's failed (exitcode: ...) log line", err)
     check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
     root = lines[lines.index("Root Cause (first observed failure):"):]
     ef = [l for l in root if l.startswith("  error_file: ")]
@@ -279,7 +290,8 @@ def failure_report_plain_script_traceback(job):
         root = lines[lines.index("Root Cause (first observed failure):"):]
         others = lines[lines.index("Failures:"):lines.index("Root Cause (first observed failure):")]
         check("  rank      : 0 (local_rank: 0)" in others and
-              any(l.startswith("  exitcode  : -15 (pid: ") for l in others),
+              any(re.fullmatch(r"  exitcode  : -15 \(pid: \d+\)  \(SIGTERM\)", l)
+                  for l in others),
               f"{args}: rank 0, stopped by the agent, listed with -15 (torchrun 2.x)", err)
         check("  rank      : 1 (local_rank: 1)" in root, f"{args}: root cause rank", err)
         check(any(l.startswith("  exitcode  : 1 (pid: ") for l in root), f"{args}: exitcode", err)
