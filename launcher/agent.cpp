@@ -149,9 +149,10 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
       make_worker_specs(config_, AttemptFacts{info, handler_->run_id(), attempt_}, agent_env_,
                         *run_dirs_, numa_plan_);
   for (const auto& w : specs) {
-    // Redirected only: the log file holds the sole copy of this output; keep it.
-    if (w.out.mode == StreamMode::kRedirect || w.err.mode == StreamMode::kRedirect) {
-      run_dirs_->keep_default_dir();
+    // Written to a log file (-r or -t): the user asked for the files; keep them (torchrun
+    // never removes its log directory).
+    for (const StreamSpec* s : {&w.out, &w.err}) {
+      if (s->mode != StreamMode::kConsole && s->file != "/dev/null") run_dirs_->keep_default_dir();
     }
   }
   return specs;

@@ -712,6 +712,25 @@ def kill_9_leaves_no_orphans(job):
     poll(lambda: not job.job_processes(), 10, "every worker and grandchild gone")
     took = time.monotonic() - t0
     check(took < 5, f"orphans survived {took:.1f} s")
+    # As torchrun (issue 31 item 11): the hidden ranks' output goes nowhere, no log file
+    # holds it; -t/-r without --log-dir keep the default torchelastic_* directory.
+    logs = os.path.join(job.dir, "logs")
+    rc, out, err = job.run(["--nproc-per-node=2", "--log-dir", logs, "--local-ranks-filter=1",
+                            *job.probe("print=line")])
+    check(rc == 0, f"ddprun exited {rc}", err)
+    (run,) = os.listdir(logs)
+    check(not os.listdir(os.path.join(logs, run, "attempt_0", "0")), "rank 0 wrote no log file")
+    for opt in ("-t", "-r"):
+        shutil.rmtree(job.out)
+        os.mkdir(job.out)
+        rc, out, err = job.run(["--nproc-per-node=1", opt, "3", *job.probe("print=kept")])
+        check(rc == 0, f"{opt}: ddprun exited {rc}", err)
+        kept = [d for d in os.listdir(job.dir) if d.startswith("torchelastic_")]
+        check(len(kept) == 1, f"{opt}: the default log dir is kept: {kept}", err)
+        logs_of = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(job.dir, kept[0]))
+                   for f in fs if f == "stdout.log"]
+        check(len(logs_of) == 1 and read_text(logs_of[0]) == "kept\n", f"{opt}: {logs_of}", err)
+        shutil.rmtree(os.path.join(job.dir, kept[0]))
 
 
 @test()
