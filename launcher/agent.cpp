@@ -18,6 +18,7 @@
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
 
+#include "launcher/worker_python.h"
 namespace ddprun::launcher {
 namespace {
 
@@ -276,7 +277,10 @@ Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
   result.failures = std::move(failures);
   const auto own = agent_env_.find("TORCHELASTIC_ERROR_FILE");
   report_failures(config_.training_script, result.failures,
-                  own == agent_env_.end() ? std::string() : own->second);
+                  own == agent_env_.end() ? std::string() : own->second,
+                  config_.entry == EntryKind::kExecutable
+                      ? std::string()
+                      : describe_worker_python(config_.python_exec, agent_env_));
   try {
     handler_->set_closed();
   } catch (const std::exception& e) {

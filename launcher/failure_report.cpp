@@ -60,7 +60,7 @@ std::string format_block(std::size_t idx, const Failure& f, const std::string& h
       "  exitcode  : {} (pid: {}) {}\n"
       "  error_file: {}\n"
       "  traceback : {}",
-      idx, iso_time(f.timestamp), host, f.global_rank, f.local_rank, f.exitcode, f.pid,
+      idx, iso_time(f.timestamp), host, f.global_rank, f.local_rank, f.exitcode, f.pid, signal,
       f.error_file, f.message);
 }
 
@@ -165,11 +165,18 @@ std::string failed_log_line(const Failure& first, const std::string& binary) {
                      first.local_rank, first.pid, binary);
 }
 
-std::string failure_hint(const Failure& failure) {
+std::string failure_hint(const Failure& failure, const std::string& worker_python) {
   if (failure.exitcode == -SIGKILL) {
     return fmt::format(
         "rank {} (pid {}) was killed by SIGKILL, possibly by the OOM killer (check dmesg)",
         failure.global_rank, failure.pid);
+  }
+  if (!worker_python.empty() &&
+      failure.message.find("No module named 'torch'") != std::string::npos) {
+    return fmt::format(
+        "the workers ran {}, which has no torch: set PYTHON_EXEC to the python that has it "
+        "(or run the ddprun installed in that environment)",
+        worker_python);
   }
   return {};
 }
@@ -216,13 +223,13 @@ std::string host_fqdn() {
 }
 
 void report_failures(const std::string& entrypoint, const std::vector<Failure>& failures,
-                     const std::string& agent_error_file) {
+                     const std::string& agent_error_file, const std::string& worker_python) {
   const std::string text = format_failure_report(entrypoint, failures, host_fqdn());
   // torchrun ends with the ChildFailedError's traceback, whose last line is this one
   // (the message begins with a newline), what log scrapers and alerting match.
   std::fprintf(stderr, "%s\n%s\n", kChildFailedErrorLine, text.c_str());
   const Failure& root = failures[root_cause_index(failures)];
-  if (const std::string hint = failure_hint(root); !hint.empty()) {
+  if (const std::string hint = failure_hint(root, worker_python); !hint.empty()) {
     std::fprintf(stderr, "ddprun: hint: %s\n", hint.c_str());
   }
   std::fflush(stderr);

@@ -64,8 +64,9 @@ inline constexpr const char* kChildFailedErrorLine =
 std::string failed_log_line(const Failure& first, const std::string& binary);
 
 // A one-line hint for failures whose cause is easy to misread (SIGKILL: likely the OOM
-// killer), or "" when there is none.
-std::string failure_hint(const Failure& failure);
+// killer; "No module named 'torch'": the interpreter `worker_python`, as
+// describe_worker_python gives it, "" for --no-python, and PYTHON_EXEC), or "".
+std::string failure_hint(const Failure& failure, const std::string& worker_python = "");
 
 // socket.getfqdn() of this host, computed the way Python does (so reports match torchrun).
 std::string host_fqdn();
@@ -74,6 +75,6 @@ std::string host_fqdn();
 // stderr and, when `agent_error_file` is not empty (the agent's own TORCHELASTIC_ERROR_FILE:
 // torchrun's agent runs under @record), writes the root cause there; a failed write is logged.
 void report_failures(const std::string& entrypoint, const std::vector<Failure>& failures,
-                     const std::string& agent_error_file);
+                     const std::string& agent_error_file, const std::string& worker_python);
 
 }  // namespace ddprun::launcher

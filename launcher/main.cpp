@@ -60,3 +60,11 @@ int main(int argc, char** argv) {
     return agent.run().exit_code;
   });
 }
+    if (!v) {
+      spdlog::warn(
+          "cannot tell which PyTorch the workers' python {} has (none found on disk, and it "
+          "did not say): is torch installed for it? If not, set PYTHON_EXEC to the python "
+          "that has torch. Setting both TORCH_NCCL_ASYNC_ERROR_HANDLING and "
+          "NCCL_ASYNC_ERROR_HANDLING",
+          describe_worker_python(cli.config.python_exec, host.env));
+    }

@@ -633,6 +633,25 @@ def tee_redirect_and_log_dir(job):
 
 
 @test()
+def python_without_torch_is_named(job):
+    """Workers whose python has no torch (a pyenv shim or an env first on PATH): the
+    version probe's failure is a warning naming the interpreter, and the failure report's
+    hint names it and PYTHON_EXEC (issue 31 item 7)."""
+    venv = os.path.join(job.dir, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    py = os.path.join(venv, "bin", "python3")
+    script = os.path.join(job.dir, "t.py")
+    with open(script, "w") as f:
+        f.write("import torch\n")
+    rc, out, err = job.run(["--nproc-per-node=1", script], env={"PYTHON_EXEC": py})
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    check(f"cannot tell which PyTorch the workers' python {py} (PYTHON_EXEC) has" in err,
+          "the probe's failure names the interpreter", err)
+    check(f"hint: the workers ran {py} (PYTHON_EXEC), which has no torch: set PYTHON_EXEC"
+          in err, "the report's hint", err)
+
+
+@test()
 def local_ranks_filter(job):
     rc, out, err = job.run(["--nproc-per-node=3", "--local-ranks-filter=1",
                             *job.probe("print=line")])

@@ -179,6 +179,16 @@ TEST_CASE("make_failure: signals, plain exits, error files", "[failure_report]")
   CHECK(plain.message ==
         "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
   CHECK(failure_hint(plain).empty());
+  // Issue 31 item 7: a python without torch is named, with PYTHON_EXEC.
+  Failure no_torch = plain;
+  no_torch.message =
+      "Traceback (most recent call last):\n    File \"t.py\", line 1, in "
+      "<module>\n  ModuleNotFoundError: No module named 'torch'";
+  CHECK(failure_hint(no_torch, "/usr/bin/python3 (python3 from PATH)") ==
+        "the workers ran /usr/bin/python3 (python3 from PATH), which has no torch: set "
+        "PYTHON_EXEC to the python that has it (or run the ddprun installed in that "
+        "environment)");
+  CHECK(failure_hint(no_torch, "").empty());  // --no-python: not ddprun's interpreter
 
   const std::string file = dir.write(
       "error.json", R"({"message": {"message": "ValueError: bad", "extraInfo": )"
