@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -58,7 +59,8 @@ Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
       handler_(std::move(handler)),
       // Capped so that absurd values cannot overflow the conversion (1e7 s is 115 days).
       grace_(static_cast<std::int64_t>(std::min(config_.shutdown_timeout_s, 1e7) * 1000)),
-      remaining_restarts_(config_.max_restarts) {}
+      remaining_restarts_(config_.max_restarts),
+      dstate_timeout_s_(uninterruptible_state_timeout(agent_env_)) {}
 
 Agent::~Agent() = default;
 
@@ -167,6 +169,7 @@ bool Agent::rendezvous_closed() {
   } catch (const std::exception& e) {
     spdlog::debug("is_closed: {}", e.what());
     return false;
+  if (dstate_timeout_s_) dstate_watch_.emplace(*dstate_timeout_s_);
   }
 }
 
@@ -208,6 +211,7 @@ Agent::Step Agent::monitor(RunResult& result) {
               ev.exit.local_rank);
           unspent_failures_ = {
               make_failure(ev.exit, run_dirs_->error_file(attempt_, ev.exit.local_rank))};
+        if (auto step = end_if_wedged(result)) return *step;
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
@@ -252,6 +256,31 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
   }
   std::vector<Failure> failures;
   for (const auto& e : failed) {
+std::optional<Agent::Step> Agent::end_if_wedged(RunResult& result) {
+  if (!dstate_watch_) return std::nullopt;
+  const std::vector<DStateWatch::Stuck> stuck = dstate_watch_->check(supervisor_.live_pids());
+  if (stuck.empty()) return std::nullopt;
+  std::map<pid_t, std::string> why;
+  for (const auto& s : stuck) {
+    why[s.pid] = fmt::format(
+        "stuck in uninterruptible sleep (D state) for {:.1f} s (>= "
+        "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT={})",
+        s.seconds, dstate_watch_->timeout_s());
+    spdlog::error("worker pid={} {}; ending the worker group without a restart", s.pid, why[s.pid]);
+  }
+  // As torchrun 2.14: no restart, a fresh worker would contend for what the wedged one
+  // holds. Unlike torchrun (exit 0), the job failed: the report says why, exit 1.
+  remaining_restarts_ = 0;
+  std::vector<WorkerExit> exits = stop_workers(SIGTERM);
+  std::vector<WorkerExit> failed;
+  for (auto& e : exits) {
+    if (const auto it = why.find(e.pid); it != why.end()) e.note = it->second;
+    if (e.failed() || !e.note.empty()) failed.push_back(std::move(e));
+  }
+  if (failed.empty()) return finish(result, RunResult::Outcome::kFailed);  // all ended 0
+  return on_failure(std::move(failed), result);
+}
+
     failures.push_back(make_failure(e, run_dirs_->error_file(attempt_, e.local_rank)));
   }
   const Failure& root = failures[root_cause_index(failures)];

@@ -652,6 +652,36 @@ def python_without_torch_is_named(job):
 
 
 @test()
+def uninterruptible_state_timeout_ends_the_group(job):
+    """torchrun 2.14's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: a worker in D state (a
+    vfork() parent waiting for its child) that long ends the group without a restart;
+    unlike torchrun (exit 0), ddprun exits 1 and the report says why (issue 31 item 8)."""
+    src = os.path.join(job.dir, "wedge.c")
+    exe = os.path.join(job.dir, "wedge")
+    with open(src, "w") as f:
+        f.write("#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
+                "int main(void) {\n"
+                "  if (strcmp(getenv(\"RANK\"), \"0\") == 0 && vfork() == 0) {\n"
+                "    sleep(60); _exit(0);\n"
+                "  }\n"
+                "  sleep(60);\n"
+                "  return 0;\n"
+                "}\n")
+    subprocess.run(["cc", "-o", exe, src], check=True)
+    t0 = time.monotonic()
+    rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=2", "--shutdown-timeout=2",
+                            "--no-python", exe, job.token], timeout=50,
+                           env={"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT": "2"})
+    took = time.monotonic() - t0
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    check(took < 30, f"took {took:.1f} s (the D state lasts 60 s)", err)
+    check("stuck in uninterruptible sleep (D state)" in err and
+          "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT=2" in err, "says why", err)
+    check("wedge FAILED" in err, "the failure report", err)
+    check("restarting" not in err, "no restart", err)
+
+
+@test()
 def local_ranks_filter(job):
     rc, out, err = job.run(["--nproc-per-node=3", "--local-ranks-filter=1",
                             *job.probe("print=line")])
