@@ -682,6 +682,30 @@ def uninterruptible_state_timeout_ends_the_group(job):
 
 
 @test()
+def endpoint_port_held_without_listening(job):
+    """The endpoint's port is bound by a socket that does not listen: ddprun says at once
+    why it cannot host the store (`cannot listen ... Address already in use`), not after
+    read_timeout as "no agent hosts the rendezvous store" (issue 31 item 19)."""
+    import socket
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))  # bound, never listening
+    port = holder.getsockname()[1]
+    try:
+        t0 = time.monotonic()
+        rc, out, err = job.run(["--nnodes=2", "--rdzv-backend=c10d",
+                                f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=held",
+                                *job.probe()], timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        holder.close()
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    check(f"cannot listen on 127.0.0.1:{port}: Address already in use" in err,
+          "the bind's error, at the default log level", err)
+    check("no agent hosts" not in err, "not the read_timeout message", err)
+    check(took < 20, f"took {took:.1f} s", err)
+
+
+@test()
 def local_ranks_filter(job):
     rc, out, err = job.run(["--nproc-per-node=3", "--local-ranks-filter=1",
                             *job.probe("print=line")])
