@@ -807,6 +807,30 @@ def kill_9_leaves_no_orphans(job):
 
 
 @test()
+def closed_std_fds_get_dev_null(job):
+    """Started with fds 0-2 closed (`ddprun ... <&- >&- 2>&-`, some daemon wrappers):
+    /dev/null takes them first thing, so neither the event loop nor the orphan guard's
+    pipe lands there (log lines went into the guard's stream and workers survived
+    `kill -9` of ddprun; issue 31 item 18)."""
+    def close_std():
+        for fd in (0, 1, 2):
+            os.close(fd)
+    p = subprocess.Popen([job.ddprun, "--nproc-per-node=2", *job.probe("grandchild", "sleep")],
+                         env=job.env, cwd=job.dir, preexec_fn=close_std)
+    try:
+        poll(lambda: all(os.path.exists(os.path.join(job.out, f"ready.{r}")) for r in (0, 1)),
+             60, "workers ready")
+        fds = {fd: os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in (0, 1, 2)}
+        check(all(t == "/dev/null" for t in fds.values()), f"fds 0-2 of ddprun: {fds}")
+        p.kill()
+        p.wait(timeout=30)
+        poll(lambda: not job.job_processes(), 10, "every worker and grandchild gone")
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+@test()
 def second_sigint_cuts_the_grace(job):
     # The workers ignore SIGINT and SIGTERM, so the first SIGINT starts a 60 s grace period
     # and only the second one can end it early (then SIGKILL).
@@ -943,6 +967,38 @@ def worker_sees_a_terminal(job):
           "rank 0 sees a terminal", facts)
     check(facts[1]["stdin_target"] == "/dev/null" and not facts[1]["stdout"],
           "the hidden rank reads /dev/null and writes to its log", facts)
+
+
+@test()
+def terminal_modes_restored(job):
+    """A worker that leaves ddprun's terminal in raw mode (killed inside pdb) does not leave
+    the shell without echo: ddprun puts back the settings it found (issue 31 item 20;
+    torchrun does not)."""
+    import termios
+    argv = [job.ddprun, "--nproc-per-node=1", "--no-python", PYTHON, "-c",
+            "import sys, tty; tty.setraw(0); print('raw', flush=True); sys.exit(1)", job.token]
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(job.dir)
+            os.execve(job.ddprun, argv, job.env)
+        finally:
+            os._exit(127)
+    try:
+        before = termios.tcgetattr(fd)[3]
+        out, _ = read_until(fd, b"raw", 60)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        check(os.waitstatus_to_exitcode(status) == 1, f"ddprun ended with {status}", out)
+        lflag = termios.tcgetattr(fd)[3]
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    want = termios.ICANON | termios.ECHO
+    check(before & want == want, f"the pty started cooked: {before:#o}")
+    check(lflag & want == want, f"ICANON and ECHO back after ddprun: {lflag:#o}")
 
 
 @test()
