@@ -18,8 +18,8 @@
 #include "launcher/numa.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
-
 #include "launcher/worker_python.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -47,6 +47,27 @@ std::string what_of(const std::exception_ptr& error) {
   } catch (...) {
     return "unknown error";
   }
+}
+
+// Why the rendezvous failed, for its error line. A store closed under this node (its
+// connection broken or refused, not timed out) after a round had formed means the agent
+// hosting it exited: the job ended on that node (it failed for good, or was stopped),
+// which its own log reports; say that rather than the socket's errno.
+std::string rendezvous_failure(const std::exception_ptr& error) {
+  const std::string what = what_of(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const rdzv::RendezvousConnectionError&) {
+    const auto lost = what.find(": lost the rendezvous store: ");
+    if (lost != std::string::npos && what.find("timed out") == std::string::npos) {
+      spdlog::info("rendezvous: {}", what);
+      return what.substr(0, lost) +
+             ": the job ended on the node hosting the rendezvous store (its agent closed the "
+             "store: it failed for good or was stopped; its log says why)";
+    }
+  } catch (...) {
+  }
+  return what;
 }
 
 }  // namespace
@@ -115,7 +136,7 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
     return std::nullopt;
   }
   if (call.error) {
-    spdlog::error("rendezvous failed: {}", what_of(call.error));
+    spdlog::error("rendezvous failed: {}", rendezvous_failure(call.error));
     if (unspent_failures_.empty()) {
       finish(result, RunResult::Outcome::kFailed);
     } else {
@@ -148,6 +169,7 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
   }
   attempt_ = restart_count_;
   run_dirs_->prepare_attempt(attempt_, config_.nproc_per_node);
+  if (dstate_timeout_s_) dstate_watch_.emplace(*dstate_timeout_s_);
   std::vector<WorkerSpec> specs =
       make_worker_specs(config_, AttemptFacts{info, handler_->run_id(), attempt_}, agent_env_,
                         *run_dirs_, numa_plan_);
@@ -169,7 +191,6 @@ bool Agent::rendezvous_closed() {
   } catch (const std::exception& e) {
     spdlog::debug("is_closed: {}", e.what());
     return false;
-  if (dstate_timeout_s_) dstate_watch_.emplace(*dstate_timeout_s_);
   }
 }
 
@@ -190,6 +211,7 @@ Agent::Step Agent::monitor(RunResult& result) {
     switch (ev.kind) {
       case Kind::kTimeout: {
         next_poll = Clock::now() + kMembershipPoll;
+        if (auto step = end_if_wedged(result)) return *step;
         if (membership_changed()) {
           spdlog::warn(
               "membership changed; restarting the workers in a new rendezvous round "
@@ -211,7 +233,6 @@ Agent::Step Agent::monitor(RunResult& result) {
               ev.exit.local_rank);
           unspent_failures_ = {
               make_failure(ev.exit, run_dirs_->error_file(attempt_, ev.exit.local_rank))};
-        if (auto step = end_if_wedged(result)) return *step;
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
@@ -235,27 +256,6 @@ Agent::Step Agent::monitor(RunResult& result) {
   }
 }
 
-Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result) {
-  // Every worker that had already failed when the first failure was seen (torchrun's
-  // failed workers of one poll), then, as torchrun 2.x, the peers stopped because of it
-  // (exitcode -15, or -9 after the shutdown timeout); each part by global rank.
-  while (true) {
-    const SupervisorEvent ev = supervisor_.next_event(0ms);
-    if (ev.kind == Kind::kTimeout) break;
-    if (ev.kind == Kind::kWorkerExited && ev.exit.failed()) failed.push_back(ev.exit);
-    if (ev.kind == Kind::kSignal) pending_signal_ = ev.signo;
-  }
-  std::vector<WorkerExit> stopped = stop_workers(pending_signal_ != 0 ? pending_signal_ : SIGTERM);
-  const auto by_rank = [](const WorkerExit& a, const WorkerExit& b) {
-    return a.global_rank < b.global_rank;
-  };
-  std::sort(failed.begin(), failed.end(), by_rank);
-  std::sort(stopped.begin(), stopped.end(), by_rank);
-  for (auto& e : stopped) {
-    if (e.failed()) failed.push_back(std::move(e));
-  }
-  std::vector<Failure> failures;
-  for (const auto& e : failed) {
 std::optional<Agent::Step> Agent::end_if_wedged(RunResult& result) {
   if (!dstate_watch_) return std::nullopt;
   const std::vector<DStateWatch::Stuck> stuck = dstate_watch_->check(supervisor_.live_pids());
@@ -281,9 +281,34 @@ std::optional<Agent::Step> Agent::end_if_wedged(RunResult& result) {
   return on_failure(std::move(failed), result);
 }
 
+Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result) {
+  // Every worker that had already failed when the first failure was seen (torchrun's
+  // failed workers of one poll), then, as torchrun 2.x, the peers stopped because of it
+  // (exitcode -15, or -9 after the shutdown timeout); each part by global rank.
+  while (true) {
+    const SupervisorEvent ev = supervisor_.next_event(0ms);
+    if (ev.kind == Kind::kTimeout) break;
+    if (ev.kind == Kind::kWorkerExited && ev.exit.failed()) failed.push_back(ev.exit);
+    if (ev.kind == Kind::kSignal) pending_signal_ = ev.signo;
+  }
+  std::vector<WorkerExit> stopped = stop_workers(pending_signal_ != 0 ? pending_signal_ : SIGTERM);
+  const auto by_rank = [](const WorkerExit& a, const WorkerExit& b) {
+    return a.global_rank < b.global_rank;
+  };
+  std::sort(failed.begin(), failed.end(), by_rank);
+  std::sort(stopped.begin(), stopped.end(), by_rank);
+  for (auto& e : stopped) {
+    if (e.failed()) failed.push_back(std::move(e));
+  }
+  std::vector<Failure> failures;
+  for (const auto& e : failed) {
     failures.push_back(make_failure(e, run_dirs_->error_file(attempt_, e.local_rank)));
   }
   const Failure& root = failures[root_cause_index(failures)];
+  // torchrun's line, matched by log scrapers: logged for every failed attempt.
+  spdlog::error(
+      "{}", failed_log_line(root, config_.entry == EntryKind::kExecutable ? config_.training_script
+                                                                          : config_.python_exec));
 
   if (pending_signal_ != 0) return stopped_by(pending_signal_, result);
   if (remaining_restarts_ > 0) {
@@ -339,10 +364,6 @@ Agent::Step Agent::on_success(RunResult& result) {
     spdlog::warn("exit barrier: {}", e.what());
   }
   return finish(result, RunResult::Outcome::kSucceeded);
-  // torchrun's line, matched by log scrapers: logged for every failed attempt.
-  spdlog::error(
-      "{}", failed_log_line(root, config_.entry == EntryKind::kExecutable ? config_.training_script
-                                                                          : config_.python_exec));
 }
 
 Agent::Step Agent::stopped_by(int signo, RunResult& result) {
