@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "launcher/options/option_values.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
+#include "launcher/worker_python.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -43,6 +45,27 @@ std::string what_of(const std::exception_ptr& error) {
   }
 }
 
+// Why the rendezvous failed, for its error line. A store closed under this node (its
+// connection broken or refused, not timed out) after a round had formed means the agent
+// hosting it exited: the job ended on that node (it failed for good, or was stopped),
+// which its own log reports; say that rather than the socket's errno.
+std::string rendezvous_failure(const std::exception_ptr& error) {
+  const std::string what = what_of(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const rdzv::RendezvousConnectionError&) {
+    const auto lost = what.find(": lost the rendezvous store: ");
+    if (lost != std::string::npos && what.find("timed out") == std::string::npos) {
+      spdlog::info("rendezvous: {}", what);
+      return what.substr(0, lost) +
+             ": the job ended on the node hosting the rendezvous store (its agent closed the "
+             "store: it failed for good or was stopped; its log says why)";
+    }
+  } catch (...) {
+  }
+  return what;
+}
+
 }  // namespace
 
 Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
@@ -54,7 +77,8 @@ Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
       // Capped so that absurd values cannot overflow the conversion (1e7 s is 115 days).
       grace_(static_cast<std::int64_t>(std::min(config_.shutdown_timeout_s, 1e7) * 1000)),
       remaining_restarts_(config_.max_restarts),
-      events_(config_.event_log_handler) {}
+      events_(config_.event_log_handler),
+      dstate_timeout_s_(uninterruptible_state_timeout(agent_env_)) {}
 
 Agent::~Agent() = default;
 
@@ -110,7 +134,7 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
     return std::nullopt;
   }
   if (call.error) {
-    spdlog::error("rendezvous failed: {}", what_of(call.error));
+    spdlog::error("rendezvous failed: {}", rendezvous_failure(call.error));
     if (unspent_failures_.empty()) {
       finish(result, RunResult::Outcome::kFailed);
     } else {
@@ -153,13 +177,15 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
   }
   attempt_ = restart_count_;
   run_dirs_->prepare_attempt(attempt_, config_.nproc_per_node);
+  if (dstate_timeout_s_) dstate_watch_.emplace(*dstate_timeout_s_);
   std::vector<WorkerSpec> specs =
       make_worker_specs(config_, AttemptFacts{info, handler_->run_id(), attempt_}, agent_env_,
                         *run_dirs_, numa_plan_);
   for (const auto& w : specs) {
-    // Redirected only: the log file holds the sole copy of this output; keep it.
-    if (w.out.mode == StreamMode::kRedirect || w.err.mode == StreamMode::kRedirect) {
-      run_dirs_->keep_default_dir();
+    // Written to a log file (-r or -t): the user asked for the files; keep them (torchrun
+    // never removes its log directory).
+    for (const StreamSpec* s : {&w.out, &w.err}) {
+      if (s->mode != StreamMode::kConsole && s->file != "/dev/null") run_dirs_->keep_default_dir();
     }
   }
   return specs;
@@ -193,6 +219,7 @@ Agent::Step Agent::monitor(RunResult& result) {
     switch (ev.kind) {
       case Kind::kTimeout: {
         next_poll = Clock::now() + kMembershipPoll;
+        if (auto step = end_if_wedged(result)) return *step;
         if (membership_changed()) {
           spdlog::warn(
               "membership changed; restarting the workers in a new rendezvous round "
@@ -237,6 +264,31 @@ Agent::Step Agent::monitor(RunResult& result) {
   }
 }
 
+std::optional<Agent::Step> Agent::end_if_wedged(RunResult& result) {
+  if (!dstate_watch_) return std::nullopt;
+  const std::vector<DStateWatch::Stuck> stuck = dstate_watch_->check(supervisor_.live_pids());
+  if (stuck.empty()) return std::nullopt;
+  std::map<pid_t, std::string> why;
+  for (const auto& s : stuck) {
+    why[s.pid] = fmt::format(
+        "stuck in uninterruptible sleep (D state) for {:.1f} s (>= "
+        "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT={})",
+        s.seconds, dstate_watch_->timeout_s());
+    spdlog::error("worker pid={} {}; ending the worker group without a restart", s.pid, why[s.pid]);
+  }
+  // As torchrun 2.14: no restart, a fresh worker would contend for what the wedged one
+  // holds. Unlike torchrun (exit 0), the job failed: the report says why, exit 1.
+  remaining_restarts_ = 0;
+  std::vector<WorkerExit> exits = stop_workers(SIGTERM);
+  std::vector<WorkerExit> failed;
+  for (auto& e : exits) {
+    if (const auto it = why.find(e.pid); it != why.end()) e.note = it->second;
+    if (e.failed() || !e.note.empty()) failed.push_back(std::move(e));
+  }
+  if (failed.empty()) return finish(result, RunResult::Outcome::kFailed);  // all ended 0
+  return on_failure(std::move(failed), result);
+}
+
 Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result) {
   // Every worker that had already failed when the first failure was seen (torchrun's
   // failed workers of one poll), then, as torchrun 2.x, the peers stopped because of it
@@ -261,6 +313,10 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
     failures.push_back(make_failure(e, run_dirs_->error_file(attempt_, e.local_rank)));
   }
   const Failure& root = failures[root_cause_index(failures)];
+  // torchrun's line, matched by log scrapers: logged for every failed attempt.
+  spdlog::error(
+      "{}", failed_log_line(root, config_.entry == EntryKind::kExecutable ? config_.training_script
+                                                                          : config_.python_exec));
 
   if (pending_signal_ != 0) return stopped_by(pending_signal_, result);
   if (remaining_restarts_ > 0) {
@@ -283,7 +339,10 @@ Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
   result.failures = std::move(failures);
   const auto own = agent_env_.find("TORCHELASTIC_ERROR_FILE");
   report_failures(config_.training_script, result.failures,
-                  own == agent_env_.end() ? std::string() : own->second);
+                  own == agent_env_.end() ? std::string() : own->second,
+                  config_.entry == EntryKind::kExecutable
+                      ? std::string()
+                      : describe_worker_python(config_.python_exec, agent_env_));
   try {
     handler_->set_closed();
   } catch (const std::exception& e) {

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "launcher/events.h"
+#include "launcher/dstate_watch.h"
 #include "launcher/failure_report.h"
 #include "launcher/numa.h"
 #include "launcher/options/config.h"
@@ -104,6 +105,10 @@ class Agent {
   // trip, for a worker failure that a peer's leaving may have caused); errors log as "no".
   bool membership_changed(bool fresh = false);
   std::vector<WorkerExit> stop_workers(int signo);
+  // A worker in D state past TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: stops the group
+  // and fails the job without a restart (a wedged worker holds a kernel resource a fresh
+  // one would need), the report naming why; nullopt while none is.
+  std::optional<Step> end_if_wedged(RunResult& result);
   Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
   // The job failed for good: the failure report (stderr and the agent's error file), the
   // rendezvous closed, kFailed.
@@ -141,6 +146,9 @@ class Agent {
   EventLog events_;
   std::optional<rdzv::RendezvousInfo> round_;  // the last round formed (events)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT set: each attempt's D-state watch.
+  std::optional<double> dstate_timeout_s_;
+  std::optional<DStateWatch> dstate_watch_;
 };
 
 }  // namespace ddprun::launcher

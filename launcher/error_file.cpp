@@ -2,9 +2,14 @@
 // the agent's own. Used by failure_report.cpp.
 #include "launcher/error_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 namespace ddprun::launcher {
 namespace {
@@ -31,6 +36,44 @@ std::string indent_continuations(const std::string& text) {
   return out;
 }
 
+// The file's text, bounded: a worker's error file is untrusted. Only a regular file (a
+// symlink to one included, as torchrun's os.path.isfile) of at most kMaxErrorFileBytes is
+// read; a FIFO is opened without blocking and refused, /dev/zero and a 50 MB file too.
+// nullopt with `why` (empty when the file is missing).
+std::optional<std::string> read_bounded(const std::string& path, std::string* why) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    *why = errno == ENOENT || errno == ENOTDIR ? "" : std::strerror(errno);
+    return std::nullopt;
+  }
+  struct stat st {};
+  std::optional<std::string> text;
+  if (::fstat(fd, &st) != 0) {
+    *why = std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    *why = "not a regular file";
+  } else if (st.st_size > static_cast<off_t>(kMaxErrorFileBytes)) {
+    *why = "larger than " + std::to_string(kMaxErrorFileBytes >> 20) + " MiB (" +
+           std::to_string(st.st_size) + " bytes)";
+  } else {
+    text.emplace();
+    char buf[65536];
+    ssize_t n = 0;
+    // Bounded even if the file grows while it is read.
+    while (text->size() <= kMaxErrorFileBytes && (n = ::read(fd, buf, sizeof buf)) != 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      text->append(buf, static_cast<std::size_t>(n));
+    }
+    if (n < 0 || text->size() > kMaxErrorFileBytes) {
+      *why = n < 0 ? std::strerror(errno) : "grew past the size limit while read";
+      text.reset();
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
 bool write_json(const std::string& to, const json& j, std::string* why) {
   std::ofstream out(to, std::ios::trunc);
   // Worker output need not be UTF-8; dump() would throw on it.
@@ -46,12 +89,15 @@ bool write_json(const std::string& to, const json& j, std::string* why) {
 
 ErrorFileInfo read_error_file(const std::string& path) {
   ErrorFileInfo info;
-  std::ifstream in(path);
-  if (!in) return info;
+  std::string why;
+  const std::optional<std::string> text = read_bounded(path, &why);
+  if (!text && why.empty()) return info;
   info.exists = true;
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const json j = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+  if (!text) {
+    info.parse_error = why;
+    return info;
+  }
+  const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("message")) {
     info.parse_error = j.is_discarded() ? "not valid JSON" : "no \"message\" field";
     return info;
@@ -81,14 +127,13 @@ ErrorFileInfo read_error_file(const std::string& path) {
 
 bool copy_error_file(const std::string& from, const std::string& to, int exit_code,
                      std::string* why) {
-  std::ifstream in(from);
-  if (!in) {
-    if (why) *why = "cannot read " + from;
+  std::string reason;
+  const std::optional<std::string> text = read_bounded(from, &reason);
+  if (!text) {
+    if (why) *why = "cannot read " + from + (reason.empty() ? "" : ": " + reason);
     return false;
   }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  json j = json::parse(buf.str(), nullptr, false);
+  json j = json::parse(*text, nullptr, false);
   if (j.is_discarded()) {
     if (why) *why = from + " is not valid JSON";
     return false;

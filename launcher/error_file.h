@@ -4,11 +4,15 @@
 // Used by failure_report.cpp and the Agent. Thread-safety: pure functions over files.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 namespace ddprun::launcher {
+
+// The largest error file read (a worker's @record traceback is a few KiB).
+constexpr std::size_t kMaxErrorFileBytes = std::size_t{4} << 20;
 
 struct ErrorFileInfo {
   bool exists = false;  // the file is there (it may still fail to parse)
@@ -20,8 +24,10 @@ struct ErrorFileInfo {
   std::string parse_error;                // when exists && !parsed
 };
 
-// Reads `path`. A missing file gives exists == false; a malformed one gives
-// parsed == false with the reason. Never throws.
+// Reads `path`. A missing file gives exists == false; a malformed one, or one that is no
+// regular file (a FIFO, a symlink to /dev/zero) or is over kMaxErrorFileBytes, gives
+// parsed == false with the reason, without blocking or reading more than the cap. Never
+// throws.
 ErrorFileInfo read_error_file(const std::string& path);
 
 // Copies the worker's error file `from` to `to`, adding "errorCode": exit_code inside a

@@ -39,16 +39,28 @@ std::string iso_time(std::int64_t ts) {
   return buf;
 }
 
+// Python's signal.Signals(signo).name on Linux: the classic names, SIGRTMIN and SIGRTMAX;
+// "<N/A>" for the other real-time signals (torchrun's ProcessFailure.signal_name()).
+std::string python_signal_name(int signo) {
+  if (signo == SIGRTMIN) return "SIGRTMIN";
+  if (signo == SIGRTMAX) return "SIGRTMAX";
+  return signo >= 1 && signo < 32 ? signal_name(signo) : kNotAvailable;
+}
+
 std::string format_block(std::size_t idx, const Failure& f, const std::string& host) {
+  // torchrun 2.14: "(pid: N) ${signal_name}" with signal_name " (SIGTERM)" or "": two
+  // spaces before a signal's name, a trailing space after an exit code.
+  const std::string name = f.exitcode < 0 ? python_signal_name(-f.exitcode) : kNotAvailable;
+  const std::string signal = name == kNotAvailable ? "" : " (" + name + ")";
   return fmt::format(
       "[{}]:\n"
       "  time      : {}\n"
       "  host      : {}\n"
       "  rank      : {} (local_rank: {})\n"
-      "  exitcode  : {} (pid: {})\n"
+      "  exitcode  : {} (pid: {}) {}\n"
       "  error_file: {}\n"
       "  traceback : {}",
-      idx, iso_time(f.timestamp), host, f.global_rank, f.local_rank, f.exitcode, f.pid,
+      idx, iso_time(f.timestamp), host, f.global_rank, f.local_rank, f.exitcode, f.pid, signal,
       f.error_file, f.message);
 }
 
@@ -89,7 +101,7 @@ Failure make_failure(const WorkerExit& exit, const std::string& error_file_path)
   if (!exit.note.empty()) shown.push_back(exit.note);
   if (exit.signal != 0) {
     shown.push_back(fmt::format("Signal {} ({}) received by PID {}", exit.signal,
-                                signal_name(exit.signal), exit.pid));
+                                python_signal_name(exit.signal), exit.pid));
   }
   const StderrExcerpt excerpt = excerpt_stderr(exit.stderr_tail, exit.stderr_tail_cut);
   if (excerpt.stack_dump) {
@@ -148,11 +160,23 @@ std::string format_failure_report(const std::string& entrypoint,
                      border, title, section, other_text, section, root_block, border);
 }
 
-std::string failure_hint(const Failure& failure) {
+std::string failed_log_line(const Failure& first, const std::string& binary) {
+  return fmt::format("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {}", first.exitcode,
+                     first.local_rank, first.pid, binary);
+}
+
+std::string failure_hint(const Failure& failure, const std::string& worker_python) {
   if (failure.exitcode == -SIGKILL) {
     return fmt::format(
         "rank {} (pid {}) was killed by SIGKILL, possibly by the OOM killer (check dmesg)",
         failure.global_rank, failure.pid);
+  }
+  if (!worker_python.empty() &&
+      failure.message.find("No module named 'torch'") != std::string::npos) {
+    return fmt::format(
+        "the workers ran {}, which has no torch: set PYTHON_EXEC to the python that has it "
+        "(or run the ddprun installed in that environment)",
+        worker_python);
   }
   return {};
 }
@@ -199,11 +223,13 @@ std::string host_fqdn() {
 }
 
 void report_failures(const std::string& entrypoint, const std::vector<Failure>& failures,
-                     const std::string& agent_error_file) {
+                     const std::string& agent_error_file, const std::string& worker_python) {
   const std::string text = format_failure_report(entrypoint, failures, host_fqdn());
-  std::fprintf(stderr, "%s\n", text.c_str());
+  // torchrun ends with the ChildFailedError's traceback, whose last line is this one
+  // (the message begins with a newline), what log scrapers and alerting match.
+  std::fprintf(stderr, "%s\n%s\n", kChildFailedErrorLine, text.c_str());
   const Failure& root = failures[root_cause_index(failures)];
-  if (const std::string hint = failure_hint(root); !hint.empty()) {
+  if (const std::string hint = failure_hint(root, worker_python); !hint.empty()) {
     std::fprintf(stderr, "ddprun: hint: %s\n", hint.c_str());
   }
   std::fflush(stderr);

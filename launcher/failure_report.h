@@ -54,17 +54,27 @@ std::string format_failure_report(const std::string& entrypoint,
                                   const std::vector<Failure>& failures,
                                   const std::string& hostname);
 
+// The line before the report, as torchrun's traceback ends (note the trailing space).
+inline constexpr const char* kChildFailedErrorLine =
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ";
+
+// torchrun's error log line for a failed worker group, naming the first failure and the
+// program the workers ran (the python interpreter, or the --no-python executable):
+// "failed (exitcode: 1) local_rank: 0 (pid: 42) of binary: /usr/bin/python3".
+std::string failed_log_line(const Failure& first, const std::string& binary);
+
 // A one-line hint for failures whose cause is easy to misread (SIGKILL: likely the OOM
-// killer), or "" when there is none.
-std::string failure_hint(const Failure& failure);
+// killer; "No module named 'torch'": the interpreter `worker_python`, as
+// describe_worker_python gives it, "" for --no-python, and PYTHON_EXEC), or "".
+std::string failure_hint(const Failure& failure, const std::string& worker_python = "");
 
 // socket.getfqdn() of this host, computed the way Python does (so reports match torchrun).
 std::string host_fqdn();
 
-// The end of a failed run: prints the report (and failure_hint's line) to stderr and,
-// when `agent_error_file` is not empty (the agent's own TORCHELASTIC_ERROR_FILE: torchrun's
-// agent runs under @record), writes the root cause there; a failed write is logged.
+// The end of a failed run: prints kChildFailedErrorLine, the report (and failure_hint's line) to
+// stderr and, when `agent_error_file` is not empty (the agent's own TORCHELASTIC_ERROR_FILE:
+// torchrun's agent runs under @record), writes the root cause there; a failed write is logged.
 void report_failures(const std::string& entrypoint, const std::vector<Failure>& failures,
-                     const std::string& agent_error_file);
+                     const std::string& agent_error_file, const std::string& worker_python);
 
 }  // namespace ddprun::launcher

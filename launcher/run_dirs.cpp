@@ -70,7 +70,7 @@ void RunDirs::keep_default_dir() {
 void RunDirs::remove_default_dir() const {
   if (default_dir_.empty()) return;
   if (keep_default_) {
-    spdlog::warn("worker logs kept in {} (redirected without --log-dir)", run_dir_);
+    spdlog::warn("worker logs kept in {} (-r/-t without --log-dir)", run_dir_);
     return;
   }
   std::error_code ec;

@@ -24,7 +24,7 @@ class RunDirs {
   // Removes attempt_<N> and creates it again with one folder per local rank.
   void prepare_attempt(int attempt, int local_ranks) const;
 
-  // A worker stream goes only to a file in the default directory: keep that directory.
+  // A worker stream goes to a log file in the default directory (-r/-t): keep it.
   void keep_default_dir();
   // Removes the default directory (after the failure report, which reads the error
   // files), unless --log-dir was given or keep_default_dir() was called. Logs, never throws.

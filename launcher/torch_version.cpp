@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "base/text.h"
@@ -59,6 +61,32 @@ std::vector<fs::path> site_dirs(const fs::path& root) {
   return out;
 }
 
+// A venv made without --system-site-packages (its pyvenv.cfg says
+// include-system-site-packages = false, venv's default) sees neither its base
+// interpreter's packages nor the user's ~/.local.
+bool isolated_venv(const fs::path& root) {
+  std::ifstream cfg(root / "pyvenv.cfg");
+  if (!cfg) return false;
+  for (std::string line; std::getline(cfg, line);) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || trim(line.substr(0, eq)) != "include-system-site-packages") {
+      continue;
+    }
+    std::string value(trim(line.substr(eq + 1)));
+    std::transform(value.begin(), value.end(), value.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return value != "true";
+  }
+  return true;
+}
+
+std::optional<TorchVersion> first_torch_in(const std::vector<fs::path>& dirs) {
+  for (const auto& d : dirs) {
+    if (auto v = torch_in(d)) return v;
+  }
+  return std::nullopt;
+}
+
 fs::path find_in_path(const std::string& name, const std::string& path_env) {
   if (name.find('/') != std::string::npos) return name;
   for (const auto& dir : split(path_env, ':')) {
@@ -96,6 +124,7 @@ std::optional<TorchVersion> find_torch_version(const std::string& python,
   if (!exe.empty()) {
     const fs::path root = fs::absolute(exe, ec).lexically_normal().parent_path().parent_path();
     for (auto& d : site_dirs(root)) dirs.push_back(std::move(d));
+    if (isolated_venv(root)) return first_torch_in(dirs);
     if (const std::string home = get("HOME"); !home.empty()) {
       for (auto& d : site_dirs(fs::path(home) / ".local")) dirs.push_back(std::move(d));
     }
@@ -104,10 +133,7 @@ std::optional<TorchVersion> find_torch_version(const std::string& python,
       for (auto& d : site_dirs(real.parent_path().parent_path())) dirs.push_back(std::move(d));
     }
   }
-  for (const auto& d : dirs) {
-    if (auto v = torch_in(d)) return v;
-  }
-  return std::nullopt;
+  return first_torch_in(dirs);
 }
 
 std::optional<TorchVersion> ask_torch_version(const std::string& python,

@@ -180,12 +180,16 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
       if (tee & bit) {
         s.mode = StreamMode::kTee;
       } else if ((redirect & bit) || !shown) {
-        // A rank filtered off the console still keeps its output, in its log file.
         s.mode = StreamMode::kRedirect;
       }
       if (s.mode != StreamMode::kConsole) {
-        s.file =
-            (std::filesystem::path(dirs.rank_dir(n, lr)) / (std::string(name) + ".log")).string();
+        // A rank filtered off the console keeps its output only where it was redirected
+        // or tee'd to its log file; else it goes nowhere, as with torchrun.
+        const bool to_file = ((tee | redirect) & bit) && !dirs.files_disabled();
+        s.file = to_file
+                     ? (std::filesystem::path(dirs.rank_dir(n, lr)) / (std::string(name) + ".log"))
+                           .string()
+                     : "/dev/null";
       }
       s.show_on_console = shown;
       // torchrun: the tee'd lines matching a filter, from every rank, in one file.

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include "base/text.h"
@@ -30,6 +31,12 @@ std::string environment_python(const fs::path& dir) {
   }
   for (const char* name : {"python3", "python"}) {
     if (executable_file(dir / name)) return (dir / name).string();
+  }
+  // The environment's python is a broken link (its base interpreter was removed or
+  // upgraded): name it anyway, so that the workers fail on it, loudly, rather than run
+  // PATH's python, which lacks the environment's packages.
+  for (const char* name : {"python3", "python"}) {
+    if (fs::is_symlink(dir / name, ec)) return (dir / name).string();
   }
   return "";
 }
@@ -59,6 +66,33 @@ std::string python_beside_launcher(const std::string& argv0, const std::string& 
   if (found.empty() && !self_exe.empty())
     found = environment_python(fs::path(self_exe).parent_path());
   return found;
+}
+
+std::string describe_worker_python(const std::string& python,
+                                   const std::map<std::string, std::string>& env) {
+  std::string origin;
+  std::string shown = python;
+  if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) {
+    origin = "PYTHON_EXEC";
+  } else if (python.find('/') != std::string::npos) {  // python_beside_launcher's
+    origin = "the Python environment ddprun is installed in";
+  } else {
+    origin = python + " from PATH";
+    const auto path = env.find("PATH");
+    std::error_code ec;
+    for (const auto& entry : split(path == env.end() ? "" : path->second, ':')) {
+      const fs::path dir = entry.empty() ? fs::current_path(ec) : fs::path(entry);
+      if (executable_file(dir / python)) {
+        shown = (dir / python).string();
+        break;
+      }
+    }
+  }
+  std::error_code ec;
+  if (fs::is_symlink(shown, ec) && !fs::exists(shown, ec)) {
+    origin += ", a broken link to " + fs::read_symlink(shown, ec).string();
+  }
+  return shown + " (" + origin + ")";
 }
 
 std::string python_beside_this_launcher(const char* argv0) {

@@ -52,7 +52,7 @@ TcpStore::TcpStore(TcpStoreOptions options) : Store(options.timeout), options_(s
     }
     auto conn = std::make_unique<Connection>(addr);
     try {
-      conn->connect_once(options_.host, options_.port, deadline);
+      conn->connect_once(options_.host, options_.port, deadline, cancel);
       conn_ = std::move(conn);
       break;
     } catch (const AttemptFailed& e) {

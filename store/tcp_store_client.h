@@ -31,8 +31,8 @@ struct TcpStoreOptions {
   std::optional<std::int64_t> world_size;
   bool wait_for_workers = true;
   // When set, connecting gives up with StoreConnectionError ("cancelled") soon after
-  // *cancel becomes true: it is read before every try and every 20 ms of the backoff
-  // between tries (a try itself is bounded by connect_timeout). For callers that must
+  // *cancel becomes true: it is read before every try and every 20 ms of a try's connect
+  // and handshake waits and of the backoff between tries. For callers that must
   // stop on request (the rendezvous' interrupt()); the flag must outlive the constructor.
   const std::atomic<bool>* cancel = nullptr;
 };

@@ -43,11 +43,35 @@ int poll_ms(const Deadline& deadline) {
   return static_cast<int>(std::clamp<long long>(left, 0, INT_MAX));
 }
 
+// poll() on one fd until ready (> 0), `deadline` (0), an error (< 0, errno set) or, with
+// `cancel`, its becoming true (0 with *cancelled = true): then in 20 ms slices.
+int poll_one(pollfd& p, const Deadline& deadline, const std::atomic<bool>* cancel,
+             bool* cancelled) {
+  *cancelled = false;
+  for (;;) {
+    int ms = poll_ms(deadline);
+    if (cancel != nullptr) ms = ms < 0 ? 20 : std::min(ms, 20);
+    const int n = ::poll(&p, 1, ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != 0 || cancel == nullptr) return n;
+    if (cancel->load()) {
+      *cancelled = true;
+      return 0;
+    }
+    if (poll_ms(deadline) == 0) return 0;
+  }
+}
+
 }  // namespace
 
 // One attempt: resolve, connect to each address in turn, handshake.
 void TcpStore::Connection::connect_once(const std::string& host, std::uint16_t port,
-                                        Deadline deadline) {
+                                        Deadline deadline, const std::atomic<bool>* cancel) {
+  cancel_ = cancel;
+  struct Reset {
+    const std::atomic<bool>*& c;
+    ~Reset() { c = nullptr; }
+  } reset{cancel_};
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -160,13 +184,11 @@ int TcpStore::Connection::connect_addr(const addrinfo* ai, Deadline deadline) {
     err = errno;
     if (err == EINPROGRESS || err == EINTR) {
       pollfd p{fd, POLLOUT, 0};
-      int n;
-      do {
-        n = ::poll(&p, 1, poll_ms(deadline));
-      } while (n < 0 && errno == EINTR);
+      bool cancelled = false;
+      const int n = poll_one(p, deadline, cancel_, &cancelled);
       socklen_t len = sizeof(err);
       if (n == 0) {
-        err = ETIMEDOUT;
+        err = cancelled ? ECANCELED : ETIMEDOUT;
       } else if (n < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
         err = errno;
       }
@@ -222,12 +244,11 @@ void TcpStore::Connection::check_open() {
 // True when `events` are ready, false when the deadline passed.
 bool TcpStore::Connection::poll_fd(short events, Deadline deadline) {
   pollfd p{fd_, events, 0};
-  for (;;) {
-    int n = ::poll(&p, 1, poll_ms(deadline));
-    if (n > 0) return true;
-    if (n == 0) return false;
-    if (errno != EINTR) fail("poll failed: " + errno_text(errno));
-  }
+  bool cancelled = false;
+  const int n = poll_one(p, deadline, cancel_, &cancelled);
+  if (cancelled) fail("cancelled");
+  if (n < 0) fail("poll failed: " + errno_text(errno));
+  return n > 0;
 }
 
 // The next reply value (store_core's decoder), reading until it is complete.

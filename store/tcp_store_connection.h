@@ -6,6 +6,7 @@
 // Thread-safety: none; every method REQUIRES the owning TcpStore's mutex.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -49,7 +50,10 @@ class TcpStore::Connection {
 
   // One attempt: resolve, connect to each address in turn, handshake. Throws
   // tcp_client::AttemptFailed (worth retrying) or StoreProtocolError (not a TCPStore).
-  void connect_once(const std::string& host, std::uint16_t port, Deadline deadline);
+  // `cancel` (TcpStoreOptions::cancel): the attempt's connect and handshake waits give up
+  // within 20 ms once it is true (AttemptFailed), instead of waiting out `deadline`.
+  void connect_once(const std::string& host, std::uint16_t port, Deadline deadline,
+                    const std::atomic<bool>* cancel = nullptr);
 
   // Sends all of `bytes`; throws StoreConnectionError / StoreTimeoutError (the
   // connection is then closed).
@@ -88,6 +92,7 @@ class TcpStore::Connection {
   void close_fd();
 
   int fd_ = -1;
+  const std::atomic<bool>* cancel_ = nullptr;  // during connect_once only
   std::string addr_;
   std::string broken_;  // why the connection was given up
   // The request whose reply is awaited (awaiting()), for error messages.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <tuple>
 
 #include "base/text.h"
@@ -14,6 +15,15 @@
 
 namespace ddprun::launcher {
 namespace {
+
+// What names the program in the job's fingerprint: the file name of a path, so that
+// `train.py`, `$PWD/train.py`, `~/p/train.py` and `p/train.py` are one job (a trailing
+// '/', a directory run by its __main__.py, names the directory).
+std::string program_name(const std::string& path) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  const std::string name = p.filename().string();
+  return name.empty() ? p.parent_path().filename().string() : name;
+}
 
 int resolve_nproc(const std::string& spec, const HostFacts& host) {
   if (spec == "cpu") return std::max(1, host.cpu_count);
@@ -126,12 +136,15 @@ rdzv::RendezvousParams make_rendezvous_params(const LaunchConfig& config,
   p.local_addr = config.local_addr;
   p.local_world_size = config.nproc_per_node;
   p.conf = config.rdzv_conf;
-  // The job's fingerprint: its entry point (the script, -m module or --no-python program
-  // as written), not its arguments, the python executable or --nproc-per-node, which may
-  // all differ per node (`--output_dir=$(hostname)`; docs/multinode.md, "Same job").
+  // The job's fingerprint: its entry point (the -m module, or the file name of the script
+  // or --no-python program), not its arguments, the python executable, --nproc-per-node or
+  // the directory part of the path, which may all differ per node (`--output_dir=$(hostname)`,
+  // `train.py` here and `$PWD/train.py` there; docs/multinode.md, "Same job").
   if (config.entry == EntryKind::kPythonModule) p.job_command.push_back("-m");
   if (config.entry == EntryKind::kExecutable) p.job_command.push_back("--no-python");
-  p.job_command.push_back(config.training_script);
+  p.job_command.push_back(config.entry == EntryKind::kPythonModule
+                              ? config.training_script
+                              : program_name(config.training_script));
   // USE_LIBUV=0 is PyTorch's switch to its non-libuv TCPStore, which (2.6) workers ignore
   // when told to use the agent's store; a build without libuv (Debian's 2.6) then cannot
   // initialise. So it also means: worker rank 0 hosts the store (docs/usage.md).

@@ -90,8 +90,8 @@ class ProcessSupervisor final : public Supervisor {
   // Thread-safe (may be called from any thread while stop() blocks).
   void cut_short();
 
-  // Pids of live workers (diagnostics and tests).
-  std::vector<pid_t> live_pids() const;
+  // Pids of live workers (the Agent's D-state watch, diagnostics and tests).
+  std::vector<pid_t> live_pids() const override;
 
  private:
   struct Impl;

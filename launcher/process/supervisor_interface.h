@@ -84,6 +84,8 @@ class Supervisor {
   virtual SupervisorEvent next_event(std::chrono::milliseconds timeout) = 0;
   virtual void forward_signal(int signo) = 0;
   virtual std::vector<WorkerExit> stop(int signo, std::chrono::milliseconds grace) = 0;
+  // Pids of the live workers (the D-state watch reads their /proc state); none by default.
+  virtual std::vector<pid_t> live_pids() const { return {}; }
 };
 
 }  // namespace ddprun::launcher

@@ -23,6 +23,9 @@ using Ms = TcpRendezvousStore::Ms;
 
 // late_host: refusals in a row before another agent hosts.
 constexpr Ms kLateHostAfter{5000};
+// The port is taken (hosting failed) and nothing accepts connections on it: refusals in a
+// row before that is the answer (another agent here binds and listens within microseconds).
+constexpr Ms kTakenPortRefusedFor{2000};
 
 // Sleeps `d`, in short slices, or less once `interrupted` is true.
 void pause(Ms d, const std::atomic<bool>& interrupted) {
@@ -66,6 +69,7 @@ void TcpRendezvousStore::maybe_host() {
                             e.what() + "), nor can any other");
     }
     // Another agent on this machine (or a leftover) holds the port: join as a client.
+    port_taken = e.what();
     spdlog::info("{}: could not host the rendezvous store ({}); joining as a client", where(),
                  e.what());
   }
@@ -170,6 +174,12 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
       maybe_host();  // a port taken meanwhile: another agent here won the race
       host = own_host();
       continue;
+    }
+    if (!port_taken.empty() && refused >= kTakenPortRefusedFor) {
+      throw RendezvousConnectionError(
+          where() + ": " + port_taken +
+          ", and nothing accepts connections there: another program holds the port without "
+          "listening; free it or choose another --rdzv-endpoint port");
     }
     if (refused_limit > Ms(0) && refused >= refused_limit) {
       throw RendezvousConnectionError(

@@ -41,6 +41,10 @@ struct TcpRendezvousStore {
   Ms refused_limit{0};
   Ms read_timeout{60'000};
   bool host_attempted = false;
+  // Why hosting failed with the port taken ("cannot listen on ...: Address already in
+  // use"): with connects refused too, no store can ever listen there (a socket bound
+  // without listening holds it), so connect_raw says this within kTakenPortRefusedFor.
+  std::string port_taken;
   std::unique_ptr<store::TcpStoreServer> server;
 
   TcpRendezvousStore();

@@ -14,6 +14,7 @@ processes, ports, cleanup) is tests/support/blackbox.py, shared with the multino
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -157,6 +158,16 @@ def failure_report_with_traceback(job):
     check("Root Cause (first observed failure):" in lines, "root cause header missing", err)
     check("  rank      : 1 (local_rank: 1)" in lines, "root cause rank", err)
     check(any(l.startswith("  exitcode  : 1 (pid: ") for l in lines), "exitcode line", err)
+    # torchrun 2.14's text byte for byte (issue 31 item 10): the exit code's trailing space,
+    # its traceback's last line before the report, its error log line.
+    check(any(re.fullmatch(r"  exitcode  : 1 \(pid: \d+\) ", l) for l in lines),
+          "2.14's exitcode line", err)
+    title = next(i for i, l in enumerate(lines) if l.endswith("failing_worker.py FAILED"))
+    check(lines[title - 2] == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+          "ChildFailedError line before the report", err)
+    check(any(re.fullmatch(r"\[ddprun\] error: failed \(exitcode: 1\) local_rank: 1 "
+                           r"\(pid: \d+\) of binary: \S*python\S*", l) for l in lines),
+          "torchrun's failed (exitcode: ...) log line", err)
     check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
     root = lines[lines.index("Root Cause (first observed failure):"):]
     ef = [l for l in root if l.startswith("  error_file: ")]
@@ -280,7 +291,8 @@ def failure_report_plain_script_traceback(job):
         root = lines[lines.index("Root Cause (first observed failure):"):]
         others = lines[lines.index("Failures:"):lines.index("Root Cause (first observed failure):")]
         check("  rank      : 0 (local_rank: 0)" in others and
-              any(l.startswith("  exitcode  : -15 (pid: ") for l in others),
+              any(re.fullmatch(r"  exitcode  : -15 \(pid: \d+\)  \(SIGTERM\)", l)
+                  for l in others),
               f"{args}: rank 0, stopped by the agent, listed with -15 (torchrun 2.x)", err)
         check("  rank      : 1 (local_rank: 1)" in root, f"{args}: root cause rank", err)
         check(any(l.startswith("  exitcode  : 1 (pid: ") for l in root), f"{args}: exitcode", err)
@@ -312,6 +324,25 @@ def agent_error_file_copy(job):
         data = json.load(f)
     check(data["message"]["errorCode"] == 1, "errorCode", json.dumps(data))
     check("ValueError" in data["message"]["message"], "message", json.dumps(data))
+
+
+@test()
+def hostile_error_files(job):
+    """A worker leaves a FIFO, a symlink to /dev/zero or a 50 MB file at its
+    TORCHELASTIC_ERROR_FILE: the report comes at once, saying why the file was not read,
+    without hanging in open() or reading without bound (issue 31 item 16)."""
+    makers = {"fifo": 'mkfifo "$TORCHELASTIC_ERROR_FILE"',
+              "zero": 'ln -s /dev/zero "$TORCHELASTIC_ERROR_FILE"',
+              "big": 'head -c 50000000 /dev/zero | tr "\\0" x > "$TORCHELASTIC_ERROR_FILE"'}
+    for name, make in makers.items():
+        t0 = time.monotonic()
+        rc, out, err = job.run(["--nproc-per-node=1", "--no-python", "sh", "-c",
+                                f"{make}; exit 1", job.token], timeout=60)
+        took = time.monotonic() - t0
+        check(rc == 1, f"{name}: ddprun exited {rc}", out, err)
+        why = "larger than 4 MiB" if name == "big" else "not a regular file"
+        check(f"<error file not readable: {why}" in err, f"{name}: the report says why", err)
+        check(took < 30, f"{name}: took {took:.1f} s", err)
 
 
 # ---------------------------------------------------------------------------------------
@@ -662,6 +693,79 @@ def event_log_handler_console(job):
 
 
 @test()
+def python_without_torch_is_named(job):
+    """Workers whose python has no torch (a pyenv shim or an env first on PATH): the
+    version probe's failure is a warning naming the interpreter, and the failure report's
+    hint names it and PYTHON_EXEC (issue 31 item 7)."""
+    venv = os.path.join(job.dir, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    py = os.path.join(venv, "bin", "python3")
+    script = os.path.join(job.dir, "t.py")
+    with open(script, "w") as f:
+        f.write("import torch\n")
+    rc, out, err = job.run(["--nproc-per-node=1", script], env={"PYTHON_EXEC": py})
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    check(f"cannot tell which PyTorch the workers' python {py} (PYTHON_EXEC) has" in err,
+          "the probe's failure names the interpreter", err)
+    check(f"hint: the workers ran {py} (PYTHON_EXEC), which has no torch: set PYTHON_EXEC"
+          in err, "the report's hint", err)
+
+
+@test()
+def uninterruptible_state_timeout_ends_the_group(job):
+    """torchrun 2.14's TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT: a worker in D state (a
+    vfork() parent waiting for its child) that long ends the group without a restart;
+    unlike torchrun (exit 0), ddprun exits 1 and the report says why (issue 31 item 8)."""
+    src = os.path.join(job.dir, "wedge.c")
+    exe = os.path.join(job.dir, "wedge")
+    with open(src, "w") as f:
+        f.write("#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
+                "int main(void) {\n"
+                "  if (strcmp(getenv(\"RANK\"), \"0\") == 0 && vfork() == 0) {\n"
+                "    sleep(60); _exit(0);\n"
+                "  }\n"
+                "  sleep(60);\n"
+                "  return 0;\n"
+                "}\n")
+    subprocess.run(["cc", "-o", exe, src], check=True)
+    t0 = time.monotonic()
+    rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=2", "--shutdown-timeout=2",
+                            "--no-python", exe, job.token], timeout=50,
+                           env={"TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT": "2"})
+    took = time.monotonic() - t0
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    check(took < 30, f"took {took:.1f} s (the D state lasts 60 s)", err)
+    check("stuck in uninterruptible sleep (D state)" in err and
+          "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT=2" in err, "says why", err)
+    check("wedge FAILED" in err, "the failure report", err)
+    check("restarting" not in err, "no restart", err)
+
+
+@test()
+def endpoint_port_held_without_listening(job):
+    """The endpoint's port is bound by a socket that does not listen: ddprun says at once
+    why it cannot host the store (`cannot listen ... Address already in use`), not after
+    read_timeout as "no agent hosts the rendezvous store" (issue 31 item 19)."""
+    import socket
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))  # bound, never listening
+    port = holder.getsockname()[1]
+    try:
+        t0 = time.monotonic()
+        rc, out, err = job.run(["--nnodes=2", "--rdzv-backend=c10d",
+                                f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=held",
+                                *job.probe()], timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        holder.close()
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    check(f"cannot listen on 127.0.0.1:{port}: Address already in use" in err,
+          "the bind's error, at the default log level", err)
+    check("no agent hosts" not in err, "not the read_timeout message", err)
+    check(took < 20, f"took {took:.1f} s", err)
+
+
+@test()
 def local_ranks_filter(job):
     rc, out, err = job.run(["--nproc-per-node=3", "--local-ranks-filter=1",
                             *job.probe("print=line")])
@@ -741,6 +845,49 @@ def kill_9_leaves_no_orphans(job):
     poll(lambda: not job.job_processes(), 10, "every worker and grandchild gone")
     took = time.monotonic() - t0
     check(took < 5, f"orphans survived {took:.1f} s")
+    # As torchrun (issue 31 item 11): the hidden ranks' output goes nowhere, no log file
+    # holds it; -t/-r without --log-dir keep the default torchelastic_* directory.
+    logs = os.path.join(job.dir, "logs")
+    rc, out, err = job.run(["--nproc-per-node=2", "--log-dir", logs, "--local-ranks-filter=1",
+                            *job.probe("print=line")])
+    check(rc == 0, f"ddprun exited {rc}", err)
+    (run,) = os.listdir(logs)
+    check(not os.listdir(os.path.join(logs, run, "attempt_0", "0")), "rank 0 wrote no log file")
+    for opt in ("-t", "-r"):
+        shutil.rmtree(job.out)
+        os.mkdir(job.out)
+        rc, out, err = job.run(["--nproc-per-node=1", opt, "3", *job.probe("print=kept")])
+        check(rc == 0, f"{opt}: ddprun exited {rc}", err)
+        kept = [d for d in os.listdir(job.dir) if d.startswith("torchelastic_")]
+        check(len(kept) == 1, f"{opt}: the default log dir is kept: {kept}", err)
+        logs_of = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(job.dir, kept[0]))
+                   for f in fs if f == "stdout.log"]
+        check(len(logs_of) == 1 and read_text(logs_of[0]) == "kept\n", f"{opt}: {logs_of}", err)
+        shutil.rmtree(os.path.join(job.dir, kept[0]))
+
+
+@test()
+def closed_std_fds_get_dev_null(job):
+    """Started with fds 0-2 closed (`ddprun ... <&- >&- 2>&-`, some daemon wrappers):
+    /dev/null takes them first thing, so neither the event loop nor the orphan guard's
+    pipe lands there (log lines went into the guard's stream and workers survived
+    `kill -9` of ddprun; issue 31 item 18)."""
+    def close_std():
+        for fd in (0, 1, 2):
+            os.close(fd)
+    p = subprocess.Popen([job.ddprun, "--nproc-per-node=2", *job.probe("grandchild", "sleep")],
+                         env=job.env, cwd=job.dir, preexec_fn=close_std)
+    try:
+        poll(lambda: all(os.path.exists(os.path.join(job.out, f"ready.{r}")) for r in (0, 1)),
+             60, "workers ready")
+        fds = {fd: os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in (0, 1, 2)}
+        check(all(t == "/dev/null" for t in fds.values()), f"fds 0-2 of ddprun: {fds}")
+        p.kill()
+        p.wait(timeout=30)
+        poll(lambda: not job.job_processes(), 10, "every worker and grandchild gone")
+    finally:
+        if p.poll() is None:
+            p.kill()
 
 
 @test()
@@ -880,6 +1027,38 @@ def worker_sees_a_terminal(job):
           "rank 0 sees a terminal", facts)
     check(facts[1]["stdin_target"] == "/dev/null" and not facts[1]["stdout"],
           "the hidden rank reads /dev/null and writes to its log", facts)
+
+
+@test()
+def terminal_modes_restored(job):
+    """A worker that leaves ddprun's terminal in raw mode (killed inside pdb) does not leave
+    the shell without echo: ddprun puts back the settings it found (issue 31 item 20;
+    torchrun does not)."""
+    import termios
+    argv = [job.ddprun, "--nproc-per-node=1", "--no-python", PYTHON, "-c",
+            "import sys, tty; tty.setraw(0); print('raw', flush=True); sys.exit(1)", job.token]
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(job.dir)
+            os.execve(job.ddprun, argv, job.env)
+        finally:
+            os._exit(127)
+    try:
+        before = termios.tcgetattr(fd)[3]
+        out, _ = read_until(fd, b"raw", 60)
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        check(os.waitstatus_to_exitcode(status) == 1, f"ddprun ended with {status}", out)
+        lflag = termios.tcgetattr(fd)[3]
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    want = termios.ICANON | termios.ECHO
+    check(before & want == want, f"the pty started cooked: {before:#o}")
+    check(lflag & want == want, f"ICANON and ECHO back after ddprun: {lflag:#o}")
 
 
 @test()

@@ -447,7 +447,26 @@ TEST_CASE("the job's fingerprint is its entry point, without the script's argume
   CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"-m", "pkg.train"});
   c.entry = EntryKind::kExecutable;
   c.training_script = "./run.sh";
-  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"--no-python", "./run.sh"});
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"--no-python", "run.sh"});
+}
+
+TEST_CASE("the job's fingerprint names the script by its file name, not the path as typed") {
+  // Issue 31 item 1: `train.py` on one node and `$PWD/train.py`, `~/p/train.py` or
+  // `p/train.py` (another working directory) on the next are one job, as under torchrun.
+  LaunchConfig c;
+  using Cmd = std::vector<std::string>;
+  for (const char* typed : {"train.py", "/home/u/p/train.py", "~/p/train.py", "p/train.py",
+                            "./train.py", "p/../q/train.py"}) {
+    c.training_script = typed;
+    CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"train.py"});
+  }
+  c.training_script = "/srv/app/";  // a directory run by its __main__.py
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"app"});
+  c.training_script = "eval.py";  // another program is still another job
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"eval.py"});
+  c.entry = EntryKind::kExecutable;
+  c.training_script = "/opt/bin/run.sh";
+  CHECK(make_rendezvous_params(c, {}).job_command == Cmd{"--no-python", "run.sh"});
 }
 
 TEST_CASE("USE_LIBUV=0 selects use_agent_store=0 unless --rdzv-conf says otherwise") {

@@ -1,8 +1,11 @@
 // @record error files: both message forms, malformed files, the agent's copy.
 #include "launcher/error_file.h"
 
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/temp_dir.h"
@@ -63,6 +66,38 @@ TEST_CASE("missing and malformed files", "[error_file]") {
     CHECK(!info.parsed);
     CHECK(!info.parse_error.empty());
   }
+}
+
+TEST_CASE("a FIFO, /dev/zero or a huge file is refused without blocking or reading it all",
+          "[error_file]") {
+  // Issue 31 item 16: a worker's error file is untrusted; ddprun's failure report must
+  // neither hang in open() on a FIFO nor read /dev/zero or 50 MB into memory.
+  TempDir d;
+  const std::string fifo = (d.path / "fifo.json").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string zero = (d.path / "zero.json").string();
+  fs::create_symlink("/dev/zero", zero);
+  const std::string big = (d.path / "big.json").string();
+  {
+    std::ofstream out(big);
+    out << R"({"message": ")" << std::string(kMaxErrorFileBytes, 'x') << R"("})";
+  }
+  for (const auto& [path, why] :
+       {std::pair{fifo, "not a regular file"}, std::pair{zero, "not a regular file"},
+        std::pair{big, "larger than 4 MiB"}}) {
+    CAPTURE(path);
+    const ErrorFileInfo info = read_error_file(path);
+    CHECK(info.exists);
+    CHECK(!info.parsed);
+    CHECK_THAT(info.parse_error, Catch::Contains(why));
+    std::string reason;
+    CHECK(!copy_error_file(path, (d.path / "agent.json").string(), 1, &reason));
+    CHECK_THAT(reason, Catch::Contains(why));
+  }
+  // A symlink to a regular file is read, as torchrun's os.path.isfile follows it.
+  const std::string real = d.write("real.json", R"({"message": "E: via link"})");
+  fs::create_symlink(real, d.path / "link.json");
+  CHECK(read_error_file((d.path / "link.json").string()).display == "E: via link");
 }
 
 TEST_CASE("the agent's copy adds errorCode to dict messages", "[error_file]") {

@@ -47,7 +47,7 @@ TEST_CASE("one failure with a traceback: golden text", "[failure_report]") {
       "  time      : 2026-11-27_11:22:19\n"
       "  host      : localhost\n"
       "  rank      : 1 (local_rank: 1)\n"
-      "  exitcode  : 1 (pid: 11407)\n"
+      "  exitcode  : 1 (pid: 11407) \n"  // torchrun 2.14: a trailing space
       "  error_file: /tmp/torchelastic_x/fj_y/attempt_0/1/error.json\n"
       "  traceback : Traceback (most recent call last):\n"
       "  File \"t.py\", line 3\n"
@@ -84,7 +84,7 @@ TEST_CASE("several failures: root cause is the earliest - border shrinks to fit"
       "  time      : 1970-01-01_00:03:20\n"
       "  host      : h\n"
       "  rank      : 0 (local_rank: 0)\n"
-      "  exitcode  : -15 (pid: 10)\n"
+      "  exitcode  : -15 (pid: 10)  (SIGTERM)\n"
       "  error_file: <N/A>\n"
       "  traceback : Signal 15 (SIGTERM) received by PID 10\n"
       "------------------------------------------------------------\n"
@@ -93,7 +93,7 @@ TEST_CASE("several failures: root cause is the earliest - border shrinks to fit"
       "  time      : 1970-01-01_00:01:40\n"
       "  host      : h\n"
       "  rank      : 2 (local_rank: 2)\n"
-      "  exitcode  : 3 (pid: 12)\n"
+      "  exitcode  : 3 (pid: 12) \n"
       "  error_file: <N/A>\n"
       "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
       "============================================================";
@@ -108,6 +108,42 @@ TEST_CASE("several failures: root cause is the earliest - border shrinks to fit"
   const std::string narrow = format_failure_report("s", {tiny}, "h");
   // The widest line is "  time      : 1970-01-01_00:00:00" (33 columns).
   CHECK(narrow.rfind(std::string(33, '=') + "\ns FAILED\n" + std::string(33, '-') + "\n", 0) == 0);
+}
+
+TEST_CASE("torchrun 2.14's signal names, ChildFailedError line and failed log line",
+          "[failure_report]") {
+  // Issue 31 item 10: Python's signal.Signals(n).name, else no name at all.
+  Failure f;
+  f.error_file = "<N/A>";
+  const auto exit_line = [&](int exitcode) {
+    f.exitcode = exitcode;
+    f.pid = 7;
+    const std::string text = format_failure_report("t.py", {f}, "h");
+    const auto at = text.find("  exitcode  : ");
+    return text.substr(at, text.find('\n', at) - at);
+  };
+  CHECK(exit_line(-SIGKILL) == "  exitcode  : -9 (pid: 7)  (SIGKILL)");
+  CHECK(exit_line(-SIGABRT) == "  exitcode  : -6 (pid: 7)  (SIGABRT)");  // not SIGIOT
+  CHECK(exit_line(-SIGIO) == "  exitcode  : -29 (pid: 7)  (SIGIO)");     // not SIGPOLL
+  CHECK(exit_line(-SIGRTMIN) ==
+        "  exitcode  : -" + std::to_string(SIGRTMIN) + " (pid: 7)  (SIGRTMIN)");
+  CHECK(exit_line(-SIGRTMAX) ==
+        "  exitcode  : -" + std::to_string(SIGRTMAX) + " (pid: 7)  (SIGRTMAX)");
+  CHECK(exit_line(-(SIGRTMIN + 3)) ==
+        "  exitcode  : -" + std::to_string(SIGRTMIN + 3) + " (pid: 7) ");
+  CHECK(exit_line(0) == "  exitcode  : 0 (pid: 7) ");
+  WorkerExit e;
+  e.pid = 9;
+  e.signal = SIGRTMIN + 3;
+  CHECK(make_failure(e, "").message.rfind(
+            "Signal " + std::to_string(SIGRTMIN + 3) + " (<N/A>) received by PID 9", 0) == 0);
+  CHECK(std::string(kChildFailedErrorLine) ==
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ");
+  f.exitcode = 1;
+  f.local_rank = 1;
+  f.pid = 4242;
+  CHECK(failed_log_line(f, "/usr/bin/python3") ==
+        "failed (exitcode: 1) local_rank: 1 (pid: 4242) of binary: /usr/bin/python3");
 }
 
 namespace {
@@ -143,6 +179,16 @@ TEST_CASE("make_failure: signals, plain exits, error files", "[failure_report]")
   CHECK(plain.message ==
         "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
   CHECK(failure_hint(plain).empty());
+  // Issue 31 item 7: a python without torch is named, with PYTHON_EXEC.
+  Failure no_torch = plain;
+  no_torch.message =
+      "Traceback (most recent call last):\n    File \"t.py\", line 1, in "
+      "<module>\n  ModuleNotFoundError: No module named 'torch'";
+  CHECK(failure_hint(no_torch, "/usr/bin/python3 (python3 from PATH)") ==
+        "the workers ran /usr/bin/python3 (python3 from PATH), which has no torch: set "
+        "PYTHON_EXEC to the python that has it (or run the ddprun installed in that "
+        "environment)");
+  CHECK(failure_hint(no_torch, "").empty());  // --no-python: not ddprun's interpreter
 
   const std::string file = dir.write(
       "error.json", R"({"message": {"message": "ValueError: bad", "extraInfo": )"

@@ -63,6 +63,14 @@ TEST_CASE("torch found where installers put it", "[torch_version]") {
   fs::create_directories(t.root / "bare/bin");
   fs::create_symlink(debian, t.root / "bare/bin/python3");
   CHECK(find_torch_version((t.root / "bare/bin/python3").string(), {}) == TorchVersion{1, 13});
+  // A venv made without --system-site-packages (pyvenv.cfg) sees no base torch: unknown,
+  // as its workers would find (issue 31 item 7); with it, the base's.
+  fs::create_directories(t.root / "iso/bin");
+  fs::create_symlink(debian, t.root / "iso/bin/python3");
+  t.d.write("iso/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\n");
+  CHECK(!find_torch_version((t.root / "iso/bin/python3").string(), {}));
+  t.d.write("iso/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = True\n");
+  CHECK(find_torch_version((t.root / "iso/bin/python3").string(), {}) == TorchVersion{1, 13});
   // PYTHONPATH comes first.
   t.dir("pp/torch-2.6.0+debian.egg-info");
   CHECK(find_torch_version(debian, {{"PYTHONPATH", (t.root / "pp").string()}}) ==

@@ -220,9 +220,13 @@ TEST_CASE("one attempt's worker specs: ranks, CPUs and stream routes", "[worker_
   CHECK(specs[1].line_prefix.empty());
   CHECK(specs[1].err.mode == StreamMode::kRedirect);
   CHECK(specs[1].err.file == dirs.rank_dir(2, 1) + "/stderr.log");
-  // Filtered off the console: both streams kept in files, none shown.
+  // Filtered off the console, as torchrun (issue 31 item 11): the redirected stderr in
+  // its file, the stdout nowhere; none shown.
   CHECK(specs[2].out.mode == StreamMode::kRedirect);
+  CHECK(specs[2].out.file == "/dev/null");
   CHECK_FALSE(specs[2].out.show_on_console);
+  CHECK(specs[2].err.file == dirs.rank_dir(2, 2) + "/stderr.log");
+  CHECK_FALSE(specs[2].err.show_on_console);
   const auto error_file = "TORCHELASTIC_ERROR_FILE=" + dirs.error_file(2, 2);
   CHECK(std::find(specs[2].env.begin(), specs[2].env.end(), error_file) != specs[2].env.end());
 }

@@ -68,3 +68,33 @@ TEST_CASE("a bin/ that is no Python environment does not count", "[worker_python
   CHECK(python_beside_launcher(in_venv.string(), "", in_venv.string()).empty());
   CHECK(python_beside_launcher("", "", "").empty());
 }
+
+TEST_CASE("a venv whose python link is broken is still named, not PATH's python",
+          "[worker_python]") {
+  // Issue 31 item 20: its base interpreter removed or upgraded; the workers must fail on
+  // it loudly, not silently run PATH's python without the venv's packages.
+  Tree t;
+  t.file("venv/pyvenv.cfg", false);
+  fs::create_directories(t.root / "venv/bin");
+  fs::create_symlink(t.root / "base/bin/python3.9", t.root / "venv/bin/python3");
+  const fs::path ddprun = t.file("venv/bin/ddprun", true);
+  const std::string want = (t.root / "venv/bin/python3").string();
+  CHECK(python_beside_launcher(ddprun.string(), "/nonexistent", ddprun.string()) == want);
+  CHECK(describe_worker_python(want, {}) ==
+        want + " (the Python environment ddprun is installed in, a broken link to " +
+            (t.root / "base/bin/python3.9").string() + ")");
+}
+
+TEST_CASE("the workers' interpreter as messages name it", "[worker_python]") {
+  // Issue 31 item 7: the report names the interpreter and where it came from.
+  Tree t;
+  t.file("a/python3", false);  // not executable: skipped, as execvp would
+  const fs::path py = t.file("b/python3", true);
+  const std::string path = (t.root / "a").string() + ":" + (t.root / "b").string();
+  CHECK(describe_worker_python("python3", {{"PATH", path}}) ==
+        py.string() + " (python3 from PATH)");
+  CHECK(describe_worker_python("/opt/py/bin/python3", {{"PYTHON_EXEC", "/opt/py/bin/python3"}}) ==
+        "/opt/py/bin/python3 (PYTHON_EXEC)");
+  CHECK(describe_worker_python("python3", {{"PATH", "/nonexistent"}}) ==
+        "python3 (python3 from PATH)");
+}

@@ -307,6 +307,28 @@ def failed_node_ends_the_job(c):
 
 
 @test
+def host_node_failure_named_on_the_other_node(c):
+    """The node hosting the rendezvous store spends its restarts and ends the job: the
+    other node says the job ended on that node, not "lost the rendezvous store ... Broken
+    pipe" (issue 31 item 20)."""
+    port = c.reserve_port()
+    wargs = ["--fail-rank", "0", "--until-world", "99"]
+    # Node 1 has restarts left when node 0 has spent its own: its next rendezvous fails.
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "host_fails",
+                                            ["--node-rank=%d" % i, f"--max-restarts={1 + 2 * i}"]),
+                      wargs) for i in range(2)]
+    for a in agents:
+        check(a.wait(90) != 0, f"{a.name} must fail", c.logs())
+    check("exitcode" in agents[0].text(), "the host node reports its worker", c.logs())
+    errors = [l for l in agents[1].text().splitlines() if "rendezvous failed" in l]
+    check(errors and all("Broken pipe" not in l and "lost the rendezvous store" not in l
+                         for l in errors), "no socket errno for a job that ended", c.logs())
+    check(any("the job ended on the node hosting the rendezvous store" in l
+              or "is closed: the job has ended" in l for l in errors),
+          "node 1 says the job ended", c.logs())
+
+
+@test
 def waiting_feedback_then_timeout(c):
     port = c.reserve_port()
     conf = "keep_alive_interval=0.5,join_timeout=4"

@@ -74,6 +74,39 @@ TEST_CASE("TcpStore: connecting gives up soon after its cancel flag is set", "[c
                                 Catch::Contains("cancelled"));
 }
 
+TEST_CASE("TcpStore: the cancel flag cuts a handshake with a silent listener short",
+          "[client][net]") {
+  // Issue 31 item 20: a listener that accepts and never answers held a cancelled connect
+  // (SIGTERM to ddprun) for the whole try (up to 8 s), not 20 ms.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::listen(listener, 8) == 0);  // the kernel accepts; nobody ever replies
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  std::atomic<bool> cancel{false};
+  TcpStoreOptions opts = client(ntohs(addr.sin_port), 30s);  // one try may take 30 s
+  opts.cancel = &cancel;
+  auto attempt = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      TcpStore store(opts);
+      return "connected";
+    } catch (const StoreConnectionError& e) {
+      return e.what();
+    }
+  });
+  std::this_thread::sleep_for(300ms);  // in the handshake's wait by now
+  const auto t0 = std::chrono::steady_clock::now();
+  cancel = true;
+  REQUIRE(attempt.wait_for(20s) == std::future_status::ready);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK_THAT(attempt.get(), Catch::Contains("cancelled"));
+  ::close(listener);
+}
+
 TEST_CASE("TcpStore: name resolution failure is reported", "[client][net]") {
   try {
     TcpStore store(client(1, 100ms, 30s, "no-such-host.invalid"));
