@@ -117,7 +117,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
         "rendezvous store's host first, then address, host, pid)",
         where(), store_->get(keys::note(r)));
   }
-  RendezvousInfo info = info_of(*plan);
+  RendezvousInfo info = slot_info(*plan);
   info.round = r;
   info.use_agent_store = config_.round.agent_store;
   if (info.group_rank == 0) {
@@ -140,7 +140,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
                                std::to_string(r));
   }
   std::string why;
-  info.gloo_socket_ifname = gloo_interface(elsewhere_descs(*plan), slot, why);
+  info.gloo_socket_ifname = gloo_interface(plan->elsewhere, why);
   if (!info.gloo_socket_ifname.empty() && !gloo_warned_) {
     gloo_warned_ = true;
     spdlog::warn("{}: {}: the workers get GLOO_SOCKET_IFNAME={} (set it to choose another)",
@@ -321,11 +321,11 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
       descs.push_back(std::move(*d));
     }
   }
-  RoundPlan plan;
+  RoundLayout plan;
   if (refused.empty()) {
     const bool shared = config_.round.agent_store && config_.shared_store_port > 0;
-    plan = plan_round(descs, r, config_.round, config_.static_ranks,
-                      shared ? config_.shared_store_addr : "", where());
+    plan = layout_round(descs, r, config_.round, config_.static_ranks,
+                        shared ? config_.shared_store_addr : "");
     refused = plan.refused;
   }
   if (!refused.empty()) {

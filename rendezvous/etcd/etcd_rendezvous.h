@@ -93,6 +93,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   int restarts_spent_ = 0;       // set_restarts_spent(): in this node's descriptor (agent thread)
   int described_restarts_ = -1;  // the restarts_spent_ its descriptor has now
   bool node_rank_warned_ = false;
+  bool gloo_warned_ = false;  // "the workers get GLOO_SOCKET_IFNAME" said once
 };
 
 }  // namespace ddprun::rdzv

@@ -9,7 +9,8 @@
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_round.h"
 #include "rendezvous/progress.h"
-#include "rendezvous/rank_assignment.h"
+#include "rendezvous/published_address.h"
+#include "rendezvous/round_layout.h"
 #include "rendezvous/round_member.h"
 #include "store/store.h"
 
@@ -32,7 +33,7 @@ void EtcdRendezvous::check_same_job() {
 
 void EtcdRendezvous::ensure_lease() {
   // A new lease gets this node's descriptor; so does a new restart count, which every
-  // node reads from the descriptors when the round forms (round_layout takes the most).
+  // node reads from the descriptors when the round forms (layout_round takes the most).
   const bool fresh = session_.ensure_lease(client_);
   if (!fresh && described_restarts_ == restarts_spent_) return;
   described_restarts_ = restarts_spent_;
@@ -266,10 +267,20 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     if (s.members[i] == me_) slot = static_cast<int>(i);
     descs.push_back(std::move(*d));
   }
-  check_member_jobs(descs, s.round, config_.round, where());
-  const std::vector<int> ranks = group_ranks_or_throw(
-      descs, /*static_ranks=*/false, config_.round.max_nodes, where(), node_rank_warned_);
-  RendezvousInfo info = round_layout(descs, ranks, slot);
+  // The same layout, refusals and gloo hint as c10d's round leader computes.
+  const RoundLayout layout =
+      layout_round(descs, s.round, config_.round, /*static_ranks=*/false, /*master_host=*/"");
+  if (!layout.refused.empty()) throw RendezvousStateError(where() + ": " + layout.refused);
+  if (slot < 0) return std::nullopt;  // not a member after all: the loop looks again
+  const SlotLayout& mine = layout.slots[static_cast<std::size_t>(slot)];
+  if (mine.note && !node_rank_warned_) {
+    node_rank_warned_ = true;
+    spdlog::warn(
+        "{}: --node-rank ignored: {}; group ranks follow the automatic order instead (by "
+        "address, host, pid)",
+        where(), layout.note);
+  }
+  RendezvousInfo info = slot_info(mine);
   info.round = s.round;
   info.use_agent_store = config_.round.agent_store;
   const std::string master_key = keys_.rkey(s.round, "master");
@@ -303,6 +314,13 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
       throw RendezvousTimeoutError(where() + ": group rank 0 did not publish the workers' store");
     }
     wait_for_change(revision, deadline, /*burst=*/false);
+  }
+  std::string why;
+  info.gloo_socket_ifname = gloo_interface(mine.elsewhere, why);
+  if (!info.gloo_socket_ifname.empty() && !gloo_warned_) {
+    gloo_warned_ = true;
+    spdlog::warn("{}: {}: the workers get GLOO_SOCKET_IFNAME={} (set it to choose another)",
+                 where(), why, info.gloo_socket_ifname);
   }
   session_.enter_round(s.round, s.members);  // its thread starts watching the round
   spdlog::info("{}: round {} formed: {} node(s), this node is group rank {}", where(), s.round,
