@@ -11,7 +11,6 @@
 #include "rendezvous/c10d/round_plan.h"
 #include "rendezvous/c10d/store_rendezvous.h"
 #include "rendezvous/progress.h"
-#include "rendezvous/published_address.h"
 #include "rendezvous/round_member.h"
 #include "store/store.h"
 
@@ -35,9 +34,7 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
   for (;; ++r) {
     throw_if_stopped();
     check_closed();
-    if (now() >= deadline) {
-      throw RendezvousTimeoutError(where() + ": no round formed within join_timeout");
-    }
+    if (now() >= deadline) throw join_timeout_error(r, std::nullopt);
     if (store_->check({keys::final_size(r)})) continue;  // formed (and running) without us
     if (std::optional<RendezvousInfo> info = try_round(r, deadline)) return std::move(*info);
   }
@@ -109,14 +106,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
                                std::to_string(r) + " slot " + std::to_string(slot) +
                                " (is a non-ddprun agent using this run id?)");
   }
-  if (plan->note && !node_rank_warned_) {
-    // c10d, as torchrun (which ignores --node-rank there): say so once per agent.
-    node_rank_warned_ = true;
-    spdlog::warn(
-        "{}: --node-rank ignored: {}; group ranks follow the automatic order instead (the "
-        "rendezvous store's host first, then address, host, pid)",
-        where(), store_->get(keys::note(r)));
-  }
+  if (plan->note && !node_rank_warned()) warn_node_rank_ignored(store_->get(keys::note(r)));
   RendezvousInfo info = slot_info(*plan);
   info.round = r;
   info.use_agent_store = config_.round.agent_store;
@@ -139,13 +129,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
     throw RendezvousStateError(where() + ": corrupt workers' store address for round " +
                                std::to_string(r));
   }
-  std::string why;
-  info.gloo_socket_ifname = gloo_interface(plan->elsewhere, why);
-  if (!info.gloo_socket_ifname.empty() && !gloo_warned_) {
-    gloo_warned_ = true;
-    spdlog::warn("{}: {}: the workers get GLOO_SOCKET_IFNAME={} (set it to choose another)",
-                 where(), why, info.gloo_socket_ifname);
-  }
+  info.gloo_socket_ifname = gloo_socket_ifname(*plan);
   info.master_addr = master->host;
   info.master_port = static_cast<std::uint16_t>(master->port);
   enter_round(r, slot, n, info);
@@ -154,10 +138,11 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
 
 int StoreRendezvous::take_slot(int r) {
   const int slot = static_cast<int>(store_->add(keys::joined(r), 1)) - 1;
-  store_->multi_set({keys::node(r, slot), keys::heartbeat(r, slot)},
-                    {encode_node_desc(this_node_desc(config_.round, hosts_store(),
-                                                     config_.node_rank_defaulted, restarts_spent_)),
-                     "1"});
+  store_->multi_set(
+      {keys::node(r, slot), keys::heartbeat(r, slot)},
+      {encode_node_desc(this_node_desc(config_.round, hosts_store(), config_.node_rank_defaulted,
+                                       restarts_spent())),
+       "1"});
   spdlog::debug("{}: joined round {} in slot {}", where(), r, slot);
   return slot;
 }
@@ -198,13 +183,7 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
       count = store_->add(keys::joined(r), 0);
       // Our slot stays counted; the heartbeat key says we left, so no round waits for us.
       leave_slot(r, slot);
-      throw RendezvousTimeoutError(where() + ": timed out after join_timeout " +
-                                   std::to_string(config_.round.join_timeout.count() / 1000) +
-                                   " s in round " + std::to_string(r) + " with " +
-                                   std::to_string(count) + " of min " +
-                                   std::to_string(config_.round.min_nodes) + " / max " +
-                                   std::to_string(config_.round.max_nodes) + " nodes" +
-                                   (retired ? "" : " (the previous round's nodes never left it)"));
+      throw join_timeout_error(r, count, retired ? "" : "the previous round's nodes never left it");
     }
     if (t >= next_log) {
       log_progress(r, deadline, retired);
@@ -420,12 +399,7 @@ void StoreRendezvous::enter_round(int r, int slot, int n, const RendezvousInfo& 
   round_ = r;
   slot_ = slot;
   nodes_ = n;
-  spdlog::info(
-      "{}: round {} complete: {} nodes, this node is group rank {} of {} (ranks {}..{} of {}); "
-      "workers' store at {}",
-      where(), r, nodes_, info.group_rank, nodes_, info.rank_base,
-      info.rank_base + config_.round.local_world_size - 1, info.world_size,
-      Endpoint{info.master_addr, info.master_port}.to_string());
+  log_round_formed(info);
   watch_.start(hb_store_, r, slot, n);
 }
 

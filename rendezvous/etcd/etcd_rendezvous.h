@@ -20,11 +20,12 @@
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
 #include "rendezvous/round_config.h"
+#include "rendezvous/round_handler.h"
 #include "rendezvous/workers_store.h"
 
 namespace ddprun::rdzv {
 
-class EtcdRendezvous final : public RendezvousHandler {
+class EtcdRendezvous final : public RoundHandlerBase {
  public:
   using Clock = std::chrono::steady_clock;
   using Ms = std::chrono::milliseconds;
@@ -52,16 +53,16 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::string run_id() const override { return config_.round.run_id; }
   std::string backend_name() const override { return "etcd-v3"; }
   void shutdown() override;
-  void interrupt() override;
-  void set_restarts_spent(int restarts) override { restarts_spent_ = restarts; }
 
   std::string new_round_reason();
 
  private:
-  std::string where() const;
-  Clock::time_point now() const { return config_.round.now(); }
+  // RoundHandlerBase's parts: "rendezvous '<id>' (etcd-v3, <members>)", the round
+  // settings, and wake(): interrupt() cancels the watch a wait blocks on.
+  std::string where() const override;
+  const RoundConfig& round_config() const override { return config_.round; }
+  void wake() override;
   EtcdOptions options_with(const std::atomic<bool>* cancel) const;
-  void throw_if_stopped();
   // Blocks until a key watch_ watches changes after `revision`, `until`, or
   // recheck_interval (the safety net); with `burst`, lets a burst of changes end first
   // (settle()). RendezvousInterruptedError on interrupt().
@@ -87,13 +88,8 @@ class EtcdRendezvous final : public RendezvousHandler {
   EtcdSession session_;
   WorkersStore workers_store_;
 
-  std::atomic<bool> interrupted_{false};
-  std::atomic<bool> closed_{false};
   std::string me_;               // the session's lease id in hex (agent thread)
-  int restarts_spent_ = 0;       // set_restarts_spent(): in this node's descriptor (agent thread)
-  int described_restarts_ = -1;  // the restarts_spent_ its descriptor has now
-  bool node_rank_warned_ = false;
-  bool gloo_warned_ = false;  // "the workers get GLOO_SOCKET_IFNAME" said once
+  int described_restarts_ = -1;  // the restarts_spent() its descriptor has now
 };
 
 }  // namespace ddprun::rdzv

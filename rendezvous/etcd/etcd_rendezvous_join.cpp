@@ -9,7 +9,6 @@
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_round.h"
 #include "rendezvous/progress.h"
-#include "rendezvous/published_address.h"
 #include "rendezvous/round_layout.h"
 #include "rendezvous/round_member.h"
 #include "store/store.h"
@@ -35,12 +34,12 @@ void EtcdRendezvous::ensure_lease() {
   // A new lease gets this node's descriptor; so does a new restart count, which every
   // node reads from the descriptors when the round forms (layout_round takes the most).
   const bool fresh = session_.ensure_lease(client_);
-  if (!fresh && described_restarts_ == restarts_spent_) return;
-  described_restarts_ = restarts_spent_;
+  if (!fresh && described_restarts_ == restarts_spent()) return;
+  described_restarts_ = restarts_spent();
   me_ = session_.id();
   client_.put(keys_.key("node/" + me_),
               encode_node_desc(this_node_desc(config_.round, /*rdzv_host=*/false,
-                                              /*node_rank_defaulted=*/false, restarts_spent_)),
+                                              /*node_rank_defaulted=*/false, restarts_spent())),
               session_.lease());
 }
 
@@ -103,12 +102,7 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
     throw_if_stopped();
     session_.check_alive();
     ensure_lease();  // again when it expired
-    if (now() >= deadline) {
-      throw RendezvousTimeoutError(where() + ": no round formed within join_timeout (" +
-                                   std::to_string(config_.round.join_timeout.count() / 1000) +
-                                   " s; min " + std::to_string(config_.round.min_nodes) +
-                                   " nodes)");
-    }
+    if (now() >= deadline) throw join_timeout_error(v.state ? v.state->round : 0, std::nullopt);
     std::int64_t revision = 0;  // the store revision of this look: wait for changes after it
     auto kv = client_.get(keys_.key("state"), &revision);
     v.state.reset();
@@ -273,13 +267,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
   if (!layout.refused.empty()) throw RendezvousStateError(where() + ": " + layout.refused);
   if (slot < 0) return std::nullopt;  // not a member after all: the loop looks again
   const SlotLayout& mine = layout.slots[static_cast<std::size_t>(slot)];
-  if (mine.note && !node_rank_warned_) {
-    node_rank_warned_ = true;
-    spdlog::warn(
-        "{}: --node-rank ignored: {}; group ranks follow the automatic order instead (by "
-        "address, host, pid)",
-        where(), layout.note);
-  }
+  if (mine.note) warn_node_rank_ignored(layout.note);
   RendezvousInfo info = slot_info(mine);
   info.round = s.round;
   info.use_agent_store = config_.round.agent_store;
@@ -311,20 +299,14 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
     }
     throw_if_stopped();
     if (now() >= deadline) {
-      throw RendezvousTimeoutError(where() + ": group rank 0 did not publish the workers' store");
+      throw join_timeout_error(s.round, std::nullopt,
+                               "group rank 0 did not publish the workers' store");
     }
     wait_for_change(revision, deadline, /*burst=*/false);
   }
-  std::string why;
-  info.gloo_socket_ifname = gloo_interface(mine.elsewhere, why);
-  if (!info.gloo_socket_ifname.empty() && !gloo_warned_) {
-    gloo_warned_ = true;
-    spdlog::warn("{}: {}: the workers get GLOO_SOCKET_IFNAME={} (set it to choose another)",
-                 where(), why, info.gloo_socket_ifname);
-  }
+  info.gloo_socket_ifname = gloo_socket_ifname(mine);
   session_.enter_round(s.round, s.members);  // its thread starts watching the round
-  spdlog::info("{}: round {} formed: {} node(s), this node is group rank {}", where(), s.round,
-               info.group_world_size, info.group_rank);
+  log_round_formed(info);
   return info;
 }
 
