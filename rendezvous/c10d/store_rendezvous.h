@@ -132,10 +132,19 @@ class StoreRendezvous final : public RoundHandlerBase {
   // by slot 0 of the next round, none of them alive).
   bool round_retired(int r, int next_slot);
   void log_progress(int r, Clock::time_point deadline, bool retired);
-  // The round leader (slot 0): waits for the n descriptors while their count grows,
-  // reads them once and publishes every slot's plan (round_plan.h) in one MULTI_SET, or
-  // the round's refusal / reason to start over.
+  // The round leader (slot 0): wait_for_descriptors(), then publish_plan(), or the
+  // round's reason to start over when a descriptor never came.
   void lead_round(int r, int n, Clock::time_point deadline);
+  // Waits for the n descriptors of round r while their count grows (beating slot 0's
+  // heartbeat); false once it stood still for a heartbeat threshold, or at `deadline`.
+  bool wait_for_descriptors(int r, int n, Clock::time_point deadline);
+  // Reads the n descriptors once (into `descs`, by slot); the refusal text when one is
+  // corrupt, "" otherwise.
+  std::string read_descriptors(int r, int n, std::vector<NodeDesc>& descs);
+  // Lays out round r (layout_round) and publishes every slot's plan (round_plan.h), the
+  // note and, when the leader is group rank 0, the workers' store, in one MULTI_SET; or
+  // the round's refusal.
+  void publish_plan(int r, int n);
   // Waits for `key` (beating this slot's heartbeat) while slot `watched`'s heartbeat
   // moves: kStalled once it stood still for a heartbeat threshold (or at `deadline`),
   // kLeft when it says "left".

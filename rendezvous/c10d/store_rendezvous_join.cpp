@@ -1,6 +1,8 @@
 // store_rendezvous_join.cpp: how StoreRendezvous forms a round (next_rendezvous()), as
-// named steps: leave the old round, take a slot, wait for the round to be closed,
-// read the members, assign ranks, publish / learn the workers' store, enter the round.
+// named steps: leave the old round, take a slot, wait for the round to be closed; the
+// round leader (slot 0) waits for the descriptors and publishes every slot's plan
+// (layout_round); each member reads its own, publishes / learns the workers' store and
+// enters the round.
 // docs/multinode.md ("Rounds, elasticity and failures") tells the algorithm. The
 // life cycle and the API while in a round are in store_rendezvous.cpp.
 #include <spdlog/spdlog.h>
@@ -240,6 +242,19 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
 }
 
 void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
+  if (wait_for_descriptors(r, n, deadline)) {
+    publish_plan(r, n);
+    return;
+  }
+  // Every member starts over with this line.
+  std::vector<std::string> rank_keys = keys::ranks(r, n);
+  std::vector<std::string> values(static_cast<std::size_t>(n), keys::kSeeRound);
+  rank_keys.push_back(keys::broken(r));
+  values.push_back("a node of round " + std::to_string(r) + " never described itself");
+  store_->multi_set(rank_keys, values);
+}
+
+bool StoreRendezvous::wait_for_descriptors(int r, int n, Clock::time_point deadline) {
   // Every participant stores its descriptor right after its ADD, so this is short on an
   // idle machine; under load it waits as long as descriptors keep arriving, and gives
   // up only after a heartbeat threshold without a new one (a joiner died in between).
@@ -249,7 +264,6 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
   auto next_look = now();
   auto next_beat = now() + config_.round.keep_alive_interval;
   int present = 0;  // descriptors 0..present-1 are there
-  bool stalled = false;
   constexpr int kChunk = 256;
   while (present < n) {
     const int chunk = std::min(kChunk, n - present);
@@ -269,37 +283,31 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
     }
     if (present < n && t >= next_look) {
       next_look = t + tick;
-      if (progress.observe(0, {std::to_string(present)}, t).front() == Member::kDead) {
-        stalled = true;
-        break;
-      }
+      if (progress.observe(0, {std::to_string(present)}, t).front() == Member::kDead) return false;
     }
-    if (present < n && t >= deadline) {
-      stalled = true;
-      break;
-    }
+    if (present < n && t >= deadline) return false;
   }
-  std::vector<std::string> rank_keys = keys::ranks(r, n);
-  std::vector<std::string> values(static_cast<std::size_t>(n), keys::kSeeRound);
-  if (stalled) {
-    // Every member starts over with this line.
-    rank_keys.push_back(keys::broken(r));
-    values.push_back("a node of round " + std::to_string(r) + " never described itself");
-    store_->multi_set(rank_keys, values);
-    return;
-  }
-  const std::vector<std::string> raw = store_->multi_get(node_keys);
-  std::vector<NodeDesc> descs;
-  std::string refused;
-  for (int s = 0; s < n && refused.empty(); ++s) {
+  return true;
+}
+
+std::string StoreRendezvous::read_descriptors(int r, int n, std::vector<NodeDesc>& descs) {
+  const std::vector<std::string> raw = store_->multi_get(keys::nodes(r, n));
+  for (int s = 0; s < n; ++s) {
     std::optional<NodeDesc> d = decode_node_desc(raw[static_cast<std::size_t>(s)], s);
     if (!d) {
-      refused = "corrupt node descriptor in round " + std::to_string(r) + " slot " +
-                std::to_string(s) + " (is a non-ddprun agent using this run id?)";
-    } else {
-      descs.push_back(std::move(*d));
+      return "corrupt node descriptor in round " + std::to_string(r) + " slot " +
+             std::to_string(s) + " (is a non-ddprun agent using this run id?)";
     }
+    descs.push_back(std::move(*d));
   }
+  return {};
+}
+
+void StoreRendezvous::publish_plan(int r, int n) {
+  std::vector<std::string> rank_keys = keys::ranks(r, n);
+  std::vector<std::string> values(static_cast<std::size_t>(n), keys::kSeeRound);
+  std::vector<NodeDesc> descs;
+  std::string refused = read_descriptors(r, n, descs);
   RoundLayout plan;
   if (refused.empty()) {
     const bool shared = config_.round.agent_store && config_.shared_store_port > 0;
@@ -310,24 +318,24 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
   if (!refused.empty()) {
     rank_keys.push_back(keys::refused(r));
     values.push_back(refused);
-  } else {
-    for (int s = 0; s < n; ++s) {
-      values[static_cast<std::size_t>(s)] =
-          encode_slot_plan(plan.slots[static_cast<std::size_t>(s)]);
-    }
-    if (!plan.note.empty()) {
-      rank_keys.push_back(keys::note(r));
-      values.push_back(plan.note);
-    }
-    if (plan.slots[0].group_rank == 0) {
-      // The leader is group rank 0 (the usual case: the store's host joins first and is
-      // first in the automatic order): the workers' store goes out with the plans, and
-      // the members' wait for it ends at once.
-      rank_keys.push_back(keys::master(r));
-      values.push_back(workers_store_address());
-      rank_keys.push_back(keys::kRound);
-      values.push_back(std::to_string(r));
-    }
+    store_->multi_set(rank_keys, values);
+    return;
+  }
+  for (int s = 0; s < n; ++s) {
+    values[static_cast<std::size_t>(s)] = encode_slot_plan(plan.slots[static_cast<std::size_t>(s)]);
+  }
+  if (!plan.note.empty()) {
+    rank_keys.push_back(keys::note(r));
+    values.push_back(plan.note);
+  }
+  if (plan.slots[0].group_rank == 0) {
+    // The leader is group rank 0 (the usual case: the store's host joins first and is
+    // first in the automatic order): the workers' store goes out with the plans, and
+    // the members' wait for it ends at once.
+    rank_keys.push_back(keys::master(r));
+    values.push_back(workers_store_address());
+    rank_keys.push_back(keys::kRound);
+    values.push_back(std::to_string(r));
   }
   store_->multi_set(rank_keys, values);
 }
