@@ -626,7 +626,7 @@ def rendezvous(tool, prefix, n, tmp, cfg, etcd=None):
             argv += opt(tool, "no-python") + worker
             log_path = d / f"agent.{i}.log"
             logs.append(log_path)
-            # ddprun logs "round N complete" at INFO (its default is WARNING).
+            # ddprun logs "round N formed" at INFO (its default is WARNING).
             env = None if is_torchrun(tool) else dict(os.environ, LOGLEVEL="INFO")
             with open(log_path, "w") as log_file:
                 procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log_file,

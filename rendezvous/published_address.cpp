@@ -77,15 +77,17 @@ bool gloo_needs_interface(const std::vector<std::string>& hostname_addrs,
   return spans_machines(descs) && !usable;
 }
 
-std::string gloo_interface(const std::vector<NodeDesc>& descs, int slot, std::string& why) {
+std::string gloo_interface(const std::vector<std::string>& remote, std::string& why) {
   if (std::getenv("GLOO_SOCKET_IFNAME") != nullptr) return {};
+  std::vector<NodeDesc> descs(remote.size());
+  for (std::size_t i = 0; i < remote.size(); ++i) descs[i].addr = remote[i];
   // One machine: no name look-up at all (it may wait for a DNS server).
   if (!spans_machines(descs)) return {};
   const std::string hostname = local_hostname();
   const std::vector<std::string> resolved = resolve_addresses(hostname);
   if (!gloo_needs_interface(resolved, local_interface_addresses(), descs)) return {};
   for (const NodeDesc& d : descs) {
-    if (d.slot == slot || !elsewhere(d)) continue;
+    if (!elsewhere(d)) continue;
     const std::string source = routed_local_address({d.addr, 9});
     std::string name = is_loopback_host(source) ? "" : interface_of(source);
     if (name.empty()) continue;

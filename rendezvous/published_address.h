@@ -1,8 +1,9 @@
 // published_address.h: which address a multi-node agent publishes to its peers (its node
 // descriptor; MASTER_ADDR when it becomes group rank 0), and the refusal to hand remote
 // workers a loopback MASTER_ADDR. Nothing here depends on this machine's own host name
-// resolving. Used by the registry (the choice) and StoreRendezvous (the refusal); table
-// tests in tests/rendezvous/published_address_test.cpp. Thread-safety: pure functions,
+// resolving. Used by the registry (the choice), layout_round() (the refusal) and both
+// multi-node handlers (gloo's interface); table tests in
+// tests/rendezvous/published_address_test.cpp. Thread-safety: pure functions,
 // except find_published_address(), which asks the kernel for a route (reentrant).
 #pragma once
 
@@ -48,11 +49,11 @@ bool gloo_needs_interface(const std::vector<std::string>& hostname_addrs,
                           const std::vector<std::string>& local_addrs,
                           const std::vector<NodeDesc>& descs);
 
-// GLOO_SOCKET_IFNAME for this node's workers (slot `slot` of the round `descs`): when
+// GLOO_SOCKET_IFNAME for this node's workers, from the addresses `remote` of the round's
+// members elsewhere (the gloo hint, SlotLayout::elsewhere in round_layout.h): when
 // gloo_needs_interface() for this machine's host name, the interface of the route's
-// source address towards another machine's member (`why` says why, for the log); "" when
-// gloo finds a reachable address itself, the user set GLOO_SOCKET_IFNAME, or no
-// interface can be found.
-std::string gloo_interface(const std::vector<NodeDesc>& descs, int slot, std::string& why);
+// source address towards one of them (`why` says why, for the log); "" when gloo finds a
+// reachable address itself, the user set GLOO_SOCKET_IFNAME, or no interface can be found.
+std::string gloo_interface(const std::vector<std::string>& remote, std::string& why);
 
 }  // namespace ddprun::rdzv

@@ -1,8 +1,6 @@
 // rank_assignment.cpp: group ranks from a round's descriptors (static node ranks or the
-// automatic order) and the round's layout for one member (rank_assignment.h).
+// automatic order) (rank_assignment.h).
 #include "rendezvous/rank_assignment.h"
-
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <map>
@@ -92,39 +90,6 @@ RankAssignment assign_group_ranks(const std::vector<NodeDesc>& descs, bool stati
   out.group_rank.resize(descs.size());
   for (int g = 0; g < n; ++g) out.group_rank[static_cast<std::size_t>(order[g])] = g;
   return out;
-}
-
-RendezvousInfo round_layout(const std::vector<NodeDesc>& descs, const std::vector<int>& group_rank,
-                            int slot) {
-  const std::size_t n = descs.size();
-  RendezvousInfo info;
-  info.group_rank = group_rank[static_cast<std::size_t>(slot)];
-  info.group_world_size = static_cast<int>(n);
-  std::vector<const NodeDesc*> by_rank(n);
-  for (std::size_t s = 0; s < n; ++s) by_rank[static_cast<std::size_t>(group_rank[s])] = &descs[s];
-  info.world_size = 0;
-  for (int g = 0; g < static_cast<int>(n); ++g) {
-    const NodeDesc& d = *by_rank[static_cast<std::size_t>(g)];
-    if (g < info.group_rank) info.rank_base += d.nproc;
-    info.world_size += d.nproc;
-    info.restart_count = std::max(info.restart_count, d.restarts);
-  }
-  return info;
-}
-
-std::vector<int> group_ranks_or_throw(const std::vector<NodeDesc>& descs, bool static_ranks,
-                                      int max_nodes, const std::string& where, bool& warned) {
-  RankAssignment assigned = assign_group_ranks(descs, static_ranks, max_nodes);
-  if (!assigned.error.empty()) throw RendezvousStateError(where + ": " + assigned.error);
-  // c10d, as torchrun (which ignores --node-rank there): say so once per agent.
-  if (!assigned.ignored.empty() && !warned) {
-    warned = true;
-    spdlog::warn(
-        "{}: --node-rank ignored: {}; group ranks follow the automatic order instead (the "
-        "rendezvous store's host first, then address, host, pid)",
-        where, assigned.ignored);
-  }
-  return std::move(assigned.group_rank);
 }
 
 }  // namespace ddprun::rdzv

@@ -46,17 +46,16 @@ std::string another_job_error(const std::string& where, const RoundConfig& c,
          "arguments may differ per node)";
 }
 
-void check_member_jobs(const std::vector<NodeDesc>& descs, int round, const RoundConfig& c,
-                       const std::string& where) {
-  if (!c.job_check) return;
+std::string member_jobs_error(const std::vector<NodeDesc>& descs, int round, const RoundConfig& c) {
+  if (!c.job_check) return {};
   const std::string mine = job_fingerprint(c.job_command);
   for (const NodeDesc& d : descs) {
     if (d.job && *d.job != mine) {
-      throw RendezvousStateError(where + ": node " + d.label() + " of round " +
-                                 std::to_string(round) + " runs another job (" + *d.job +
-                                 "), this node `" + command_line(c.job_command) + "`");
+      return "node " + d.label() + " of round " + std::to_string(round) + " runs another job (" +
+             *d.job + "), this node `" + command_line(c.job_command) + "`";
     }
   }
+  return {};
 }
 
 std::uint16_t workers_store_port(const RoundConfig& c, WorkersStore& ws, int shared_store_port,

@@ -35,10 +35,10 @@ NodeDesc this_node_desc(const RoundConfig& c, bool rdzv_host, bool node_rank_def
 std::string another_job_error(const std::string& where, const RoundConfig& c,
                               const std::string& published);
 
-// Throws RendezvousStateError when job_check is on and a member's descriptor carries a
-// fingerprint other than this node's (what a merge of two jobs would have been).
-void check_member_jobs(const std::vector<NodeDesc>& descs, int round, const RoundConfig& c,
-                       const std::string& where);
+// Why round `round` must not run when job_check is on and a member's descriptor carries
+// a fingerprint other than this node's (what a merge of two jobs would have been); ""
+// when every member runs this job (or job_check is off).
+std::string member_jobs_error(const std::vector<NodeDesc>& descs, int round, const RoundConfig& c);
 
 // Group rank 0: the port its round's workers reach the workers' store on. No agent
 // store: a free port for worker rank 0 to host one on; `shared_store_port` > 0 (static,

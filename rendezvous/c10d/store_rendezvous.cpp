@@ -18,7 +18,7 @@ using Clock = StoreRendezvous::Clock;
 using Ms = StoreRendezvous::Ms;
 
 StoreRendezvous::Config with_clock(StoreRendezvous::Config config) {
-  if (!config.round.now) config.round.now = [] { return Clock::now(); };
+  config.round = RoundHandlerBase::with_default_clock(std::move(config.round));
   // Large clusters wait in longer slices (up to 2 s from 1024 nodes) and log their
   // progress less often (every 20 s from 1024): 1024 agents polling every 250 ms ask a
   // store host, starved on a loaded machine, more than it can answer.
@@ -49,35 +49,29 @@ std::string StoreRendezvous::where() const {
   return rendezvous_where(config_.round.run_id, config_.backend + " at " + config_.endpoint);
 }
 
-void StoreRendezvous::throw_if_stopped() {
-  if (stop_requested()) {
-    throw RendezvousInterruptedError(where() + ": interrupted while waiting for the other nodes");
-  }
-}
-
 bool StoreRendezvous::sleep_slice(Ms d) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, d, [&] { return stop_requested(); });
   return !stop_requested();
 }
 
-void StoreRendezvous::interrupt() {
-  interrupted_.store(true);
+void StoreRendezvous::wake() {
   std::lock_guard lock(mu_);
   cv_.notify_all();
 }
 
+std::string StoreRendezvous::automatic_order() const {
+  return "the rendezvous store's host first, then address, host, pid";
+}
+
 void StoreRendezvous::check_closed() {
-  if (closed_.load() || store_->check({keys::kClosed})) {
-    closed_.store(true);
-    throw RendezvousClosedError(where() + " is closed: the job has ended");
-  }
+  if (closed_seen() || store_->check({keys::kClosed})) throw_closed();
 }
 
 void StoreRendezvous::ensure_connected(Clock::time_point deadline) {
   if (store_) return;
-  auto main = connect_(deadline, interrupted_);
-  auto hb = connect_(deadline, interrupted_);
+  auto main = connect_(deadline, interrupted_flag());
+  auto hb = connect_(deadline, interrupted_flag());
   store_ = main;
   hb_store_ = hb;
   if (config_.find_address) config_.round.advertise_addr = config_.find_address();
@@ -131,16 +125,16 @@ bool StoreRendezvous::needs_new_round_now() {
 std::string StoreRendezvous::new_round_reason() { return watch_.reason(); }
 
 bool StoreRendezvous::is_closed() {
-  if (closed_.load()) return true;
+  if (closed_seen()) return true;
   try {
-    if (store_ && store_->check({keys::kClosed})) closed_.store(true);
+    if (store_ && store_->check({keys::kClosed})) mark_closed();
   } catch (const std::exception&) {
   }
-  return closed_.load();
+  return closed_seen();
 }
 
 void StoreRendezvous::set_closed() {
-  closed_.store(true);
+  mark_closed();
   try {
     if (store_) store_->set(keys::kClosed, "1");
   } catch (const std::exception& e) {

@@ -20,6 +20,7 @@
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
 #include "rendezvous/round_config.h"
+#include "rendezvous/round_handler.h"
 #include "rendezvous/workers_store.h"
 
 namespace ddprun::store {
@@ -31,8 +32,9 @@ namespace ddprun::rdzv {
 // The pure parts have files of their own: the key layout (keys.h), the values stored
 // (round_codec.h), rank assignment (rank_assignment.h), liveness (liveness.h), the
 // progress line (progress.h), what both multi-node handlers do (round_member.h); the
-// heartbeat thread is RoundWatch (round_watch.h), the workers' store WorkersStore.
-class StoreRendezvous final : public RendezvousHandler {
+// heartbeat thread is RoundWatch (round_watch.h), the workers' store WorkersStore; the
+// flags, messages and log lines every backend shares are RoundHandlerBase's (round_handler.h).
+class StoreRendezvous final : public RoundHandlerBase {
  public:
   using Clock = std::chrono::steady_clock;
   using Ms = std::chrono::milliseconds;
@@ -93,19 +95,19 @@ class StoreRendezvous final : public RendezvousHandler {
   std::string run_id() const override { return config_.round.run_id; }
   std::string backend_name() const override { return config_.backend; }
   void shutdown() override;
-  void interrupt() override;
-  void set_restarts_spent(int restarts) override { restarts_spent_ = restarts; }
 
   // Why needs_new_round() became true ("" while it is false).
   std::string new_round_reason();
 
  private:
-  // The polling loops of next_rendezvous() and exit_barrier() stop here: interrupt()
-  // makes stop_requested() true and wakes sleep_slice().
-  bool stop_requested() const { return interrupted_.load(); }
-  void throw_if_stopped();  // RendezvousInterruptedError once stop_requested()
-  bool sleep_slice(Ms d);   // false when stopped
-  Clock::time_point now() const { return config_.round.now(); }
+  // RoundHandlerBase's parts: "rendezvous '<id>' (<backend> at <endpoint>)", the round
+  // settings, and wake(): the polling loops of next_rendezvous() and exit_barrier() stop
+  // at throw_if_stopped(); interrupt() wakes sleep_slice().
+  std::string where() const override;
+  const RoundConfig& round_config() const override { return config_.round; }
+  void wake() override;
+  std::string automatic_order() const override;
+  bool sleep_slice(Ms d);  // false when stopped
 
   void ensure_connected(Clock::time_point deadline);
   // Publishes this job's fingerprint, or compares it with the one already published;
@@ -130,10 +132,19 @@ class StoreRendezvous final : public RendezvousHandler {
   // by slot 0 of the next round, none of them alive).
   bool round_retired(int r, int next_slot);
   void log_progress(int r, Clock::time_point deadline, bool retired, int nth);
-  // The round leader (slot 0): waits for the n descriptors while their count grows,
-  // reads them once and publishes every slot's plan (round_plan.h) in one MULTI_SET, or
-  // the round's refusal / reason to start over.
+  // The round leader (slot 0): wait_for_descriptors(), then publish_plan(), or the
+  // round's reason to start over when a descriptor never came.
   void lead_round(int r, int n, Clock::time_point deadline);
+  // Waits for the n descriptors of round r while their count grows (beating slot 0's
+  // heartbeat); false once it stood still for a heartbeat threshold, or at `deadline`.
+  bool wait_for_descriptors(int r, int n, Clock::time_point deadline);
+  // Reads the n descriptors once (into `descs`, by slot); the refusal text when one is
+  // corrupt, "" otherwise.
+  std::string read_descriptors(int r, int n, std::vector<NodeDesc>& descs);
+  // Lays out round r (layout_round) and publishes every slot's plan (round_plan.h), the
+  // note and, when the leader is group rank 0, the workers' store, in one MULTI_SET; or
+  // the round's refusal.
+  void publish_plan(int r, int n);
   // Waits for `key` (beating this slot's heartbeat) while slot `watched`'s heartbeat
   // moves: kStalled once it stood still for a heartbeat threshold (or at `deadline`),
   // kLeft when it says "left".
@@ -164,8 +175,6 @@ class StoreRendezvous final : public RendezvousHandler {
   void acknowledge_exit();  // all done: count this node, and the host waits for the rest
   bool hosts_store() const { return hosts_store_ && hosts_store_(); }
 
-  std::string where() const;  // "rendezvous '<id>' (<backend> at <endpoint>)"
-
   Config config_;
   Connect connect_;
   std::function<void()> on_shutdown_;
@@ -183,16 +192,11 @@ class StoreRendezvous final : public RendezvousHandler {
   int slot_ = 0;
   int nodes_ = 0;
 
-  std::mutex mu_;  // with cv_: sleep_slice() and interrupt()
+  std::mutex mu_;  // with cv_: sleep_slice() and wake()
   std::condition_variable cv_;
-  std::atomic<bool> interrupted_{false};
-  std::atomic<bool> closed_{false};
   bool announced_ = false;  // "left" already published for the current round
   bool shut_down_ = false;
-  bool job_checked_ = false;       // check_same_job() passed once
-  int restarts_spent_ = 0;         // set_restarts_spent(): this node's descriptor says it
-  bool node_rank_warned_ = false;  // c10d: "--node-rank ignored" said once per agent
-  bool gloo_warned_ = false;       // "the workers get GLOO_SOCKET_IFNAME" said once
+  bool job_checked_ = false;  // check_same_job() passed once
   // The last scan of the previous round's heartbeats (round_retired, slot 0).
   std::optional<Clock::time_point> last_scan_;
 };

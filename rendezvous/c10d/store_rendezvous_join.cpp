@@ -1,6 +1,8 @@
 // store_rendezvous_join.cpp: how StoreRendezvous forms a round (next_rendezvous()), as
-// named steps: leave the old round, take a slot, wait for the round to be closed,
-// read the members, assign ranks, publish / learn the workers' store, enter the round.
+// named steps: leave the old round, take a slot, wait for the round to be closed; the
+// round leader (slot 0) waits for the descriptors and publishes every slot's plan
+// (layout_round); each member reads its own, publishes / learns the workers' store and
+// enters the round.
 // docs/multinode.md ("Rounds, elasticity and failures") tells the algorithm. The
 // life cycle and the API while in a round are in store_rendezvous.cpp.
 #include <spdlog/spdlog.h>
@@ -11,7 +13,6 @@
 #include "rendezvous/c10d/round_plan.h"
 #include "rendezvous/c10d/store_rendezvous.h"
 #include "rendezvous/progress.h"
-#include "rendezvous/published_address.h"
 #include "rendezvous/round_member.h"
 #include "store/store.h"
 
@@ -35,9 +36,7 @@ RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
   for (;; ++r) {
     throw_if_stopped();
     check_closed();
-    if (now() >= deadline) {
-      throw RendezvousTimeoutError(where() + ": no round formed within join_timeout");
-    }
+    if (now() >= deadline) throw join_timeout_error(r, std::nullopt);
     if (store_->check({keys::final_size(r)})) continue;  // formed (and running) without us
     if (std::optional<RendezvousInfo> info = try_round(r, deadline)) return std::move(*info);
   }
@@ -109,15 +108,8 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
                                std::to_string(r) + " slot " + std::to_string(slot) +
                                " (is a non-ddprun agent using this run id?)");
   }
-  if (plan->note && !node_rank_warned_) {
-    // c10d, as torchrun (which ignores --node-rank there): say so once per agent.
-    node_rank_warned_ = true;
-    spdlog::warn(
-        "{}: --node-rank ignored: {}; group ranks follow the automatic order instead (the "
-        "rendezvous store's host first, then address, host, pid)",
-        where(), store_->get(keys::note(r)));
-  }
-  RendezvousInfo info = info_of(*plan);
+  if (plan->note && !node_rank_warned()) warn_node_rank_ignored(store_->get(keys::note(r)));
+  RendezvousInfo info = slot_info(*plan);
   info.round = r;
   info.use_agent_store = config_.round.agent_store;
   if (info.group_rank == 0) {
@@ -139,13 +131,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
     throw RendezvousStateError(where() + ": corrupt workers' store address for round " +
                                std::to_string(r));
   }
-  std::string why;
-  info.gloo_socket_ifname = gloo_interface(elsewhere_descs(*plan), slot, why);
-  if (!info.gloo_socket_ifname.empty() && !gloo_warned_) {
-    gloo_warned_ = true;
-    spdlog::warn("{}: {}: the workers get GLOO_SOCKET_IFNAME={} (set it to choose another)",
-                 where(), why, info.gloo_socket_ifname);
-  }
+  info.gloo_socket_ifname = gloo_socket_ifname(*plan);
   info.master_addr = master->host;
   info.master_port = static_cast<std::uint16_t>(master->port);
   enter_round(r, slot, n, info);
@@ -154,10 +140,11 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
 
 int StoreRendezvous::take_slot(int r) {
   const int slot = static_cast<int>(store_->add(keys::joined(r), 1)) - 1;
-  store_->multi_set({keys::node(r, slot), keys::heartbeat(r, slot)},
-                    {encode_node_desc(this_node_desc(config_.round, hosts_store(),
-                                                     config_.node_rank_defaulted, restarts_spent_)),
-                     "1"});
+  store_->multi_set(
+      {keys::node(r, slot), keys::heartbeat(r, slot)},
+      {encode_node_desc(this_node_desc(config_.round, hosts_store(), config_.node_rank_defaulted,
+                                       restarts_spent())),
+       "1"});
   spdlog::debug("{}: joined round {} in slot {}", where(), r, slot);
   return slot;
 }
@@ -199,13 +186,7 @@ int StoreRendezvous::wait_for_final(int r, int slot, Clock::time_point deadline)
       count = store_->add(keys::joined(r), 0);
       // Our slot stays counted; the heartbeat key says we left, so no round waits for us.
       leave_slot(r, slot);
-      throw RendezvousTimeoutError(where() + ": timed out after join_timeout " +
-                                   std::to_string(config_.round.join_timeout.count() / 1000) +
-                                   " s in round " + std::to_string(r) + " with " +
-                                   std::to_string(count) + " of min " +
-                                   std::to_string(config_.round.min_nodes) + " / max " +
-                                   std::to_string(config_.round.max_nodes) + " nodes" +
-                                   (retired ? "" : " (the previous round's nodes never left it)"));
+      throw join_timeout_error(r, count, retired ? "" : "the previous round's nodes never left it");
     }
     if (t >= next_log) {
       log_progress(r, deadline, retired, progress_lines++);
@@ -262,6 +243,19 @@ void StoreRendezvous::log_progress(int r, Clock::time_point deadline, bool retir
 }
 
 void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
+  if (wait_for_descriptors(r, n, deadline)) {
+    publish_plan(r, n);
+    return;
+  }
+  // Every member starts over with this line.
+  std::vector<std::string> rank_keys = keys::ranks(r, n);
+  std::vector<std::string> values(static_cast<std::size_t>(n), keys::kSeeRound);
+  rank_keys.push_back(keys::broken(r));
+  values.push_back("a node of round " + std::to_string(r) + " never described itself");
+  store_->multi_set(rank_keys, values);
+}
+
+bool StoreRendezvous::wait_for_descriptors(int r, int n, Clock::time_point deadline) {
   // Every participant stores its descriptor right after its ADD, so this is short on an
   // idle machine; under load it waits as long as descriptors keep arriving, and gives
   // up only after a heartbeat threshold without a new one (a joiner died in between).
@@ -271,7 +265,6 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
   auto next_look = now();
   auto next_beat = now() + config_.round.keep_alive_interval;
   int present = 0;  // descriptors 0..present-1 are there
-  bool stalled = false;
   constexpr int kChunk = 256;
   while (present < n) {
     const int chunk = std::min(kChunk, n - present);
@@ -291,65 +284,59 @@ void StoreRendezvous::lead_round(int r, int n, Clock::time_point deadline) {
     }
     if (present < n && t >= next_look) {
       next_look = t + tick;
-      if (progress.observe(0, {std::to_string(present)}, t).front() == Member::kDead) {
-        stalled = true;
-        break;
-      }
+      if (progress.observe(0, {std::to_string(present)}, t).front() == Member::kDead) return false;
     }
-    if (present < n && t >= deadline) {
-      stalled = true;
-      break;
-    }
+    if (present < n && t >= deadline) return false;
   }
-  std::vector<std::string> rank_keys = keys::ranks(r, n);
-  std::vector<std::string> values(static_cast<std::size_t>(n), keys::kSeeRound);
-  if (stalled) {
-    // Every member starts over with this line.
-    rank_keys.push_back(keys::broken(r));
-    values.push_back("a node of round " + std::to_string(r) + " never described itself");
-    store_->multi_set(rank_keys, values);
-    return;
-  }
-  const std::vector<std::string> raw = store_->multi_get(node_keys);
-  std::vector<NodeDesc> descs;
-  std::string refused;
-  for (int s = 0; s < n && refused.empty(); ++s) {
+  return true;
+}
+
+std::string StoreRendezvous::read_descriptors(int r, int n, std::vector<NodeDesc>& descs) {
+  const std::vector<std::string> raw = store_->multi_get(keys::nodes(r, n));
+  for (int s = 0; s < n; ++s) {
     std::optional<NodeDesc> d = decode_node_desc(raw[static_cast<std::size_t>(s)], s);
     if (!d) {
-      refused = "corrupt node descriptor in round " + std::to_string(r) + " slot " +
-                std::to_string(s) + " (is a non-ddprun agent using this run id?)";
-    } else {
-      descs.push_back(std::move(*d));
+      return "corrupt node descriptor in round " + std::to_string(r) + " slot " +
+             std::to_string(s) + " (is a non-ddprun agent using this run id?)";
     }
+    descs.push_back(std::move(*d));
   }
-  RoundPlan plan;
+  return {};
+}
+
+void StoreRendezvous::publish_plan(int r, int n) {
+  std::vector<std::string> rank_keys = keys::ranks(r, n);
+  std::vector<std::string> values(static_cast<std::size_t>(n), keys::kSeeRound);
+  std::vector<NodeDesc> descs;
+  std::string refused = read_descriptors(r, n, descs);
+  RoundLayout plan;
   if (refused.empty()) {
     const bool shared = config_.round.agent_store && config_.shared_store_port > 0;
-    plan = plan_round(descs, r, config_.round, config_.static_ranks,
-                      shared ? config_.shared_store_addr : "", where());
+    plan = layout_round(descs, r, config_.round, config_.static_ranks,
+                        shared ? config_.shared_store_addr : "");
     refused = plan.refused;
   }
   if (!refused.empty()) {
     rank_keys.push_back(keys::refused(r));
     values.push_back(refused);
-  } else {
-    for (int s = 0; s < n; ++s) {
-      values[static_cast<std::size_t>(s)] =
-          encode_slot_plan(plan.slots[static_cast<std::size_t>(s)]);
-    }
-    if (!plan.note.empty()) {
-      rank_keys.push_back(keys::note(r));
-      values.push_back(plan.note);
-    }
-    if (plan.slots[0].group_rank == 0) {
-      // The leader is group rank 0 (the usual case: the store's host joins first and is
-      // first in the automatic order): the workers' store goes out with the plans, and
-      // the members' wait for it ends at once.
-      rank_keys.push_back(keys::master(r));
-      values.push_back(workers_store_address());
-      rank_keys.push_back(keys::kRound);
-      values.push_back(std::to_string(r));
-    }
+    store_->multi_set(rank_keys, values);
+    return;
+  }
+  for (int s = 0; s < n; ++s) {
+    values[static_cast<std::size_t>(s)] = encode_slot_plan(plan.slots[static_cast<std::size_t>(s)]);
+  }
+  if (!plan.note.empty()) {
+    rank_keys.push_back(keys::note(r));
+    values.push_back(plan.note);
+  }
+  if (plan.slots[0].group_rank == 0) {
+    // The leader is group rank 0 (the usual case: the store's host joins first and is
+    // first in the automatic order): the workers' store goes out with the plans, and
+    // the members' wait for it ends at once.
+    rank_keys.push_back(keys::master(r));
+    values.push_back(workers_store_address());
+    rank_keys.push_back(keys::kRound);
+    values.push_back(std::to_string(r));
   }
   store_->multi_set(rank_keys, values);
 }
@@ -421,12 +408,7 @@ void StoreRendezvous::enter_round(int r, int slot, int n, const RendezvousInfo& 
   round_ = r;
   slot_ = slot;
   nodes_ = n;
-  spdlog::info(
-      "{}: round {} complete: {} nodes, this node is group rank {} of {} (ranks {}..{} of {}); "
-      "workers' store at {}",
-      where(), r, nodes_, info.group_rank, nodes_, info.rank_base,
-      info.rank_base + config_.round.local_world_size - 1, info.world_size,
-      Endpoint{info.master_addr, info.master_port}.to_string());
+  log_round_formed(info);
   watch_.start(hb_store_, r, slot, n);
 }
 

@@ -18,7 +18,7 @@ using Clock = EtcdRendezvous::Clock;
 using Ms = EtcdRendezvous::Ms;
 
 EtcdRendezvous::Config with_clock(EtcdRendezvous::Config config) {
-  if (!config.round.now) config.round.now = [] { return Clock::now(); };
+  config.round = RoundHandlerBase::with_default_clock(std::move(config.round));
   return config;
 }
 
@@ -27,8 +27,8 @@ EtcdRendezvous::Config with_clock(EtcdRendezvous::Config config) {
 EtcdRendezvous::EtcdRendezvous(Config config)
     : config_(with_clock(std::move(config))),
       keys_{config_.prefix + "/" + config_.round.run_id + "/"},
-      client_(options_with(&interrupted_)),
-      watch_(options_with(&interrupted_), keys_.key("state")),
+      client_(options_with(&interrupted_flag())),
+      watch_(options_with(&interrupted_flag()), keys_.key("state")),
       session_(
           EtcdSession::Settings{config_.etcd, keys_, where(), config_.round.keep_alive_interval,
                                 config_.round.keep_alive_max_attempt, config_.recheck_interval}) {}
@@ -45,12 +45,6 @@ std::string EtcdRendezvous::where() const {
   return rendezvous_where(config_.round.run_id, "etcd-v3, " + client_.where());
 }
 
-void EtcdRendezvous::throw_if_stopped() {
-  if (interrupted_.load()) {
-    throw RendezvousInterruptedError(where() + ": interrupted while waiting for the other nodes");
-  }
-}
-
 void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point until, bool burst) {
   // The safety net: re-read at least every recheck_interval even without an event. The
   // watch waits real time: `until` (on the injected clock) becomes a real deadline.
@@ -58,7 +52,7 @@ void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point un
   const auto real_until = Clock::now() + (until - now());
   try {
     if (watch_.wait(revision, real_until).changed() && burst) {
-      settle(interrupted_, real_until, session_.nodes_seen());
+      settle(interrupted_flag(), real_until, session_.nodes_seen());
     }
   } catch (const RendezvousInterruptedError&) {
     throw_if_stopped();
@@ -66,16 +60,12 @@ void EtcdRendezvous::wait_for_change(std::int64_t revision, Clock::time_point un
   }
 }
 
-void EtcdRendezvous::interrupt() {
-  interrupted_.store(true);
+void EtcdRendezvous::wake() {
   watch_.cancel();  // wakes a blocked wait_for_change()
 }
 
 void EtcdRendezvous::check_closed() {
-  if (closed_.load() || client_.get(keys_.key("closed"))) {
-    closed_.store(true);
-    throw RendezvousClosedError(where() + " is closed: the job has ended");
-  }
+  if (closed_seen() || client_.get(keys_.key("closed"))) throw_closed();
 }
 
 int EtcdRendezvous::num_nodes_waiting() { return session_.waiting(); }
@@ -97,11 +87,11 @@ bool EtcdRendezvous::needs_new_round_now() {
   return session_.add_reason(l.reason);
 }
 
-bool EtcdRendezvous::is_closed() { return closed_.load(); }
+bool EtcdRendezvous::is_closed() { return closed_seen(); }
 
 void EtcdRendezvous::set_closed() {
   client_.put(keys_.key("closed"), "1");
-  closed_.store(true);
+  mark_closed();
 }
 
 bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
@@ -142,7 +132,7 @@ bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
         return true;
       }
     }
-    if (now() >= deadline || interrupted_.load()) return false;
+    if (now() >= deadline || stop_requested()) return false;
     try {
       wait_for_change(revision, deadline, /*burst=*/false);
     } catch (const RendezvousInterruptedError&) {

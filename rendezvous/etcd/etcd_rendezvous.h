@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/endpoint.h"
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_round.h"
 #include "rendezvous/etcd/etcd_session.h"
@@ -20,11 +21,12 @@
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
 #include "rendezvous/round_config.h"
+#include "rendezvous/round_handler.h"
 #include "rendezvous/workers_store.h"
 
 namespace ddprun::rdzv {
 
-class EtcdRendezvous final : public RendezvousHandler {
+class EtcdRendezvous final : public RoundHandlerBase {
  public:
   using Clock = std::chrono::steady_clock;
   using Ms = std::chrono::milliseconds;
@@ -52,16 +54,16 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::string run_id() const override { return config_.round.run_id; }
   std::string backend_name() const override { return "etcd-v3"; }
   void shutdown() override;
-  void interrupt() override;
-  void set_restarts_spent(int restarts) override { restarts_spent_ = restarts; }
 
   std::string new_round_reason();
 
  private:
-  std::string where() const;
-  Clock::time_point now() const { return config_.round.now(); }
+  // RoundHandlerBase's parts: "rendezvous '<id>' (etcd-v3, <members>)", the round
+  // settings, and wake(): interrupt() cancels the watch a wait blocks on.
+  std::string where() const override;
+  const RoundConfig& round_config() const override { return config_.round; }
+  void wake() override;
   EtcdOptions options_with(const std::atomic<bool>* cancel) const;
-  void throw_if_stopped();
   // Blocks until a key watch_ watches changes after `revision`, `until`, or
   // recheck_interval (the safety net); with `burst`, lets a burst of changes end first
   // (settle()). RendezvousInterruptedError on interrupt().
@@ -70,15 +72,55 @@ class EtcdRendezvous final : public RendezvousHandler {
   void ensure_lease();  // the session's lease (again when it expired) and the descriptor
   void check_same_job();
   void check_closed();
+  // The join loop of next_rendezvous(): look, decide (next_join_step), act, log, wait.
+  // What it carries from one look to the next:
+  struct JoinMemory {
+    Clock::time_point deadline;     // join_timeout
+    Clock::time_point next_log;     // when the next progress line is due
+    int progress_lines = 0;         // how many were logged (progress_level: which are loud)
+    Clock::time_point changed_at;   // when the newest join key was first seen
+    std::int64_t newest_join = -1;  // that key's create revision
+    int left_round = -1;            // the round this node just left (-1: none)
+    int round_seen = 0;             // the round of the last state seen
+    int waiting_in = -1;            // the round this node registered as a late joiner of
+    int joined_round = -1;          // the round whose join key this node wrote ...
+    std::string joined_as;          // ... with this lease
+  };
+  // One look at the keys: the view next_join_step() decides on, and the revisions.
+  struct JoinLook {
+    JoinView view;
+    std::int64_t revision = 0;        // the store's at this look: waits are for changes after it
+    std::int64_t state_revision = 0;  // the state key's mod_revision: the CAS of a new state
+  };
+  JoinLook look(JoinMemory& m);
+  // The joining round's join keys, for a node that joined it: is it the oldest joiner
+  // (then every joiner, oldest first, and when the newest one came).
+  void look_at_joins(JoinLook& l, JoinMemory& m);
+  // Carries out `step`: true when the loop waits for a change before its next look;
+  // `info` is set when this node's round formed.
+  bool act(const JoinStep& step, const JoinLook& l, JoinMemory& m,
+           std::optional<RendezvousInfo>& info);
+  void wait_under(int round, JoinMemory& m);  // a running round without this node
+  void maybe_log_progress(const JoinLook& l, JoinMemory& m);
+
   // The members of final round `s` whose join key is there (lease ids).
   std::vector<std::string> live_members(const EtcdRoundState& s);
+  // The descriptors of `members` from node/, in their order; nullopt when one is gone.
+  std::optional<std::vector<std::string>> read_member_descs(
+      const std::vector<std::string>& members);
   // CAS of the state (at `state_revision`) to the final `next`, with the members'
   // descriptors in r<R>/members; nothing when a member's descriptor is gone.
   void close_round(const EtcdRoundState& next, std::int64_t state_revision);
-  // A member of the final round `s`: its ranks and the workers' store (the descriptors
-  // from r<R>/members); nullopt when the round moved on meanwhile.
+  // A member of the final round `s`: its layout (layout_round) and the workers' store;
+  // nullopt when the round moved on meanwhile.
   std::optional<RendezvousInfo> formed(const EtcdRoundState& s, Clock::time_point deadline);
   void log_progress(const EtcdRoundState& s, Clock::time_point deadline, int nth);
+  // The descriptors of final round `s` (r<R>/members, or node/); nullopt when one is gone.
+  std::optional<std::vector<NodeDesc>> member_descs(const EtcdRoundState& s);
+  // Group rank 0 (`rank0`) opens the workers' store and publishes it in r<R>/master; every
+  // member reads it there. nullopt when the round moved on meanwhile.
+  std::optional<Endpoint> workers_store_of(const EtcdRoundState& s, bool rank0,
+                                           Clock::time_point deadline);
 
   Config config_;
   EtcdKeys keys_;      // under <prefix>/<run id>/
@@ -87,12 +129,8 @@ class EtcdRendezvous final : public RendezvousHandler {
   EtcdSession session_;
   WorkersStore workers_store_;
 
-  std::atomic<bool> interrupted_{false};
-  std::atomic<bool> closed_{false};
   std::string me_;               // the session's lease id in hex (agent thread)
-  int restarts_spent_ = 0;       // set_restarts_spent(): in this node's descriptor (agent thread)
-  int described_restarts_ = -1;  // the restarts_spent_ its descriptor has now
-  bool node_rank_warned_ = false;
+  int described_restarts_ = -1;  // the restarts_spent() its descriptor has now
 };
 
 }  // namespace ddprun::rdzv

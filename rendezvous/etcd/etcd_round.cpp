@@ -1,5 +1,5 @@
-// etcd_round.cpp: the round state's JSON, the key helpers and the join decision of the
-// etcd-v3 backend (etcd_round.h).
+// etcd_round.cpp: the round state's and the members list's JSON, the key helpers and the
+// join decision of the etcd-v3 backend (etcd_round.h).
 #include "rendezvous/etcd/etcd_round.h"
 
 #include <algorithm>
@@ -38,6 +38,26 @@ std::optional<EtcdRoundState> decode_round_state(const std::string& text) {
     s.members.push_back(m.get<std::string>());
   }
   return s;
+}
+
+std::string encode_members(const std::vector<std::string>& descs) {
+  std::string value = nlohmann::json(descs).dump();
+  return value.size() > (1u << 20) ? "\"node/\"" : value;
+}
+
+std::optional<MembersList> decode_members(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  MembersList out;
+  if (j.is_string() && j.get<std::string>() == "node/") {
+    out.in_node_keys = true;
+    return out;
+  }
+  if (!j.is_array()) return std::nullopt;
+  for (const auto& d : j) {
+    if (!d.is_string()) return std::nullopt;
+    out.descs.push_back(d.get<std::string>());
+  }
+  return out;
 }
 
 std::string lease_hex(std::int64_t id) {

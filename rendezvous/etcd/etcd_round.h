@@ -1,6 +1,7 @@
 // etcd_round.h: the pure parts of EtcdRendezvous: the round state kept in
-// <prefix>/<run id>/state and its JSON, the key layout under the run, and the join
-// decision (next_join_step: what a joining node does after one look at the keys).
+// <prefix>/<run id>/state and its JSON, the members list of r<R>/members and its JSON,
+// the key layout under the run, and the join decision (next_join_step: what a joining
+// node does after one look at the keys). Every byte layout etcd-v3 stores is here.
 // Table tests in tests/rendezvous/etcd/etcd_round_test.cpp. Thread-safety: pure.
 #pragma once
 
@@ -21,6 +22,20 @@ struct EtcdRoundState {
 };
 std::string encode_round_state(const EtcdRoundState& s);
 std::optional<EtcdRoundState> decode_round_state(const std::string& json);
+
+// r<R>/members: the members' descriptors (their node/<lease> values) in member order,
+// one JSON array of strings, written with the final state so that each member reads one
+// key, not N. etcd refuses a request over --max-request-bytes (1.5 MiB by default): past
+// 1 MiB of descriptors (some 3000 nodes) the value is the JSON string "node/" instead,
+// and the members read the descriptors there.
+struct MembersList {
+  bool in_node_keys = false;       // "node/": read each member's node/<lease>
+  std::vector<std::string> descs;  // otherwise: the descriptors, in member order
+  bool operator==(const MembersList&) const = default;
+};
+std::string encode_members(const std::vector<std::string>& descs);
+// nullopt unless `json` is an array of strings or the string "node/".
+std::optional<MembersList> decode_members(const std::string& json);
 
 // The keys of one run under <prefix>/<run id>/ (docs/multinode.md, "etcd"):
 //   state, job, closed, node/<lease>           the run's

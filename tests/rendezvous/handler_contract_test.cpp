@@ -2,7 +2,9 @@
 // TCP store (the registry's handler), c10d's StoreRendezvous over a MemoryStore, and
 // etcd-v3 against a real etcd member started per case (etcd_cluster.h). MIN:MAX with
 // last call, a late joiner waits and its round follows, a leaving node is noticed, a
-// closed rendezvous rejects, the exit barrier, interrupt() ends a wait. Backend-specific
+// closed rendezvous rejects, the exit barrier, interrupt() ends a wait, and what a formed
+// round gives its members (layout_round(): rank bases, the loopback MASTER_ADDR refusal,
+// GLOO_SOCKET_IFNAME). Backend-specific
 // stories stay in c10d/store_rendezvous_test.cpp and etcd/etcd_rendezvous_test.cpp.
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -12,7 +14,9 @@
 #include <string>
 
 #include "rendezvous/c10d/store_rendezvous.h"
+#include "rendezvous/endpoint.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
+#include "rendezvous/published_address.h"
 #include "rendezvous/registry.h"
 #include "store/memory_store.h"
 #include "tests/rendezvous/etcd/etcd_cluster.h"
@@ -28,23 +32,42 @@ using test::rendezvous_outcome;
 
 namespace {
 
+// How a node of a case differs from the default (a loopback address, one worker).
+struct Shape {
+  std::string addr;  // the address it publishes ("" = the default)
+  int nproc = 1;
+};
+
 // Tiny intervals keep the cases fast: last call 300 ms; a silent member is gone after
 // about a second (etcd: its lease's TTL, 2 s at least).
 struct C10dTcp {
   static constexpr const char* kName = "c10d on TCP";
   test::ReservedPort port;
-  std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes) {
-    return make_rendezvous_handler(test::node_params("c10d", i, port, min_nodes, max_nodes));
+  std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes,
+                                          const Shape& shape = {}) {
+    RendezvousParams p = test::node_params("c10d", i, port, min_nodes, max_nodes, shape.nproc);
+    if (!shape.addr.empty()) {
+      p.local_addr = shape.addr;
+      p.conf.is_host = i == 0;  // node 0 hosts the rendezvous store, whatever its address
+    }
+    return make_rendezvous_handler(p);
   }
 };
+
+std::string addr_of(int i, const Shape& shape) {
+  (void)i;
+  return shape.addr.empty() ? "127.0.0.1" : shape.addr;
+}
 
 struct C10dMemory {
   static constexpr const char* kName = "c10d on a MemoryStore";
   std::shared_ptr<store::MemoryStore> mem = std::make_shared<store::MemoryStore>();
-  std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes) {
+  std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes,
+                                          const Shape& shape = {}) {
     StoreRendezvous::Config c;
     c.endpoint = "memory";
-    c.round = test::loopback_round("contract", i, min_nodes, max_nodes);
+    c.round = test::loopback_round("contract", i, min_nodes, max_nodes, addr_of(i, shape));
+    c.round.local_world_size = shape.nproc;
     c.round.join_timeout = 20s;
     c.round.last_call_timeout = 300ms;
     c.round.keep_alive_interval = 100ms;
@@ -57,10 +80,12 @@ struct C10dMemory {
 struct Etcd {
   static constexpr const char* kName = "etcd-v3";
   test::EtcdCluster cluster{1};
-  std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes) {
+  std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes,
+                                          const Shape& shape = {}) {
     EtcdRendezvous::Config c;
     c.etcd.endpoints = cluster.urls();
-    c.round = test::loopback_round("contract", i, min_nodes, max_nodes);
+    c.round = test::loopback_round("contract", i, min_nodes, max_nodes, addr_of(i, shape));
+    c.round.local_world_size = shape.nproc;
     c.round.join_timeout = 20s;
     c.round.last_call_timeout = 300ms;
     c.round.keep_alive_interval = 1s;
@@ -90,6 +115,14 @@ void check_round(const std::vector<RendezvousInfo>& infos, int n) {
     CHECK(info.master_port == infos[0].master_port);
     CHECK(info.master_port != 0);
   }
+}
+
+// This machine's first non-loopback IPv4 address ("" = none).
+std::string this_machines_address() {
+  for (const std::string& a : local_interface_addresses()) {
+    if (!is_loopback_host(a) && a.find(':') == std::string::npos) return a;
+  }
+  return {};
 }
 
 }  // namespace
@@ -179,4 +212,69 @@ TEMPLATE_TEST_CASE("handler contract: interrupt() ends a waiting next_rendezvous
   h->interrupt();
   CHECK_THAT(f.get(), Catch::Contains("interrupted"));
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+}
+
+TEMPLATE_TEST_CASE("handler contract: rank bases and world size follow nproc by group rank",
+                   "[contract][etcd][layout]", C10dTcp, C10dMemory, Etcd) {
+  TestType b;
+  INFO(TestType::kName);
+  Handlers hs;
+  const std::vector<int> nproc{2, 3, 1};
+  for (int i = 0; i < 3; ++i)
+    hs.push_back(b.node(i, 3, 3, {"", nproc[static_cast<std::size_t>(i)]}));
+  const auto infos = rendezvous_all(hs);
+  std::vector<int> by_rank(3, 0);  // nproc by group rank
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    by_rank.at(static_cast<std::size_t>(infos[i].group_rank)) = nproc[i];
+  }
+  for (const auto& info : infos) {
+    int base = 0;
+    for (int g = 0; g < info.group_rank; ++g) base += by_rank[static_cast<std::size_t>(g)];
+    CHECK(info.rank_base == base);
+    CHECK(info.world_size == 6);
+    CHECK(info.group_world_size == 3);
+  }
+}
+
+TEMPLATE_TEST_CASE("handler contract: a loopback MASTER_ADDR for a member elsewhere is refused",
+                   "[contract][etcd][layout]", C10dTcp, C10dMemory, Etcd) {
+  TestType b;
+  INFO(TestType::kName);
+  Handlers hs;
+  // Node 0 (group rank 0: it hosts the rendezvous store, and 127.x sorts first) publishes
+  // a loopback address; node 1 one on another machine (TEST-NET-3, never dialled).
+  hs.push_back(b.node(0, 2, 2, {"127.0.0.1"}));
+  hs.push_back(b.node(1, 2, 2, {"203.0.113.9"}));
+  std::vector<std::future<std::string>> outcomes;
+  for (auto& h : hs) outcomes.push_back(rendezvous_outcome<RendezvousStateError>(*h));
+  for (auto& f : outcomes) {
+    CHECK_THAT(f.get(), Catch::Contains("would give the workers the loopback address 127.0.0.1 "
+                                        "as MASTER_ADDR, which node 203.0.113.9") &&
+                            Catch::Contains("--local-addr"));
+  }
+}
+
+TEMPLATE_TEST_CASE("handler contract: the workers get GLOO_SOCKET_IFNAME where gloo needs it",
+                   "[contract][etcd][layout]", C10dTcp, C10dMemory, Etcd) {
+  TestType b;
+  INFO(TestType::kName);
+  // Two nodes at this machine's own non-loopback address: a round "spanning machines"
+  // whose addresses route. Where this machine's host name gives gloo no usable address
+  // (this CI machine: `vm` resolves to 127.0.0.1), each member's workers get the
+  // interface of that address.
+  const std::string addr = this_machines_address();
+  std::string why;
+  const std::string want = addr.empty() ? "" : gloo_interface({addr}, why);
+  if (want.empty()) {
+    WARN(
+        "skipped: no non-loopback address, GLOO_SOCKET_IFNAME set, or the host name "
+        "resolves to an address of this machine");
+    return;
+  }
+  Handlers hs;
+  for (int i = 0; i < 2; ++i) hs.push_back(b.node(i, 2, 2, {addr}));
+  for (const auto& info : rendezvous_all(hs)) {
+    CHECK(info.gloo_socket_ifname == want);
+    CHECK(info.master_addr == addr);
+  }
 }

@@ -1,6 +1,5 @@
 // Table tests of rank_assignment.h: who gets which group rank, what conflicts are named
-// (in the same words whatever the slot order, so every agent warns alike), and the
-// layout a node computes from the result.
+// (in the same words whatever the slot order, so every agent warns alike).
 #include "rendezvous/rank_assignment.h"
 
 #include <algorithm>
@@ -176,26 +175,4 @@ TEST_CASE("rank assignment: ties on the address go by host, then pid", "[ranks]"
   descs[2].host = "a";
   descs[2].pid = 3;
   CHECK(assign_group_ranks(descs, false, 3).group_rank == std::vector<int>{2, 1, 0});
-}
-
-TEST_CASE("round layout: rank base, world size and names follow the group ranks", "[ranks]") {
-  std::vector<NodeDesc> descs{node(0, 1, -1, false, 2), node(1, 2, -1, false, 1),
-                              node(2, 3, -1, false, 3), node(3, 4, -1, false, 2)};
-  descs[2].host = "n3";
-  const std::vector<int> ranks{3, 2, 1, 0};
-  struct Row {
-    int slot, group_rank, rank_base;
-  };
-  for (const Row& row : std::vector<Row>{{0, 3, 6}, {1, 2, 5}, {2, 1, 2}, {3, 0, 0}}) {
-    RendezvousInfo info = round_layout(descs, ranks, row.slot);
-    CHECK(info.group_rank == row.group_rank);
-    CHECK(info.rank_base == row.rank_base);
-    CHECK(info.group_world_size == 4);
-    CHECK(info.world_size == 8);
-    CHECK(info.restart_count == 0);
-  }
-  // The round's restart count: the most any node had spent, the same on every node.
-  descs[1].restarts = 2;
-  descs[3].restarts = 1;
-  for (int slot = 0; slot < 4; ++slot) CHECK(round_layout(descs, ranks, slot).restart_count == 2);
 }

@@ -1,5 +1,6 @@
-// Table tests of etcd_round.h: the round state's JSON, the key helpers, and the join
-// decision next_join_step() (one look at the run's keys -> what a joining node does).
+// Table tests of etcd_round.h: the round state's and the members list's JSON, the key
+// helpers, and the join decision next_join_step() (one look at the run's keys -> what a
+// joining node does).
 #include "rendezvous/etcd/etcd_round.h"
 
 #include <algorithm>
@@ -170,4 +171,33 @@ TEST_CASE("next_join_step: what a joining node does after one look", "[etcd_roun
                                             : t0 + std::chrono::milliseconds(row.until_ms)));
     }
   }
+}
+
+TEST_CASE("etcd members list codec: r<R>/members", "[etcd_round]") {
+  struct Row {
+    std::string what;
+    std::string json;
+    std::optional<MembersList> want;
+  };
+  const std::vector<Row> rows{
+      {"descriptors in member order", R"(["{\"a\":1}","{\"b\":2}"])",
+       MembersList{false, {R"({"a":1})", R"({"b":2})"}}},
+      {"no members", "[]", MembersList{false, {}}},
+      {"too many for one key: read node/", R"("node/")", MembersList{true, {}}},
+      {"another string", R"("nodes/")", std::nullopt},
+      {"a descriptor that is not a string", R"(["{}", 3])", std::nullopt},
+      {"an object", R"({"members": []})", std::nullopt},
+      {"not JSON", "[\"unterminated", std::nullopt},
+      {"empty", "", std::nullopt},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    CHECK(decode_members(row.json) == row.want);
+  }
+  // What the encoder writes decodes to the same list, up to 1 MiB; past it, "node/".
+  const std::vector<std::string> descs{R"({"addr":"10.0.0.1"})", R"({"addr":"10.0.0.2"})"};
+  CHECK(decode_members(encode_members(descs)) == MembersList{false, descs});
+  const std::vector<std::string> large(4000, std::string(300, 'x'));
+  CHECK(encode_members(large) == R"("node/")");
+  CHECK(decode_members(encode_members(large)) == MembersList{true, {}});
 }
