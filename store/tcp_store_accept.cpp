@@ -1,6 +1,6 @@
 // tcp_store_accept.cpp: TcpStoreServer's listener: binding (dual-stack "::" or each
-// resolved address), the backlog, and the accept loop that drains it until EAGAIN,
-// pausing on the open-files limit. Part of ServerState (tcp_store_session.h); runs on
+// resolved address), the backlog, and the accept loop (a bounded batch per turn of the
+// event loop), pausing on the open-files limit. Part of ServerState (tcp_store_session.h); runs on
 // the io thread except listen_or_throw, which start() calls before the thread exists.
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -26,6 +26,11 @@ namespace {
 // Below this many pending connects the kernel may drop SYNs during a job's start-up burst.
 constexpr int kLowSomaxconn = 1024;
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+// Accepts per turn of the event loop. Connects that arrive as fast as a starved io thread
+// accepts them (a thousand agents retrying their handshakes) would otherwise keep it in
+// the accept loop, never reading the connections it has: nobody is answered, every
+// handshake times out and is retried, and the store looks dead while it works.
+constexpr int kAcceptsPerTurn = 64;
 
 std::string format_peer(const sockaddr_storage& addr) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -62,10 +67,11 @@ void epoll_set(int epfd, int op, int fd, std::uint32_t events, std::uint64_t tag
   if (::epoll_ctl(epfd, op, fd, &ev) != 0 && op != EPOLL_CTL_DEL) throw_errno("epoll_ctl");
 }
 
-// The listener is level-triggered: accept until EAGAIN, so a storm of connects drains
-// the backlog in one turn instead of one accept per turn.
+// The listener is level-triggered: up to kAcceptsPerTurn accepts per turn, so a storm of
+// connects drains the backlog in few turns, and the connections already accepted are
+// read and answered in between (the listener is reported again while any is pending).
 void ServerState::accept_all() {
-  while (!stopping && !accept_retry_at) {
+  for (int accepted = 0; !stopping && !accept_retry_at && accepted < kAcceptsPerTurn; ++accepted) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,

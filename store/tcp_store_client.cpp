@@ -137,7 +137,10 @@ bool TcpStore::wait_locked(const std::vector<std::string>& keys, Duration timeou
 }
 
 // PyTorch 2.x's timed wait: on timeout send CANCEL_WAIT and read one byte; `01` means
-// canceled; `00` means the release crossed the cancel, and the `01` follows it.
+// canceled; `00` means the release crossed the cancel, and the `01` follows it. A crossed
+// release is a release: the keys are there. (Counted as a timeout, a store slower than
+// the wait slice never let a polling waiter see a key that was set: each WAIT's answer
+// came after its CANCEL_WAIT, slice after slice, and the waits kept the store slow.)
 bool TcpStore::await_release(Duration timeout, const char* what) {
   Deadline grace = reply_deadline(timeout);
   if (conn_->wait_readable(deadline_after(timeout))) {
@@ -151,12 +154,13 @@ bool TcpStore::await_release(Duration timeout, const char* what) {
   Request& cancel = conn_->request(Op::kCancelWait);
   conn_->send(cancel, grace);
   std::uint8_t reply = conn_->read_u8(grace);
-  if (reply == kStopWaiting) reply = conn_->read_u8(grace);
+  const bool released = reply == kStopWaiting;
+  if (released) reply = conn_->read_u8(grace);
   if (reply != kWaitCanceled) {
     conn_->fail_protocol(std::string(what) + ": expected WAIT_CANCELED after CANCEL_WAIT, got " +
                          std::to_string(reply));
   }
-  return false;
+  return released;
 }
 
 std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {

@@ -80,8 +80,8 @@ class TcpStore final : public Store {
   // REQUIRES mu_. WAIT on `keys`, then await_release(): false when `timeout` passed.
   bool wait_locked(const std::vector<std::string>& keys, Duration timeout, const char* what);
   // REQUIRES mu_. Reads STOP_WAITING (true); on timeout runs the CANCEL_WAIT protocol,
-  // which keeps the connection usable, and returns false. `what` names the operation in
-  // protocol errors.
+  // which keeps the connection usable, and returns false (true when the release crossed
+  // the cancel). `what` names the operation in protocol errors.
   bool await_release(Duration timeout, const char* what);
   // REQUIRES mu_. One QUEUE_POP: the value, or nullopt when the queue was empty.
   std::optional<std::string> pop_locked(std::string_view key, Duration limit);

@@ -36,6 +36,9 @@ using tcp_client::Clock;
 using Deadline = tcp_client::Deadline;
 
 constexpr std::size_t kReadChunk = 64 * 1024;
+// poll_fd's slice, and the lateness of a slice's return that counts as not scheduled.
+constexpr int kPollSliceMs = 500;
+constexpr auto kSchedulingSlack = std::chrono::milliseconds(50);
 
 int poll_ms(const Deadline& deadline) {
   if (!deadline) return -1;
@@ -241,14 +244,29 @@ void TcpStore::Connection::check_open() {
   }
 }
 
-// True when `events` are ready, false when the deadline passed.
+// True when `events` are ready, false when the deadline passed. The time this thread was
+// not scheduled does not count: a reply deadline judges the store, and a thread that
+// could not look (a machine busier than it has cores: the store's host, when local, is
+// starved alike) has no evidence against it. Polled in slices; a slice that returns
+// `late` past its end (a monotonic clock jump) gives that much time back from now.
 bool TcpStore::Connection::poll_fd(short events, Deadline deadline) {
   pollfd p{fd_, events, 0};
-  bool cancelled = false;
-  const int n = poll_one(p, deadline, cancel_, &cancelled);
-  if (cancelled) fail("cancelled");
-  if (n < 0) fail("poll failed: " + errno_text(errno));
-  return n > 0;
+  for (;;) {
+    int ms = deadline ? std::min(poll_ms(deadline), kPollSliceMs) : -1;
+    // A cancellable wait (a connect that SIGTERM may end) looks at the flag every 20 ms.
+    if (cancel_ != nullptr) ms = ms < 0 ? 20 : std::min(ms, 20);
+    const auto asked = Clock::now();
+    const int n = ::poll(&p, 1, ms);
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) fail("poll failed: " + errno_text(errno));
+    if (n != 0) continue;
+    if (cancel_ != nullptr && cancel_->load()) fail("cancelled");
+    if (!deadline) continue;
+    const auto now = Clock::now();
+    const auto late = now - asked - std::chrono::milliseconds(ms);
+    if (late > kSchedulingSlack) deadline = std::max(*deadline, now + late);
+    if (now >= *deadline) return false;
+  }
 }
 
 // The next reply value (store_core's decoder), reading until it is complete.

@@ -8,7 +8,8 @@
 #include <vector>
 
 // The layout:
-//   closed                 set once the job has ended
+//   closed                 "1" once the job has ended; else why the store's host gave up
+//   closed_seen            ADD counter: agents that read that reason
 //   job                    the job's fingerprint (JSON array: the workers' command), set
 //                          once by the first agent of the run id
 //   round                  hint: the latest formed round (fresh agents start there)
@@ -33,6 +34,8 @@
 namespace ddprun::rdzv::keys {
 
 inline constexpr const char* kClosed = "closed";
+// ADD counter: agents that read why the store's host gave up (a `closed` other than "1").
+inline constexpr const char* kClosedSeen = "closed_seen";
 inline constexpr const char* kJob = "job";
 inline constexpr const char* kRound = "round";
 

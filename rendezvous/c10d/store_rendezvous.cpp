@@ -65,7 +65,34 @@ std::string StoreRendezvous::automatic_order() const {
 }
 
 void StoreRendezvous::check_closed() {
-  if (closed_seen() || store_->check({keys::kClosed})) throw_closed();
+  if (closed_seen() || store_->check({keys::kClosed})) {
+    const std::string value = closed_seen() ? "1" : store_->get(keys::kClosed);
+    if (value != "1") {  // the store's host gave up forming a round: its reason, once
+      mark_closed();
+      store_->add(keys::kClosedSeen, 1);
+      throw RendezvousStateError(where() +
+                                 ": the agent hosting the rendezvous store gave up: " + value);
+    }
+    throw_closed();
+  }
+}
+
+void StoreRendezvous::give_up_as_host(const std::string& why) {
+  const std::string prefix = where() + ": ";
+  const std::string reason = why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
+  try {
+    if (!store_ || store_->check({keys::kClosed})) return;
+    store_->set(keys::kClosed, reason);
+    closed_.store(true);
+    // The waiters look at `closed` once per tick, between slices.
+    const auto until = now() + watch_tick() + config_.poll_slice + Ms(2000);
+    const std::int64_t others =
+        joining_round_ < 0 ? 0 : store_->add(keys::joined(joining_round_), 0) - 1;
+    while (now() < until && store_->add(keys::kClosedSeen, 0) < others && sleep_slice(Ms(100))) {
+    }
+  } catch (const std::exception& e) {
+    spdlog::debug("{}: could not tell the others why: {}", where(), e.what());
+  }
 }
 
 void StoreRendezvous::ensure_connected(Clock::time_point deadline) {
@@ -82,15 +109,24 @@ RendezvousInfo StoreRendezvous::next_rendezvous() {
   throw_if_stopped();
   auto deadline = now() + config_.round.join_timeout;
   try {
-    ensure_connected(deadline);
-    return join(deadline);
-  } catch (const store::StoreConnectionError& e) {
-    throw RendezvousConnectionError(where() + ": lost the rendezvous store: " + e.what());
-  } catch (const store::StoreTimeoutError& e) {
-    throw RendezvousConnectionError(where() + ": the rendezvous store did not answer in time (" +
-                                    e.what() + ")");
-  } catch (const store::StoreError& e) {
-    throw RendezvousStateError(where() + ": rendezvous store error: " + e.what());
+    try {
+      ensure_connected(deadline);
+      return join(deadline);
+    } catch (const store::StoreConnectionError& e) {
+      throw RendezvousConnectionError(where() + ": lost the rendezvous store: " + e.what());
+    } catch (const store::StoreTimeoutError& e) {
+      throw RendezvousConnectionError(where() + ": the rendezvous store did not answer in time (" +
+                                      e.what() + ")");
+    } catch (const store::StoreError& e) {
+      throw RendezvousStateError(where() + ": rendezvous store error: " + e.what());
+    }
+  } catch (const RendezvousInterruptedError&) {
+    throw;
+  } catch (const RendezvousClosedError&) {
+    throw;
+  } catch (const RendezvousError& e) {
+    if (hosts_store()) give_up_as_host(e.what());
+    throw;
   }
 }
 

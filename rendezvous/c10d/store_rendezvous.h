@@ -113,7 +113,13 @@ class StoreRendezvous final : public RoundHandlerBase {
   // Publishes this job's fingerprint, or compares it with the one already published;
   // throws RendezvousStateError on a mismatch, having written nothing.
   void check_same_job();
-  void check_closed();  // RendezvousClosedError once the job has ended
+  // RendezvousClosedError once the job has ended; RendezvousStateError with the host's
+  // reason once the store's host gave up (give_up_as_host).
+  void check_closed();
+  // The store's host, failing to form a round: publishes `why` as `closed` and keeps the
+  // store up until the others have read it (a tick and a slice at most), so that each
+  // agent ends with this one line instead of losing the store its own way.
+  void give_up_as_host(const std::string& why);
 
   // join(), step by step (store_rendezvous_join.cpp).
   RendezvousInfo join(Clock::time_point deadline);
@@ -191,6 +197,7 @@ class StoreRendezvous final : public RoundHandlerBase {
   int round_ = 0;
   int slot_ = 0;
   int nodes_ = 0;
+  int joining_round_ = -1;  // the round try_round() last took a slot in
 
   std::mutex mu_;  // with cv_: sleep_slice() and wake()
   std::condition_variable cv_;

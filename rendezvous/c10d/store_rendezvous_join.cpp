@@ -56,6 +56,7 @@ int StoreRendezvous::first_round() {
 
 std::optional<RendezvousInfo> StoreRendezvous::try_round(int r, Clock::time_point deadline) {
   const int slot = take_slot(r);
+  joining_round_ = r;
   try {
     return try_slot(r, slot, deadline);
   } catch (const RendezvousInterruptedError&) {

@@ -108,7 +108,11 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
   // time point: GCC 12 -O2 sees a false maybe-uninitialized in an optional's).
   constexpr Clock::time_point kNone = Clock::time_point::max();
   Clock::time_point refused_since = kNone;
-  Ms attempt(1000);  // one try's connect and handshake time
+  // One try's connect and handshake time. Long: a connection the store has not accepted
+  // or answered yet (its host busy, a thousand agents connecting at once) is answered in
+  // turn, while closing it for a fresh one costs the store an accept and a session more
+  // and starts the wait over. Refused connects return at once whatever this is.
+  const Ms attempt = std::min<Ms>(read_timeout, Ms(8000));
   int waiting_lines = 0;
   auto log_waiting = [&] {
     if (Clock::now() < next_log) return;
@@ -148,14 +152,10 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
     try {
       auto tcp = std::make_shared<store::TcpStore>(options);
       if (!last_error.empty()) spdlog::warn("{}: connected to the rendezvous store", where());
+      connected = true;
       return tcp;
     } catch (const store::StoreConnectionError& e) {
       last_error = e.what();
-      // A store host too busy to finish the handshake in time (a thousand agents
-      // connecting at once on a loaded machine): give the next try twice as long, up to
-      // 8 s, instead of adding a fresh connection to its queue every second.
-      if (last_error.find("timed out") != std::string::npos)
-        attempt = std::min(2 * attempt, Ms(8000));
       if (last_error.find(errno_text(ECONNREFUSED)) == std::string::npos) {
         refused_since = kNone;
       } else if (refused_since == kNone) {
@@ -168,7 +168,7 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
     const Ms refused = refused_since == kNone
                            ? Ms(0)
                            : std::chrono::duration_cast<Ms>(Clock::now() - refused_since);
-    if (late_host && !host_attempted && refused >= kLateHostAfter) {
+    if (late_host && !host_attempted && !connected && refused >= kLateHostAfter) {
       spdlog::warn("{}: nobody hosts this loopback endpoint; this node hosts it", where());
       try_host = true;
       maybe_host();  // a port taken meanwhile: another agent here won the race

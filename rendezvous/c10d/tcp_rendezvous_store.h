@@ -35,6 +35,9 @@ struct TcpRendezvousStore {
   // kLateHostAfter of refused connects (it can only be hosted on this machine, and the
   // agent whose --local-addr it is did not come).
   bool late_host = false;
+  // Connected once: the store was hosted, so refusals now mean its host left (late_host
+  // would start an empty store that the others' rounds never reach).
+  bool connected = false;
   // c10d: connects refused (the machine answers, nothing listens) for this long end the
   // wait, as torchrun's rendezvous TCPStore gives up after read_timeout; 0 = wait until
   // the join timeout (static, as torchrun's store `timeout`).

@@ -99,6 +99,40 @@ def c10d_store_host_past_the_soft_open_files_limit(c):
     check(set(limits) == {"64"}, f"workers' soft open-files limits: {sorted(set(limits))}")
 
 
+@test(needs_torch=False)
+def c10d_256_agents_four_per_address(c):
+    """Issue 35: 256 agents, four per --local-addr (one launcher per GPU, each
+    --nproc-per-node 1), the c10d store hosted by one of them, on this machine however
+    busy: one round, every worker runs once, every agent exits 0 (bench/rdzv_procs.py
+    times 1024)."""
+    n = 256
+    port = c.reserve_port()
+    # ASan's quarantine and leak check at exit cost each agent memory and CPU; 256 of them
+    # must fit beside the other tests.
+    light = "quarantine_size_mb=1:malloc_context_size=2:detect_leaks=0:abort_on_error=1"
+    old = os.environ.get("ASAN_OPTIONS")
+    os.environ["ASAN_OPTIONS"] = light
+    try:
+        agents = [c.start(f"node{i}", [
+            f"--nnodes={n}", "--nproc-per-node=1", "--rdzv-id=many", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}", f"--local-addr=127.0.0.{i // 4 + 1}",
+            "--no-python"], ["-c", 'touch "$MN_OUT/w.$RANK"'], script="/bin/sh")
+            for i in range(n)]
+    finally:
+        if old is None:
+            del os.environ["ASAN_OPTIONS"]
+        else:
+            os.environ["ASAN_OPTIONS"] = old
+    deadline = time.monotonic() + 280
+    failed = [a.name for a in agents if a.wait(max(1, deadline - time.monotonic())) != 0]
+    check(not failed, f"{len(failed)} agents failed: {failed[:8]}",
+          "\n".join(f"=== {a.name}\n{a.text()}" for a in agents if a.name in failed[:4]))
+    ranks = sorted(int(f[2:]) for a in agents for f in os.listdir(a.out) if f.startswith("w."))
+    check(ranks == list(range(n)), f"workers ran: {len(ranks)} of {n}, ranks {ranks[:8]}...")
+    restarts = [a.name for a in agents if "starting round" in a.text()]
+    check(not restarts, f"agents that started another round: {restarts[:8]}", c.logs())
+
+
 @test(every_tier=True)
 def static_two_nodes_two_procs(c):
     port = c.reserve_port()
