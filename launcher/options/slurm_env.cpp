@@ -134,8 +134,9 @@ std::string options_left_to_slurm(const Asked& asked) {
     fillable.insert(fillable.end(),
                     {{"rdzv_backend", "--rdzv-backend"}, {"rdzv_endpoint", "--rdzv-endpoint"}});
   }
-  fillable.insert(fillable.end(),
-                  {{"rdzv_id", "--rdzv-id"}, {"nproc_per_node", "--nproc-per-node"}});
+  // The static rendezvous needs no run id (torchrun's static launch gives none).
+  if (!asked.static_style) fillable.emplace_back("rdzv_id", "--rdzv-id");
+  fillable.emplace_back("nproc_per_node", "--nproc-per-node");
   std::string open;
   for (const auto& [dest, flag] : fillable) {
     if (!asked.has(dest)) open += fmt::format("{}{}", open.empty() ? "" : " ", flag);
@@ -147,16 +148,18 @@ void check_one_task_per_node(const Asked& asked, const Env& env, const NodeCount
   // More tasks than nodes means one agent per task, each starting a node's workers: a
   // mistake, unless the command line gives every option Slurm would fill.
   const auto tasks = first_set(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
-  if (options_left_to_slurm(asked).empty() || tasks.first.empty() || !nnodes.n || *nnodes.n == 0 ||
+  const std::string left = options_left_to_slurm(asked);
+  if (left.empty() || tasks.first.empty() || !nnodes.n || *nnodes.n == 0 ||
       number(tasks) <= *nnodes.n) {
     return;
   }
   const auto per_node = first_set(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
   throw UsageError(fmt::format(
       "srun started {} tasks on {} nodes ({}={}{}): ddprun starts a node's workers itself "
-      "and must run once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm)",
+      "and must run once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm; for "
+      "one ddprun per task, also give {})",
       number(tasks), *nnodes.n, tasks.first, tasks.second,
-      per_node.first.empty() ? "" : fmt::format(", {}={}", per_node.first, per_node.second)));
+      per_node.first.empty() ? "" : fmt::format(", {}={}", per_node.first, per_node.second), left));
 }
 
 std::optional<unsigned long long> read_node_id(const Asked& asked, const Env& env,
@@ -261,7 +264,8 @@ struct Filling {
 
 }  // namespace
 
-std::string fill_from_slurm(RawOptions& raw, const Asked& asked, const StepValues& values) {
+SlurmNotice fill_from_slurm(RawOptions& raw, const Asked& asked, const StepValues& values) {
+  const bool stand_aside = options_left_to_slurm(asked).empty();
   Filling f{raw, {}, {}};
   // Where a value was left unread (a flag gives it), fill only lists the flag as kept.
   f.fill("nnodes", "--nnodes", values.nnodes ? std::to_string(*values.nnodes) : "");
@@ -276,16 +280,20 @@ std::string fill_from_slurm(RawOptions& raw, const Asked& asked, const StepValue
     f.fill("rdzv_backend", "--rdzv-backend", "c10d");
     f.fill("rdzv_endpoint", "--rdzv-endpoint", store::format_host_port(first_host, values.port));
   }
-  f.fill("rdzv_id", "--rdzv-id", fmt::format("slurm-{}.{}", values.ids.job, values.ids.step));
+  if (!stand_aside || asked.has("rdzv_id")) {  // standing aside, static: no run id taken
+    f.fill("rdzv_id", "--rdzv-id", fmt::format("slurm-{}.{}", values.ids.job, values.ids.step));
+  }
   if (f.fill("nproc_per_node", "--nproc-per-node",
              std::to_string(values.gpus > 0 ? values.gpus : 1)) &&
       values.gpus == 0) {
     f.taken += " (no GPUs from Slurm)";
   }
-  return fmt::format("Slurm job step {}.{}: {}{} (--no-slurm turns this off; docs/slurm.md)",
-                     values.ids.job, values.ids.step,
-                     f.taken.empty() ? "nothing taken from SLURM_*" : "from SLURM_*: " + f.taken,
-                     f.kept.empty() ? "" : "; given, kept: " + f.kept);
+  return {fmt::format("Slurm job step {}.{}: {}{} (--no-slurm turns this off; docs/slurm.md)",
+                      values.ids.job, values.ids.step,
+                      f.taken.empty() ? "nothing taken from SLURM_*" : "from SLURM_*: " + f.taken,
+                      f.kept.empty() ? "" : "; given, kept: " + f.kept),
+          !f.taken.empty(),
+          {}};
 }
 
 }  // namespace slurm
@@ -308,7 +316,9 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const slurm::Env& env) {
   values.hosts = read_hostlist(asked, env, nnodes, warnings);
   values.port = slurm_port_from_env(env, ids);
   values.gpus = read_gpus(asked, env, ids);
-  return {fill_from_slurm(raw, asked, values), true, std::move(warnings)};
+  SlurmNotice notice = fill_from_slurm(raw, asked, values);
+  notice.warnings = std::move(warnings);
+  return notice;
 }
 
 }  // namespace ddprun::launcher

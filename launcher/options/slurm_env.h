@@ -87,11 +87,12 @@ NodeCount read_nnodes(const Asked& asked, const Env& env, const StepIds& ids,
                       std::vector<std::string>& warnings);
 
 // Rule "Slurm stands aside": the command line gives every option Slurm would fill (the
-// user set the job up). The options still open, as flags ("" when none).
+// user set the job up; with the static rendezvous, --rdzv-id is not needed). The options
+// still open, as flags ("" when none).
 std::string options_left_to_slurm(const Asked& asked);
 
 // Rule "more than one task per node": throws UsageError when srun started more tasks than
-// nodes and options_left_to_slurm is not empty.
+// nodes and options_left_to_slurm is not empty (the message names those options).
 void check_one_task_per_node(const Asked& asked, const Env& env, const NodeCount& nnodes);
 
 // Rule `--node-rank`: SLURM_NODEID, checked against the node count. Throws UsageError when
@@ -127,8 +128,9 @@ struct StepValues {
 };
 
 // Fills each option the command line and PET_* left open from `values` (with Slurm
-// standing aside, nothing); returns the notice's text: what was taken, what was kept.
-std::string fill_from_slurm(RawOptions& raw, const Asked& asked, const StepValues& values);
+// standing aside, nothing); returns the notice: what was taken and what was kept, `taken`
+// when anything was (no warnings: the caller adds those of the steps above).
+SlurmNotice fill_from_slurm(RawOptions& raw, const Asked& asked, const StepValues& values);
 
 }  // namespace slurm
 }  // namespace ddprun::launcher

@@ -272,7 +272,9 @@ TEST_CASE("srun with several tasks per node is refused with the fix", "[slurm]")
   CHECK(error({"train.py"}, env) ==
         "srun started 8 tasks on 4 nodes (SLURM_STEP_NUM_TASKS=8, "
         "SLURM_STEP_TASKS_PER_NODE=2(x4)): ddprun starts a node's workers itself and must run "
-        "once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm)");
+        "once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm; for one ddprun "
+        "per task, also give --nnodes --node-rank --rdzv-backend --rdzv-endpoint --rdzv-id "
+        "--nproc-per-node)");
   CHECK(ok({"--no-slurm", "train.py"}, env).max_nodes == 1);
 }
 
@@ -306,6 +308,59 @@ TEST_CASE("every option Slurm would fill given: Slurm stands aside, whatever the
     args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
     CAPTURE(c10d[i]);
     CHECK(error(with(args), env).find("srun started 8 tasks on 4 nodes") == 0);
+  }
+}
+
+TEST_CASE("one launcher per GPU with the static backend: Slurm stands aside, no --rdzv-id",
+          "[slurm]") {
+  // Task 3 of `srun -N2 --ntasks-per-node=2 --gpus-per-node=2 ddprun --nproc-per-node 1
+  // --nnodes 4 --node-rank $SLURM_PROCID --master-addr n02 --master-port 29511 train.py`:
+  // torchrun's static launch, which gives no --rdzv-id (issue 31 item 3).
+  Env env = srun_env(1);
+  env["SLURM_NNODES"] = env["SLURM_STEP_NUM_NODES"] = "2";
+  env["SLURM_STEP_NODELIST"] = env["SLURM_NODELIST"] = "n[02-03]";
+  env["SLURM_NTASKS"] = env["SLURM_STEP_NUM_TASKS"] = "4";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
+  env["SLURM_PROCID"] = "3";
+  env["SLURM_LOCALID"] = "1";
+  env["SLURM_GPUS_ON_NODE"] = "2";
+  const std::vector<std::string> per_gpu = {"--nproc-per-node", "1",    "--nnodes",      "4",
+                                            "--node-rank",      "3",    "--master-addr", "n02",
+                                            "--master-port",    "29511"};
+  const auto with = [](std::vector<std::string> args) {
+    args.emplace_back("train.py");
+    return args;
+  };
+  const CliOutcome out = parse(with(per_gpu), env);
+  INFO(out.text);
+  REQUIRE(out.kind == CliOutcome::Kind::kRun);
+  CHECK(out.config.rdzv_backend == Backend::kStatic);
+  CHECK(out.config.max_nodes == 4);
+  CHECK(out.config.node_rank == 3);
+  CHECK(out.config.nproc_per_node == 1);
+  CHECK(out.config.master_addr == "n02");
+  CHECK(out.config.master_port == 29511);
+  CHECK(out.config.rdzv_id == "none");  // as torchrun: nothing taken from Slurm
+  CHECK(!out.slurm.taken);              // an informational line, not a warning per task
+  CHECK_THAT(out.slurm.text, Catch::Contains("nothing taken from SLURM_*"));
+  CHECK(out.slurm.warnings.empty());
+  // The PET_* forms count as given too.
+  Env pet = env;
+  pet["PET_NNODES"] = "4";
+  pet["PET_NODE_RANK"] = "3";
+  pet["PET_MASTER_ADDR"] = "n02";
+  pet["PET_MASTER_PORT"] = "29511";
+  pet["PET_NPROC_PER_NODE"] = "1";
+  CHECK(ok({"train.py"}, pet).node_rank == 3);
+  // One of them left to Slurm (each in turn): refused, naming what is missing.
+  for (std::size_t i = 0; i < per_gpu.size(); i += 2) {
+    std::vector<std::string> args = per_gpu;
+    args.erase(args.begin() + static_cast<std::ptrdiff_t>(i),
+               args.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    CAPTURE(per_gpu[i]);
+    const std::string e = error(with(args), env);
+    CHECK(e.find("srun started 4 tasks on 2 nodes") == 0);
+    CHECK_THAT(e, Catch::EndsWith("for one ddprun per task, also give " + per_gpu[i] + ")"));
   }
 }
 
@@ -572,11 +627,16 @@ TEST_CASE("options_left_to_slurm: what Slurm would fill, per rendezvous style", 
       {{{"rdzv_backend", "c10d"}, {"rdzv_endpoint", "h:1"}, {"nnodes", "2"}},
        "--node-rank --rdzv-id --nproc-per-node"},
       {{{"rdzv_backend", "static"}},
-       "--nnodes --node-rank --master-addr --master-port "
-       "--rdzv-id --nproc-per-node"},
-      {{{"master_addr", "h"}}, "--nnodes --node-rank --master-port --rdzv-id --nproc-per-node"},
+       "--nnodes --node-rank --master-addr --master-port --nproc-per-node"},
+      {{{"master_addr", "h"}}, "--nnodes --node-rank --master-port --nproc-per-node"},
       {{{"rdzv_backend", "static"}, {"rdzv_endpoint", "h:1"}},
-       "--nnodes --node-rank --rdzv-id --nproc-per-node"},
+       "--nnodes --node-rank --nproc-per-node"},
+      {{{"nnodes", "4"},
+        {"node_rank", "3"},
+        {"master_addr", "h"},
+        {"master_port", "1"},
+        {"nproc_per_node", "1"}},
+       ""},  // static: no run id needed
       {{{"rdzv_backend", "etcd-v3"}}, "--nnodes --node-rank --rdzv-id --nproc-per-node"},
       {kAllC10d, ""},
   };
@@ -618,7 +678,9 @@ TEST_CASE("check_one_task_per_node: more tasks than nodes refused while Slurm fi
         }) ==
         "srun started 8 tasks on 4 nodes (SLURM_STEP_NUM_TASKS=8, "
         "SLURM_STEP_TASKS_PER_NODE=2(x4)): ddprun starts a node's workers itself and "
-        "must run once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm)");
+        "must run once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm; for "
+        "one ddprun per task, also give --nnodes --node-rank --rdzv-backend --rdzv-endpoint "
+        "--rdzv-id --nproc-per-node)");
 }
 
 TEST_CASE("read_node_id: SLURM_NODEID within the step, needed only without --node-rank",
@@ -822,17 +884,30 @@ TEST_CASE("fill_from_slurm: the open options filled, the notice says taken and k
        "Slurm job step 4242.3: nothing taken from SLURM_*; given, kept: --nnodes --node-rank "
        "--rdzv-backend --rdzv-endpoint --rdzv-id --nproc-per-node (--no-slurm turns this off; "
        "docs/slurm.md)"},
+      // Static, every option given: Slurm stands aside, no run id taken (issue 31).
+      {{{"nnodes", "4"},
+        {"node_rank", "3"},
+        {"master_addr", "h"},
+        {"master_port", "1"},
+        {"nproc_per_node", "1"}},
+       {{"master_addr", "h"}, {"node_rank", "3"}},
+       "Slurm job step 4242.3: nothing taken from SLURM_*; given, kept: --nnodes --node-rank "
+       "--master-addr --master-port --nproc-per-node (--no-slurm turns this off; "
+       "docs/slurm.md)"},
   };
   for (const auto& row : rows) {
     RawOptions raw = given(row.values);
     const Asked asked(raw);
-    CHECK(fill_from_slurm(raw, asked, v) == row.notice);
+    const SlurmNotice notice = fill_from_slurm(raw, asked, v);
+    CHECK(notice.text == row.notice);
+    CHECK(notice.taken == (notice.text.find("nothing taken") == std::string::npos));
     for (const auto& [dest, value] : row.filled) CHECK(raw.values[dest] == value);
+    if (notice.text.find("rdzv-id") == std::string::npos) CHECK(raw.values.count("rdzv_id") == 0);
   }
   // No GPUs from Slurm: one worker, and the notice says why.
   v.gpus = 0;
   RawOptions raw = given({});
-  CHECK_THAT(fill_from_slurm(raw, Asked(raw), v),
+  CHECK_THAT(fill_from_slurm(raw, Asked(raw), v).text,
              Catch::Contains("--nproc-per-node=1 (no GPUs from Slurm)"));
   CHECK(raw.values["nproc_per_node"] == "1");
 }
