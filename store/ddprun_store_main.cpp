@@ -6,13 +6,17 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/open_files.h"
+#include "base/text.h"
 #include "ddprun_version.h"
 #include "packaging/cli_dump.h"
 #include "store/core/host_port.h"
@@ -158,6 +162,138 @@ int run_client(const std::string& command, const ClientArgs& args) {
   return 0;
 }
 
+// The first line of every usage error, and the hint after it.
+int usage_failure(const std::string& what) {
+  std::cerr << "ddprun-store: error: " << what
+            << "\nRun 'ddprun-store --help' or 'ddprun-store COMMAND --help' for usage.\n";
+  return kExitUsage;
+}
+
+// CLI11 checks (whole_number: a transform, to pass on its canonical form) that read numbers as
+// ddprun does: the whole argument, decimal, in range, else one line naming the option and the
+// range. (CLI11's own ranges print DBL_MAX in 309 digits, and its integer conversion saturates:
+// 99999999999999999999 became INT64_MAX.)
+template <typename T>
+CLI::Validator whole_number(T lo, T hi, const std::string& shown_in_help) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const auto v = ddprun::parse_int<T>(text);
+        if (!v || *v < lo || *v > hi) return "'" + text + "' is not a whole number in " + range;
+        text = std::to_string(*v);  // CLI11 converts this: "010" stays ten, not octal eight
+        return {};
+      },
+      shown_in_help);
+}
+
+// Seconds: a finite decimal number in [0, kMaxSeconds] (above 0 unless `zero_ok`), so that
+// seconds_arg's milliseconds fit.
+constexpr double kMaxSeconds = 1e9;
+CLI::Validator seconds(bool zero_ok) {
+  const std::string range = zero_ok ? "[0, 1000000000]" : "(0, 1000000000]";
+  return CLI::Validator(
+      [zero_ok, range](std::string& text) -> std::string {
+        double v = 0;
+        const char* last = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), last, v);
+        if (text.empty() || ec != std::errc() || ptr != last || !std::isfinite(v) || v < 0 ||
+            (v == 0 && !zero_ok) || v > kMaxSeconds) {
+          return "'" + text + "' is not a number of seconds in " + range;
+        }
+        return {};
+      },
+      "SECONDS in " + range);
+}
+
+// A server limit: a positive count, its default shown in --help.
+void add_limit(CLI::App* cmd, const char* name, std::size_t& value, const char* help = "") {
+  cmd->add_option(name, value, help)
+      ->capture_default_str()
+      ->transform(
+          whole_number<std::size_t>(1, std::numeric_limits<std::size_t>::max(), "POSITIVE"));
+}
+
+void add_serve_command(CLI::App& app, ServeArgs& args, std::string& log_level) {
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "Run a store until SIGINT/SIGTERM. Prints one line, 'ddprun-store listening on "
+      "HOST:PORT', to stdout once it accepts connections.");
+  cmd->add_option("--host", args.host,
+                  "Address to bind (default: all interfaces, IPv6 dual-stack)");
+  cmd->add_option("--port", args.port, "Port to bind; 0 lets the OS choose")
+      ->capture_default_str()
+      ->transform(whole_number<std::uint16_t>(0, 65535, "0..65535"));
+  add_limit(cmd, "--max-connections", args.options.max_connections,
+            "Connections beyond this are closed at once");
+  add_limit(cmd, "--max-key-bytes", args.options.limits.max_key_bytes);
+  add_limit(cmd, "--max-value-bytes", args.options.limits.max_value_bytes);
+  add_limit(cmd, "--max-keys-per-request", args.options.limits.max_keys_per_request);
+  add_limit(cmd, "--max-request-bytes", args.options.limits.max_request_bytes);
+  add_limit(cmd, "--max-reply-bytes", args.options.max_reply_bytes,
+            "A request whose reply would be larger closes its connection");
+  add_limit(cmd, "--max-connection-output-bytes", args.options.max_connection_output_bytes,
+            "A connection with this many reply bytes unsent is not read until its client reads");
+  add_limit(cmd, "--max-output-bytes", args.options.max_output_bytes,
+            "Unsent reply bytes of all connections together; a reply that would pass this "
+            "waits");
+  cmd->add_option("--log-level", log_level)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+}
+
+void add_client_commands(CLI::App& app, ClientArgs& args) {
+  auto client_cmd = [&](const char* name, const char* help) {
+    CLI::App* cmd = app.add_subcommand(name, help);
+    cmd->add_option("--addr", args.addr, "Store address HOST:PORT")
+        ->capture_default_str()
+        ->envname("DDPRUN_STORE_ADDR");
+    cmd->add_option("--connect-timeout", args.connect_timeout_s,
+                    "Seconds to keep trying to connect")
+        ->capture_default_str()
+        ->check(seconds(true));
+    return cmd;
+  };
+  client_cmd("keys", "List every key");
+  CLI::App* get_cmd = client_cmd("get", "Print a key's value (does not wait for it)");
+  get_cmd->add_option("KEY", args.key, "Key")->required();
+  get_cmd->add_flag("--raw", args.raw, "Print the value's bytes as they are");
+  CLI::App* set_cmd = client_cmd("set", "Set a key");
+  set_cmd->add_option("KEY", args.key, "Key")->required();
+  set_cmd->add_option("VALUE", args.value, "Value")->required();
+  CLI::App* add_cmd = client_cmd("add", "Add N to a decimal counter; prints the new value");
+  add_cmd->add_option("KEY", args.key, "Key")->required();
+  add_cmd->add_option("N", args.delta, "Amount (may be negative)")
+      ->required()
+      ->transform(whole_number(std::numeric_limits<std::int64_t>::min(),
+                               std::numeric_limits<std::int64_t>::max(), ""));
+  client_cmd("num-keys", "Print the number of keys");
+  CLI::App* wait_cmd = client_cmd("wait", "Block until every KEY exists");
+  wait_cmd->add_option("KEY", args.keys, "Keys")->required();
+  wait_cmd->add_option("--timeout", args.timeout_s, "Seconds before giving up")
+      ->capture_default_str()
+      ->check(seconds(false));
+  CLI::App* delete_cmd = client_cmd("delete", "Delete a key");
+  delete_cmd->add_option("KEY", args.key, "Key")->required();
+}
+
+// Runs the parsed subcommand: exit status 0, kExitFailure (the store) or kExitUsage.
+int run_command(const std::string& command, ServeArgs& serve_args, ClientArgs& client_args,
+                const std::string& log_level) {
+  try {
+    if (command == "serve") {
+      spdlog::set_level(spdlog::level::from_str(log_level));
+      return serve(serve_args);
+    }
+    unescape_keys(client_args);
+    return run_client(command, client_args);
+  } catch (const UsageError& e) {
+    return usage_failure(e.what());
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun-store: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
 }  // namespace
 
 // Only building the logger and the CLI11 app, before any work, can throw (allocation);
@@ -181,118 +317,22 @@ int main(int argc, char** argv) {
       "as \\xNN and a backslash as \\\\; KEY arguments are typed the same way.\n"
       "Exit status: 0 success, 1 store error (unreachable, missing key, timeout), 2 bad "
       "arguments.");
-
   ServeArgs serve_args;
   std::string log_level = "info";
-  CLI::App* serve_cmd = app.add_subcommand(
-      "serve",
-      "Run a store until SIGINT/SIGTERM. Prints one line, 'ddprun-store listening on "
-      "HOST:PORT', to stdout once it accepts connections.");
-  serve_cmd->add_option("--host", serve_args.host,
-                        "Address to bind (default: all interfaces, IPv6 dual-stack)");
-  serve_cmd->add_option("--port", serve_args.port, "Port to bind; 0 lets the OS choose")
-      ->capture_default_str();
-  serve_cmd
-      ->add_option("--max-connections", serve_args.options.max_connections,
-                   "Connections beyond this are closed at once")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  serve_cmd->add_option("--max-key-bytes", serve_args.options.limits.max_key_bytes)
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  serve_cmd->add_option("--max-value-bytes", serve_args.options.limits.max_value_bytes)
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  serve_cmd->add_option("--max-keys-per-request", serve_args.options.limits.max_keys_per_request)
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  serve_cmd->add_option("--max-request-bytes", serve_args.options.limits.max_request_bytes)
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  serve_cmd
-      ->add_option("--max-reply-bytes", serve_args.options.max_reply_bytes,
-                   "A request whose reply would be larger closes its connection")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  serve_cmd
-      ->add_option("--max-connection-output-bytes", serve_args.options.max_connection_output_bytes,
-                   "A connection with this many reply bytes unsent is not read until its client "
-                   "reads")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  serve_cmd
-      ->add_option("--max-output-bytes", serve_args.options.max_output_bytes,
-                   "Unsent reply bytes of all connections together; a reply that would pass "
-                   "this waits")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  serve_cmd->add_option("--log-level", log_level)
-      ->capture_default_str()
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
-
+  add_serve_command(app, serve_args, log_level);
   ClientArgs client_args;
-  auto client_cmd = [&](const char* name, const char* help) {
-    CLI::App* cmd = app.add_subcommand(name, help);
-    cmd->add_option("--addr", client_args.addr, "Store address HOST:PORT")
-        ->capture_default_str()
-        ->envname("DDPRUN_STORE_ADDR");
-    cmd->add_option("--connect-timeout", client_args.connect_timeout_s,
-                    "Seconds to keep trying to connect")
-        ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
-    return cmd;
-  };
-  client_cmd("keys", "List every key");
-  CLI::App* get_cmd = client_cmd("get", "Print a key's value (does not wait for it)");
-  get_cmd->add_option("KEY", client_args.key, "Key")->required();
-  get_cmd->add_flag("--raw", client_args.raw, "Print the value's bytes as they are");
-  CLI::App* set_cmd = client_cmd("set", "Set a key");
-  set_cmd->add_option("KEY", client_args.key, "Key")->required();
-  set_cmd->add_option("VALUE", client_args.value, "Value")->required();
-  CLI::App* add_cmd = client_cmd("add", "Add N to a decimal counter; prints the new value");
-  add_cmd->add_option("KEY", client_args.key, "Key")->required();
-  add_cmd->add_option("N", client_args.delta, "Amount (may be negative)")->required();
-  client_cmd("num-keys", "Print the number of keys");
-  CLI::App* wait_cmd = client_cmd("wait", "Block until every KEY exists");
-  wait_cmd->add_option("KEY", client_args.keys, "Keys")->required();
-  wait_cmd->add_option("--timeout", client_args.timeout_s, "Seconds before giving up")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  CLI::App* delete_cmd = client_cmd("delete", "Delete a key");
-  delete_cmd->add_option("KEY", client_args.key, "Key")->required();
+  add_client_commands(app, client_args);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "ddprun-store: error: " << e.what()
-              << "\nRun 'ddprun-store --help' or 'ddprun-store COMMAND --help' for usage.\n";
-    return kExitUsage;
+    return usage_failure(e.what());
   }
   if (dump_cli) {
     std::cout << ddprun::packaging::app_json(app, "ddprun-store COMMAND [OPTIONS]", DDPRUN_VERSION);
     return 0;
   }
-  if (app.get_subcommands().empty()) {
-    std::cerr << "ddprun-store: error: A subcommand is required"
-              << "\nRun 'ddprun-store --help' or 'ddprun-store COMMAND --help' for usage.\n";
-    return kExitUsage;
-  }
-
-  std::string command = app.get_subcommands().front()->get_name();
-  try {
-    if (command == "serve") {
-      spdlog::set_level(spdlog::level::from_str(log_level));
-      return serve(serve_args);
-    }
-    unescape_keys(client_args);
-    return run_client(command, client_args);
-  } catch (const UsageError& e) {
-    std::cerr << "ddprun-store: error: " << e.what()
-              << "\nRun 'ddprun-store --help' or 'ddprun-store COMMAND --help' for usage.\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "ddprun-store: " << e.what() << "\n";
-    return kExitFailure;
-  }
+  if (app.get_subcommands().empty()) return usage_failure("A subcommand is required");
+  return run_command(app.get_subcommands().front()->get_name(), serve_args, client_args, log_level);
 }

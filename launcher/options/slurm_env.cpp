@@ -4,8 +4,9 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <optional>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "base/text.h"
@@ -15,7 +16,7 @@
 namespace ddprun::launcher {
 namespace {
 
-using Env = std::map<std::string, std::string>;
+using slurm::Env;
 
 // The first of `names` set in `env`, as {name, value}; {"", ""} when none is.
 std::pair<std::string, std::string> first_set(const Env& env,
@@ -70,151 +71,187 @@ int slurm_port(unsigned long long job_id, unsigned long long step_id) {
          static_cast<int>((job_id % kSlurmPortSpan * 8 + step_id) % kSlurmPortSpan);
 }
 
-SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
+namespace slurm {
+
+Asked::Asked(const RawOptions& options) : raw(&options) {
+  if (const auto it = options.values.find("rdzv_backend"); it != options.values.end()) {
+    backend = it->second;
+  }
+  const bool master_given = has("master_addr") || has("master_port");
+  static_style = backend == "static" || (backend.empty() && master_given);
+  c10d_style = !static_style && (backend.empty() || backend == "c10d");
+}
+
+std::variant<StepIds, SlurmNotice> slurm_step_or_notice(const RawOptions& raw, const Env& env) {
   const auto job = first_set(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
-  if (job.first.empty() || raw.flags.count("no_slurm") > 0) return {};
+  if (job.first.empty() || raw.flags.count("no_slurm") > 0) return SlurmNotice{};
   const auto step = first_set(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
   if (step.first.empty() ||
       (parse_int<unsigned long long>(step.second) && number(step) >= kFirstSpecialStep)) {
-    return {fmt::format("{}={} is set but this is not an srun job step (no SLURM_STEP_ID: an "
-                        "salloc shell or a batch script): Slurm's settings are not used; run "
-                        "`srun --ntasks-per-node=1 ddprun ...` to use them (docs/slurm.md)",
-                        job.first, job.second),
-            false,
-            {}};
+    return SlurmNotice{
+        fmt::format("{}={} is set but this is not an srun job step (no SLURM_STEP_ID: an "
+                    "salloc shell or a batch script): Slurm's settings are not used; run "
+                    "`srun --ntasks-per-node=1 ddprun ...` to use them (docs/slurm.md)",
+                    job.first, job.second),
+        false,
+        {}};
   }
   if (raw.flags.count("standalone") > 0) {
-    return {"--standalone: Slurm's settings are not used (--standalone is a single-node job)",
-            false,
-            {}};
+    return SlurmNotice{
+        "--standalone: Slurm's settings are not used (--standalone is a single-node job)",
+        false,
+        {}};
   }
-  const unsigned long long job_id = number(job);
-  const unsigned long long step_id = number(step);
+  return StepIds{number(job), number(step)};
+}
 
-  std::vector<std::string> warnings;
-  const auto has = [&](const char* dest) { return raw.values.count(dest) > 0; };
-  const auto given = [&](const char* dest) {
-    const auto it = raw.values.find(dest);
-    return it == raw.values.end() ? std::string() : it->second;
-  };
-  // Each SLURM_* value below is read only for an option the command line and PET_* left
-  // open; when a flag gives it, a bad value is only warned about (docs/slurm.md).
-  const auto nnodes_var = first_set(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES"});
-  std::optional<unsigned long long> nnodes;
-  if (nnodes_var.first.empty()) {
-    if (!has("nnodes")) {
+NodeCount read_nnodes(const Asked& asked, const Env& env, const StepIds& ids,
+                      std::vector<std::string>& warnings) {
+  const auto var = first_set(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES"});
+  if (var.first.empty()) {
+    if (!asked.has("nnodes")) {
       throw UsageError(
           fmt::format("Slurm job step {}.{} without SLURM_STEP_NUM_NODES or "
                       "SLURM_NNODES: give --nnodes, or --no-slurm",
-                      job_id, step_id));
+                      ids.job, ids.step));
     }
-  } else if (const auto v = parse_int<unsigned long long>(nnodes_var.second); v) {
-    nnodes = *v;
-  } else if (has("nnodes")) {
-    warnings.push_back(unused_because(
-        fmt::format("{}='{}' is not a number", nnodes_var.first, nnodes_var.second), "--nnodes"));
-  } else {
-    number(nnodes_var);  // throws, naming the variable
+    return {};
   }
-  const std::string backend = given("rdzv_backend");
-  const bool master_given = has("master_addr") || has("master_port");
-  const bool static_style = backend == "static" || (backend.empty() && master_given);
-  // More tasks than nodes means one agent per task, each starting a node's workers: a
-  // mistake, unless the command line gives every option Slurm would fill (the user set
-  // the job up: Slurm stands aside).
-  std::vector<const char*> fillable = {"nnodes", "node_rank", "rdzv_id", "nproc_per_node"};
-  if (static_style && !has("rdzv_endpoint")) {
-    fillable.insert(fillable.end(), {"master_addr", "master_port"});
-  } else if (!static_style && (backend.empty() || backend == "c10d")) {
-    fillable.insert(fillable.end(), {"rdzv_backend", "rdzv_endpoint"});
-  }
-  const bool all_given = std::all_of(fillable.begin(), fillable.end(), has);
-  const auto tasks_var = first_set(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
-  if (!all_given && !tasks_var.first.empty() && nnodes && *nnodes > 0 &&
-      number(tasks_var) > *nnodes) {
-    const auto per_node = first_set(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
-    throw UsageError(fmt::format(
-        "srun started {} tasks on {} nodes ({}={}{}): ddprun starts a node's workers itself "
-        "and must run once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm)",
-        number(tasks_var), *nnodes, tasks_var.first, tasks_var.second,
-        per_node.first.empty() ? "" : fmt::format(", {}={}", per_node.first, per_node.second)));
-  }
-  const auto node_id_var = first_set(env, {"SLURM_NODEID"});
-  const auto node_id = parse_int<unsigned long long>(node_id_var.second);
-  if (!node_id || (nnodes && *node_id >= *nnodes)) {
-    const std::string fault =
-        node_id_var.first.empty()
-            ? "SLURM_NODEID is not set"
-            : fmt::format("SLURM_NODEID='{}' is not a node of the step's {}", node_id_var.second,
-                          nnodes ? std::to_string(*nnodes) : "nodes");
-    if (!has("node_rank")) {
-      throw UsageError(fmt::format("Slurm job step {}.{}: {}: give --node-rank, or --no-slurm",
-                                   job_id, step_id, fault));
-    }
-    if (!node_id_var.first.empty()) warnings.push_back(unused_because(fault, "--node-rank"));
-  }
-  // The flag that the first host of the node list would fill, or nullptr when none is open.
-  const char* host_flag = nullptr;
-  if (static_style) {
-    if (!has("rdzv_endpoint") && !has("master_addr")) host_flag = "--master-addr";
-  } else if ((backend.empty() || backend == "c10d") && !has("rdzv_endpoint")) {
-    host_flag = "--rdzv-endpoint";
-  }
-  const auto list_var = first_set(env, {"SLURM_STEP_NODELIST", "SLURM_NODELIST"});
-  const std::string list_name = list_var.first.empty() ? "SLURM_STEP_NODELIST" : list_var.first;
-  std::vector<std::string> hosts;
-  std::string list_fault;
-  try {
-    hosts = expand_hostlist(list_var.second);
-    if (nnodes && hosts.size() != *nnodes) {
-      list_fault = fmt::format("{}={} names {} hosts but {}={}", list_var.first, list_var.second,
-                               hosts.size(), nnodes_var.first, *nnodes);
-    }
-  } catch (const HostlistError& e) {
-    list_fault = fmt::format("{}: {}", list_name, e.what());
-  }
-  if (!list_fault.empty()) {
-    if (host_flag) {
-      throw UsageError(fmt::format("{} (give {}, or --no-slurm)", list_fault, host_flag));
-    }
-    if (!list_var.first.empty()) {
-      // What made the node list unnecessary.
-      std::string by = "--rdzv-backend " + backend;
-      if (has("rdzv_endpoint")) {
-        by = "--rdzv-endpoint";
-      } else if (static_style) {
-        by = "--master-addr";
-      }
-      warnings.push_back(unused_because(list_fault, by));
-    }
-  }
-  int port = slurm_port(job_id, step_id);
-  if (const auto fixed = first_set(env, {"DDPRUN_SLURM_PORT"}); !fixed.first.empty()) {
-    const auto v = parse_int<unsigned long long>(fixed.second);
-    if (!v || *v == 0 || *v > 65535) {
-      throw UsageError(
-          fmt::format("DDPRUN_SLURM_PORT='{}': expected a port in [1, 65535]", fixed.second));
-    }
-    port = static_cast<int>(*v);
-  }
-  unsigned long long gpus = 0;
-  if (!has("nproc_per_node")) {
-    gpus = step_gpus(env);
-    if (gpus > kMaxWorkersPerNode) {
-      const auto var = first_set(env, {"SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"});
-      throw UsageError(fmt::format(
-          "Slurm job step {}.{}: {}={} gives {} GPUs on this node, more than ddprun's limit of "
-          "{} workers per node: give --nproc-per-node, or --no-slurm",
-          job_id, step_id, var.first,
-          var.second.size() > 40 ? var.second.substr(0, 40) + "..." : var.second, gpus,
-          kMaxWorkersPerNode));
-    }
-  }
+  if (const auto v = parse_int<unsigned long long>(var.second); v) return {var.first, *v};
+  if (!asked.has("nnodes")) number(var);  // throws, naming the variable
+  warnings.push_back(
+      unused_because(fmt::format("{}='{}' is not a number", var.first, var.second), "--nnodes"));
+  return {var.first, std::nullopt};
+}
 
-  // What the command line / PET_* gave stays; Slurm fills in the rest.
+std::string options_left_to_slurm(const Asked& asked) {
+  std::vector<std::pair<const char*, const char*>> fillable = {{"nnodes", "--nnodes"},
+                                                               {"node_rank", "--node-rank"}};
+  if (asked.static_style && !asked.has("rdzv_endpoint")) {
+    fillable.insert(fillable.end(),
+                    {{"master_addr", "--master-addr"}, {"master_port", "--master-port"}});
+  } else if (asked.c10d_style) {
+    fillable.insert(fillable.end(),
+                    {{"rdzv_backend", "--rdzv-backend"}, {"rdzv_endpoint", "--rdzv-endpoint"}});
+  }
+  // The static rendezvous needs no run id (torchrun's static launch gives none).
+  if (!asked.static_style) fillable.emplace_back("rdzv_id", "--rdzv-id");
+  fillable.emplace_back("nproc_per_node", "--nproc-per-node");
+  std::string open;
+  for (const auto& [dest, flag] : fillable) {
+    if (!asked.has(dest)) open += fmt::format("{}{}", open.empty() ? "" : " ", flag);
+  }
+  return open;
+}
+
+void check_one_task_per_node(const Asked& asked, const Env& env, const NodeCount& nnodes) {
+  // More tasks than nodes means one agent per task, each starting a node's workers: a
+  // mistake, unless the command line gives every option Slurm would fill.
+  const auto tasks = first_set(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
+  const std::string left = options_left_to_slurm(asked);
+  if (left.empty() || tasks.first.empty() || !nnodes.n || *nnodes.n == 0 ||
+      number(tasks) <= *nnodes.n) {
+    return;
+  }
+  const auto per_node = first_set(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  throw UsageError(fmt::format(
+      "srun started {} tasks on {} nodes ({}={}{}): ddprun starts a node's workers itself "
+      "and must run once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm; for "
+      "one ddprun per task, also give {})",
+      number(tasks), *nnodes.n, tasks.first, tasks.second,
+      per_node.first.empty() ? "" : fmt::format(", {}={}", per_node.first, per_node.second), left));
+}
+
+std::optional<unsigned long long> read_node_id(const Asked& asked, const Env& env,
+                                               const StepIds& ids, const NodeCount& nnodes,
+                                               std::vector<std::string>& warnings) {
+  const auto var = first_set(env, {"SLURM_NODEID"});
+  const auto node_id = parse_int<unsigned long long>(var.second);
+  if (node_id && (!nnodes.n || *node_id < *nnodes.n)) return node_id;
+  const std::string fault =
+      var.first.empty() ? "SLURM_NODEID is not set"
+                        : fmt::format("SLURM_NODEID='{}' is not a node of the step's {}",
+                                      var.second, nnodes.n ? std::to_string(*nnodes.n) : "nodes");
+  if (!asked.has("node_rank")) {
+    throw UsageError(fmt::format("Slurm job step {}.{}: {}: give --node-rank, or --no-slurm",
+                                 ids.job, ids.step, fault));
+  }
+  if (!var.first.empty()) warnings.push_back(unused_because(fault, "--node-rank"));
+  return node_id;
+}
+
+namespace {
+
+// The flag that the first host of the node list would fill, or nullptr when none is open.
+const char* open_host_flag(const Asked& asked) {
+  if (asked.static_style) {
+    return !asked.has("rdzv_endpoint") && !asked.has("master_addr") ? "--master-addr" : nullptr;
+  }
+  return asked.c10d_style && !asked.has("rdzv_endpoint") ? "--rdzv-endpoint" : nullptr;
+}
+
+// What made the node list unnecessary (open_host_flag is nullptr).
+std::string host_given_by(const Asked& asked) {
+  if (asked.has("rdzv_endpoint")) return "--rdzv-endpoint";
+  if (asked.static_style) return "--master-addr";
+  return "--rdzv-backend " + asked.backend;
+}
+
+}  // namespace
+
+std::vector<std::string> read_hostlist(const Asked& asked, const Env& env, const NodeCount& nnodes,
+                                       std::vector<std::string>& warnings) {
+  const auto var = first_set(env, {"SLURM_STEP_NODELIST", "SLURM_NODELIST"});
+  std::string fault;
+  try {
+    auto hosts = expand_hostlist(var.second);
+    if (!nnodes.n || hosts.size() == *nnodes.n) return hosts;
+    fault = fmt::format("{}={} names {} hosts but {}={}", var.first, var.second, hosts.size(),
+                        nnodes.var, *nnodes.n);
+  } catch (const HostlistError& e) {
+    fault = fmt::format("{}: {}", var.first.empty() ? "SLURM_STEP_NODELIST" : var.first, e.what());
+  }
+  if (const char* flag = open_host_flag(asked)) {
+    throw UsageError(fmt::format("{} (give {}, or --no-slurm)", fault, flag));
+  }
+  if (!var.first.empty()) warnings.push_back(unused_because(fault, host_given_by(asked)));
+  return {};
+}
+
+int slurm_port_from_env(const Env& env, const StepIds& ids) {
+  const auto fixed = first_set(env, {"DDPRUN_SLURM_PORT"});
+  if (fixed.first.empty()) return slurm_port(ids.job, ids.step);
+  const auto v = parse_int<unsigned long long>(fixed.second);
+  if (!v || *v == 0 || *v > 65535) {
+    throw UsageError(
+        fmt::format("DDPRUN_SLURM_PORT='{}': expected a port in [1, 65535]", fixed.second));
+  }
+  return static_cast<int>(*v);
+}
+
+unsigned long long read_gpus(const Asked& asked, const Env& env, const StepIds& ids) {
+  if (asked.has("nproc_per_node")) return 0;
+  const unsigned long long gpus = step_gpus(env);
+  if (gpus <= kMaxWorkersPerNode) return gpus;
+  const auto var = first_set(env, {"SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"});
+  throw UsageError(fmt::format(
+      "Slurm job step {}.{}: {}={} gives {} GPUs on this node, more than ddprun's limit of "
+      "{} workers per node: give --nproc-per-node, or --no-slurm",
+      ids.job, ids.step, var.first,
+      var.second.size() > 40 ? var.second.substr(0, 40) + "..." : var.second, gpus,
+      kMaxWorkersPerNode));
+}
+
+namespace {
+
+// The notice's two lists: what Slurm filled, what the command line / PET_* gave and kept.
+struct Filling {
+  RawOptions& raw;
   std::string taken;
   std::string kept;
-  const auto fill = [&](const char* dest, const char* flag, const std::string& value) {
+
+  // Sets `dest` to `value` unless it was given; true when it was set.
+  bool fill(const char* dest, const char* flag, const std::string& value) {
     if (raw.values.count(dest) > 0) {
       kept += fmt::format("{}{}", kept.empty() ? "" : " ", flag);
       return false;
@@ -222,30 +259,66 @@ SlurmNotice apply_slurm_environment(RawOptions& raw, const Env& env) {
     raw.values[dest] = value;
     taken += fmt::format("{}{}={}", taken.empty() ? "" : " ", flag, value);
     return true;
-  };
+  }
+};
+
+}  // namespace
+
+SlurmNotice fill_from_slurm(RawOptions& raw, const Asked& asked, const StepValues& values) {
+  const bool stand_aside = options_left_to_slurm(asked).empty();
+  Filling f{raw, {}, {}};
   // Where a value was left unread (a flag gives it), fill only lists the flag as kept.
-  fill("nnodes", "--nnodes", nnodes ? std::to_string(*nnodes) : "");
-  fill("node_rank", "--node-rank", node_id ? std::to_string(*node_id) : "");
-  const std::string first_host = hosts.empty() ? "" : hosts.front();
-  if (static_style) {
+  f.fill("nnodes", "--nnodes", values.nnodes ? std::to_string(*values.nnodes) : "");
+  f.fill("node_rank", "--node-rank", values.node_id ? std::to_string(*values.node_id) : "");
+  const std::string first_host = values.hosts.empty() ? "" : values.hosts.front();
+  if (asked.static_style) {
     if (raw.values.count("rdzv_endpoint") == 0) {
-      fill("master_addr", "--master-addr", first_host);
-      fill("master_port", "--master-port", std::to_string(port));
+      f.fill("master_addr", "--master-addr", first_host);
+      f.fill("master_port", "--master-port", std::to_string(values.port));
     }
-  } else if (backend.empty() || backend == "c10d") {
-    fill("rdzv_backend", "--rdzv-backend", "c10d");
-    fill("rdzv_endpoint", "--rdzv-endpoint", store::format_host_port(first_host, port));
+  } else if (asked.c10d_style) {
+    f.fill("rdzv_backend", "--rdzv-backend", "c10d");
+    f.fill("rdzv_endpoint", "--rdzv-endpoint", store::format_host_port(first_host, values.port));
   }
-  fill("rdzv_id", "--rdzv-id", fmt::format("slurm-{}.{}", job_id, step_id));
-  if (fill("nproc_per_node", "--nproc-per-node", std::to_string(gpus > 0 ? gpus : 1)) &&
-      gpus == 0) {
-    taken += " (no GPUs from Slurm)";
+  if (!stand_aside || asked.has("rdzv_id")) {  // standing aside, static: no run id taken
+    f.fill("rdzv_id", "--rdzv-id", fmt::format("slurm-{}.{}", values.ids.job, values.ids.step));
   }
-  return {
-      fmt::format("Slurm job step {}.{}: {}{} (--no-slurm turns this off; docs/slurm.md)", job_id,
-                  step_id, taken.empty() ? "nothing taken from SLURM_*" : "from SLURM_*: " + taken,
-                  kept.empty() ? "" : "; given, kept: " + kept),
-      true, std::move(warnings)};
+  if (f.fill("nproc_per_node", "--nproc-per-node",
+             std::to_string(values.gpus > 0 ? values.gpus : 1)) &&
+      values.gpus == 0) {
+    f.taken += " (no GPUs from Slurm)";
+  }
+  return {fmt::format("Slurm job step {}.{}: {}{} (--no-slurm turns this off; docs/slurm.md)",
+                      values.ids.job, values.ids.step,
+                      f.taken.empty() ? "nothing taken from SLURM_*" : "from SLURM_*: " + f.taken,
+                      f.kept.empty() ? "" : "; given, kept: " + f.kept),
+          !f.taken.empty(),
+          {}};
+}
+
+}  // namespace slurm
+
+SlurmNotice apply_slurm_environment(RawOptions& raw, const slurm::Env& env) {
+  using namespace slurm;
+  auto step = slurm_step_or_notice(raw, env);
+  if (auto* notice = std::get_if<SlurmNotice>(&step)) return std::move(*notice);
+  const StepIds ids = std::get<StepIds>(step);
+  const Asked asked(raw);
+  std::vector<std::string> warnings;
+  // Each SLURM_* value is read only for an option the command line and PET_* left open;
+  // when a flag gives it, a bad value is only warned about (docs/slurm.md).
+  const NodeCount nnodes = read_nnodes(asked, env, ids, warnings);
+  check_one_task_per_node(asked, env, nnodes);
+  StepValues values;
+  values.ids = ids;
+  values.nnodes = nnodes.n;
+  values.node_id = read_node_id(asked, env, ids, nnodes, warnings);
+  values.hosts = read_hostlist(asked, env, nnodes, warnings);
+  values.port = slurm_port_from_env(env, ids);
+  values.gpus = read_gpus(asked, env, ids);
+  SlurmNotice notice = fill_from_slurm(raw, asked, values);
+  notice.warnings = std::move(warnings);
+  return notice;
 }
 
 }  // namespace ddprun::launcher

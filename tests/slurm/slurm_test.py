@@ -15,6 +15,7 @@ by the test and killed (with everything in the node namespaces) at the end. Skip
 import glob
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -192,8 +193,8 @@ PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 def srun_four_nodes(c):
     """docs/slurm.md's sbatch script (`srun ddprun train.py`, no flag): node ranks follow
     SLURM_NODEID, rank 0 on the first host of the node list; ddprun run in the batch script
-    without srun takes nothing from Slurm; several tasks per node are refused with the fix;
-    a node that dies mid-run (its slurmd, slurmstepd, agent and workers killed) is a lost
+    without srun takes nothing from Slurm; several tasks per node are refused with the fix,
+    unless every option is given (one ddprun per task, static backend, no --rdzv-id); a node that dies mid-run (its slurmd, slurmstepd, agent and workers killed) is a lost
     node: with --nnodes 3:4 (and srun --no-kill) the three others finish."""
     t0 = time.monotonic()
     c.start_cluster(4)
@@ -244,6 +245,26 @@ echo "srun exit $?" > {c.dir}/done
     check(rc != 0, "two tasks per node refused", text)
     check("srun started 4 tasks on 2 nodes" in text and "--ntasks-per-node=1" in text,
           "naming the fix", text)
+
+    # One ddprun per task with the static backend and every option given, as torchrun's
+    # per-GPU launch (no --rdzv-id): Slurm stands aside and the four agents form one world.
+    out = os.path.join(c.dir, "out_per_task")
+    os.makedirs(out)
+    per_task = (f"exec {shlex.quote(c.ddprun)} --nproc-per-node 1 --nnodes 4 "
+                f'--node-rank "$SLURM_PROCID" --master-addr {node_name(0)} --master-port 29511 '
+                f"{shlex.quote(WORKER)}")
+    proc, log = c.srun("per_task", ["srun", "-N2", "--ntasks-per-node=2", "sh", "-c", per_task],
+                       MN_OUT=out)
+    rc = proc.wait(120)
+    text = blackbox.read_text(log)
+    check(rc == 0, f"one ddprun per task, static: srun exit {rc}", text, c.logs)
+    recs = blackbox.json_records(out)
+    check(sorted(r["RANK"] for r in recs) == ["0", "1", "2", "3"] and
+          all(r["allreduce_ok"] and r["WORLD_SIZE"] == "4" and r["GROUP_RANK"] == r["RANK"] and
+              r["TORCHELASTIC_RUN_ID"] == "none" for r in recs), "one world of 4", recs)
+    check("srun started" not in text and "Slurm job step" not in text,
+          "nothing said about Slurm at the default level", text)
+    print(f"one ddprun per task after {time.monotonic() - t0:.1f} s")
 
     # node02 dies while the step runs. Slurm notices only after SlurmdTimeout (and, with
     # --no-kill, leaves the step running); the agents notice the missing heartbeats first.
@@ -319,8 +340,9 @@ def explicit_flags_pass_bad_slurm_values(c):
 @test(needs_torch=False)
 def explicit_flags_pass_many_tasks(c):
     """A step with more tasks than nodes (srun -n 8 on 4 nodes) runs when the command line
-    gives every option Slurm would fill: Slurm stands aside (issue 21). With one of them
-    left to Slurm, the step is still refused in one line (exit 2)."""
+    gives every option Slurm would fill: Slurm stands aside (issue 21); with the static
+    backend --rdzv-id is not among them (issue 31). With one of them left to Slurm, the step
+    is still refused in one line naming it (exit 2)."""
     flags = ["--nnodes=1", "--node-rank=0", "--rdzv-backend=c10d",
              "--rdzv-endpoint=127.0.0.1:0", "--rdzv-id=mine", "--nproc-per-node=1"]
     env = blackbox.job_environment(TMPDIR=c.dir, **{
@@ -335,6 +357,16 @@ def explicit_flags_pass_many_tasks(c):
     refused = [line for line in err.splitlines() if "srun started 8 tasks on 4 nodes" in line]
     check(code == 2 and len(refused) == 1, f"--rdzv-id left to Slurm: refused, exit {code}",
           err)
+    check(refused[0].endswith("for one ddprun per task, also give --rdzv-id --nproc-per-node)"),
+          "naming what is missing", err)
+    # The static backend needs no --rdzv-id (torchrun's one launcher per GPU, issue 31).
+    static = ["--nnodes=1", "--node-rank=0", "--master-addr=127.0.0.1",
+              f"--master-port={c.reserve_port()}", "--nproc-per-node=1"]
+    os.unlink(marker)
+    code, out, err = c.run_process([c.ddprun, *static, "--no-python", "touch", marker], env, 60)
+    check(code == 0 and os.path.exists(marker), f"static, no --rdzv-id: runs, exit {code}",
+          out, err)
+    check("tasks on" not in err and "Slurm" not in err, "no word about Slurm", err)
 
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, SlurmCluster))

@@ -272,7 +272,9 @@ TEST_CASE("srun with several tasks per node is refused with the fix", "[slurm]")
   CHECK(error({"train.py"}, env) ==
         "srun started 8 tasks on 4 nodes (SLURM_STEP_NUM_TASKS=8, "
         "SLURM_STEP_TASKS_PER_NODE=2(x4)): ddprun starts a node's workers itself and must run "
-        "once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm)");
+        "once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm; for one ddprun "
+        "per task, also give --nnodes --node-rank --rdzv-backend --rdzv-endpoint --rdzv-id "
+        "--nproc-per-node)");
   CHECK(ok({"--no-slurm", "train.py"}, env).max_nodes == 1);
 }
 
@@ -306,6 +308,59 @@ TEST_CASE("every option Slurm would fill given: Slurm stands aside, whatever the
     args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
     CAPTURE(c10d[i]);
     CHECK(error(with(args), env).find("srun started 8 tasks on 4 nodes") == 0);
+  }
+}
+
+TEST_CASE("one launcher per GPU with the static backend: Slurm stands aside, no --rdzv-id",
+          "[slurm]") {
+  // Task 3 of `srun -N2 --ntasks-per-node=2 --gpus-per-node=2 ddprun --nproc-per-node 1
+  // --nnodes 4 --node-rank $SLURM_PROCID --master-addr n02 --master-port 29511 train.py`:
+  // torchrun's static launch, which gives no --rdzv-id (issue 31 item 3).
+  Env env = srun_env(1);
+  env["SLURM_NNODES"] = env["SLURM_STEP_NUM_NODES"] = "2";
+  env["SLURM_STEP_NODELIST"] = env["SLURM_NODELIST"] = "n[02-03]";
+  env["SLURM_NTASKS"] = env["SLURM_STEP_NUM_TASKS"] = "4";
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
+  env["SLURM_PROCID"] = "3";
+  env["SLURM_LOCALID"] = "1";
+  env["SLURM_GPUS_ON_NODE"] = "2";
+  const std::vector<std::string> per_gpu = {"--nproc-per-node", "1",    "--nnodes",      "4",
+                                            "--node-rank",      "3",    "--master-addr", "n02",
+                                            "--master-port",    "29511"};
+  const auto with = [](std::vector<std::string> args) {
+    args.emplace_back("train.py");
+    return args;
+  };
+  const CliOutcome out = parse(with(per_gpu), env);
+  INFO(out.text);
+  REQUIRE(out.kind == CliOutcome::Kind::kRun);
+  CHECK(out.config.rdzv_backend == Backend::kStatic);
+  CHECK(out.config.max_nodes == 4);
+  CHECK(out.config.node_rank == 3);
+  CHECK(out.config.nproc_per_node == 1);
+  CHECK(out.config.master_addr == "n02");
+  CHECK(out.config.master_port == 29511);
+  CHECK(out.config.rdzv_id == "none");  // as torchrun: nothing taken from Slurm
+  CHECK(!out.slurm.taken);              // an informational line, not a warning per task
+  CHECK_THAT(out.slurm.text, Catch::Contains("nothing taken from SLURM_*"));
+  CHECK(out.slurm.warnings.empty());
+  // The PET_* forms count as given too.
+  Env pet = env;
+  pet["PET_NNODES"] = "4";
+  pet["PET_NODE_RANK"] = "3";
+  pet["PET_MASTER_ADDR"] = "n02";
+  pet["PET_MASTER_PORT"] = "29511";
+  pet["PET_NPROC_PER_NODE"] = "1";
+  CHECK(ok({"train.py"}, pet).node_rank == 3);
+  // One of them left to Slurm (each in turn): refused, naming what is missing.
+  for (std::size_t i = 0; i < per_gpu.size(); i += 2) {
+    std::vector<std::string> args = per_gpu;
+    args.erase(args.begin() + static_cast<std::ptrdiff_t>(i),
+               args.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    CAPTURE(per_gpu[i]);
+    const std::string e = error(with(args), env);
+    CHECK(e.find("srun started 4 tasks on 2 nodes") == 0);
+    CHECK_THAT(e, Catch::EndsWith("for one ddprun per task, also give " + per_gpu[i] + ")"));
   }
 }
 
@@ -419,4 +474,440 @@ TEST_CASE("a GPU count beyond ddprun's limit names Slurm and the limit", "[slurm
         "than ddprun's limit of 65536 workers per node: give --nproc-per-node, or --no-slurm");
   env["SLURM_GPUS_ON_NODE"] = "65536";
   CHECK(ok({"train.py"}, env).nproc_per_node == 65536);
+}
+
+// One table test per rule step of slurm_env.h (docs/slurm.md), called directly.
+namespace {
+
+using namespace ddprun::launcher::slurm;
+using Values = std::map<std::string, std::string>;
+
+RawOptions given(Values values, std::set<std::string> flags = {}) {
+  RawOptions raw;
+  raw.values = std::move(values);
+  raw.flags = std::move(flags);
+  return raw;
+}
+
+const StepIds kIds{4242, 3};
+
+// Every option Slurm would fill, given (c10d).
+const Values kAllC10d = {{"nnodes", "2"},          {"node_rank", "0"}, {"rdzv_backend", "c10d"},
+                         {"rdzv_endpoint", "h:1"}, {"rdzv_id", "x"},   {"nproc_per_node", "1"}};
+
+// The text of the UsageError `f` throws, or "" when it returns.
+template <typename F>
+std::string usage_error(F f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Runs a rule step `f(warnings)` for a table row: it throws UsageError `error`, or (with
+// `error` empty) returns with the one warning `warning` (none when empty). Its result, if any.
+template <typename F>
+auto step_result(F f, const char* error, const char* warning)
+    -> std::optional<decltype(f(std::declval<std::vector<std::string>&>()))> {
+  std::vector<std::string> warnings;
+  try {
+    auto out = f(warnings);
+    CHECK(std::string() == error);
+    CHECK(warnings == (*warning ? std::vector<std::string>{warning} : std::vector<std::string>{}));
+    return out;
+  } catch (const UsageError& e) {
+    CHECK(e.what() == std::string(error));
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("slurm_step_or_notice: srun steps only, not --no-slurm, --standalone, shells",
+          "[slurm]") {
+  struct Row {
+    Env env;
+    std::set<std::string> flags;
+    std::optional<unsigned long long> step;  // the step's id, else a notice
+    const char* notice;                      // its start ("" : empty notice)
+  };
+  const Env step = {{"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "3"}};
+  const std::vector<Row> rows = {
+      {step, {}, 3, ""},
+      {{{"SLURM_JOBID", "4242"}, {"SLURM_STEPID", "7"}}, {}, 7, ""},  // the old names
+      {{}, {}, std::nullopt, ""},
+      {step, {"no_slurm"}, std::nullopt, ""},
+      {step, {"standalone"}, std::nullopt, "--standalone: Slurm's settings are not used"},
+      {{{"SLURM_JOB_ID", "77"}}, {}, std::nullopt, "SLURM_JOB_ID=77 is set but this is not an"},
+      {{{"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "4294967294"}},
+       {},
+       std::nullopt,
+       "SLURM_JOB_ID=77 is set but this is not an srun job step"},
+      {{{"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "4294967279"}}, {}, 4294967279ULL, ""},
+  };
+  for (const auto& row : rows) {
+    const auto out = slurm_step_or_notice(given({}, row.flags), row.env);
+    if (row.step) {
+      REQUIRE(std::holds_alternative<StepIds>(out));
+      CHECK(std::get<StepIds>(out).step == *row.step);
+    } else {
+      REQUIRE(std::holds_alternative<SlurmNotice>(out));
+      CHECK(std::get<SlurmNotice>(out).text.rfind(row.notice, 0) == 0);
+      CHECK(!std::get<SlurmNotice>(out).taken);
+    }
+  }
+  CHECK(usage_error([] {
+          slurm_step_or_notice(given({}), {{"SLURM_JOB_ID", "x"}, {"SLURM_STEP_ID", "0"}});
+        }).rfind("SLURM_JOB_ID='x' is not a number", 0) == 0);
+  CHECK(usage_error([] {
+          slurm_step_or_notice(given({}), {{"SLURM_JOB_ID", "1"}, {"SLURM_STEP_ID", "y"}});
+        }).rfind("SLURM_STEP_ID='y' is not a number", 0) == 0);
+}
+
+TEST_CASE("read_nnodes: the step's node count, needed only without --nnodes", "[slurm]") {
+  struct Row {
+    Env env;
+    bool nnodes_given;
+    std::optional<unsigned long long> n;
+    const char* var;
+    const char* warning;  // "" : none
+    const char* error;    // "" : none
+  };
+  const std::vector<Row> rows = {
+      {{{"SLURM_STEP_NUM_NODES", "4"}, {"SLURM_NNODES", "8"}},
+       false,
+       4,
+       "SLURM_STEP_NUM_NODES",
+       "",
+       ""},
+      {{{"SLURM_NNODES", "8"}}, false, 8, "SLURM_NNODES", "", ""},
+      {{{"SLURM_NNODES", "8"}}, true, 8, "SLURM_NNODES", "", ""},
+      {{}, true, std::nullopt, "", "", ""},
+      {{{"SLURM_NNODES", "four"}},
+       true,
+       std::nullopt,
+       "SLURM_NNODES",
+       "SLURM_NNODES='four' is not a number (not used: --nnodes is given)",
+       ""},
+      {{},
+       false,
+       std::nullopt,
+       "",
+       "",
+       "Slurm job step 4242.3 without SLURM_STEP_NUM_NODES or SLURM_NNODES: give --nnodes, or "
+       "--no-slurm"},
+      {{{"SLURM_NNODES", "four"}},
+       false,
+       std::nullopt,
+       "",
+       "",
+       "SLURM_NNODES='four' is not a number (is this a Slurm job step? --no-slurm ignores the "
+       "SLURM_* environment)"},
+  };
+  for (const auto& row : rows) {
+    const RawOptions raw = given(row.nnodes_given ? Values{{"nnodes", "2"}} : Values{});
+    const auto got = step_result(
+        [&](auto& warnings) { return read_nnodes(Asked(raw), row.env, kIds, warnings); }, row.error,
+        row.warning);
+    if (!got) continue;
+    CHECK(got->n == row.n);
+    CHECK(got->var == row.var);
+  }
+}
+
+TEST_CASE("options_left_to_slurm: what Slurm would fill, per rendezvous style", "[slurm]") {
+  struct Row {
+    Values values;
+    const char* left;
+  };
+  const std::vector<Row> rows = {
+      {{}, "--nnodes --node-rank --rdzv-backend --rdzv-endpoint --rdzv-id --nproc-per-node"},
+      {{{"rdzv_backend", "c10d"}, {"rdzv_endpoint", "h:1"}, {"nnodes", "2"}},
+       "--node-rank --rdzv-id --nproc-per-node"},
+      {{{"rdzv_backend", "static"}},
+       "--nnodes --node-rank --master-addr --master-port --nproc-per-node"},
+      {{{"master_addr", "h"}}, "--nnodes --node-rank --master-port --nproc-per-node"},
+      {{{"rdzv_backend", "static"}, {"rdzv_endpoint", "h:1"}},
+       "--nnodes --node-rank --nproc-per-node"},
+      {{{"nnodes", "4"},
+        {"node_rank", "3"},
+        {"master_addr", "h"},
+        {"master_port", "1"},
+        {"nproc_per_node", "1"}},
+       ""},  // static: no run id needed
+      {{{"rdzv_backend", "etcd-v3"}}, "--nnodes --node-rank --rdzv-id --nproc-per-node"},
+      {kAllC10d, ""},
+  };
+  for (const auto& row : rows) {
+    const RawOptions raw = given(row.values);
+    CHECK(options_left_to_slurm(Asked(raw)) == row.left);
+  }
+}
+
+TEST_CASE("check_one_task_per_node: more tasks than nodes refused while Slurm fills options",
+          "[slurm]") {
+  struct Row {
+    Env env;
+    std::optional<unsigned long long> nnodes;
+    bool all_given;
+    bool refused;
+  };
+  const Env eight = {{"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x4)"}};
+  const std::vector<Row> rows = {
+      {eight, 4, false, true},
+      {{{"SLURM_NTASKS", "8"}}, 4, false, true},
+      {eight, 8, false, false},
+      {eight, 4, true, false},  // Slurm stands aside
+      {eight, std::nullopt, false, false},
+      {eight, 0, false, false},
+      {{}, 4, false, false},
+      {{{"SLURM_STEP_NUM_TASKS", "x"}}, 4, true, false},  // not read when standing aside
+  };
+  const RawOptions all = given(kAllC10d);
+  for (const auto& row : rows) {
+    const RawOptions raw = row.all_given ? all : given({});
+    const std::string error = usage_error([&] {
+      check_one_task_per_node(Asked(raw), row.env, {"SLURM_NNODES", row.nnodes});
+    });
+    CHECK(!error.empty() == row.refused);
+  }
+  CHECK(usage_error([&] {
+          check_one_task_per_node(Asked(given({})), eight, {"SLURM_NNODES", 4});
+        }) ==
+        "srun started 8 tasks on 4 nodes (SLURM_STEP_NUM_TASKS=8, "
+        "SLURM_STEP_TASKS_PER_NODE=2(x4)): ddprun starts a node's workers itself and "
+        "must run once per node: `srun --ntasks-per-node=1 ddprun ...` (or --no-slurm; for "
+        "one ddprun per task, also give --nnodes --node-rank --rdzv-backend --rdzv-endpoint "
+        "--rdzv-id --nproc-per-node)");
+}
+
+TEST_CASE("read_node_id: SLURM_NODEID within the step, needed only without --node-rank",
+          "[slurm]") {
+  struct Row {
+    const char* node_id;  // nullptr: not set
+    std::optional<unsigned long long> nnodes;
+    bool rank_given;
+    std::optional<unsigned long long> id;
+    const char* warning;
+    const char* error;
+  };
+  const std::vector<Row> rows = {
+      {"2", 4, false, 2, "", ""},
+      {"2", std::nullopt, false, 2, "", ""},
+      {"4", 4, true, 4,
+       "SLURM_NODEID='4' is not a node of the step's 4 (not used: --node-rank "
+       "is given)",
+       ""},
+      {"x", std::nullopt, true, std::nullopt,
+       "SLURM_NODEID='x' is not a node of the step's nodes (not used: --node-rank is given)", ""},
+      {nullptr, 4, true, std::nullopt, "", ""},
+      {"4", 4, false, std::nullopt, "",
+       "Slurm job step 4242.3: SLURM_NODEID='4' is not a node of the step's 4: give "
+       "--node-rank, or --no-slurm"},
+      {nullptr, 4, false, std::nullopt, "",
+       "Slurm job step 4242.3: SLURM_NODEID is not set: give --node-rank, or --no-slurm"},
+  };
+  for (const auto& row : rows) {
+    Env env;
+    if (row.node_id) env["SLURM_NODEID"] = row.node_id;
+    const RawOptions raw = given(row.rank_given ? Values{{"node_rank", "1"}} : Values{});
+    const NodeCount nnodes{"SLURM_NNODES", row.nnodes};
+    const auto id = step_result(
+        [&](auto& warnings) { return read_node_id(Asked(raw), env, kIds, nnodes, warnings); },
+        row.error, row.warning);
+    if (id) CHECK(*id == row.id);
+  }
+}
+
+TEST_CASE("read_hostlist: the step's hosts, fatal only where the first host fills an option",
+          "[slurm]") {
+  struct Row {
+    Env env;
+    Values values;
+    Hosts hosts;
+    const char* warning;
+    const char* error;
+  };
+  const Env bad = {{"SLURM_STEP_NODELIST", "n[1-"}};
+  const Env three = {{"SLURM_STEP_NODELIST", "n[1-3]"}};
+  const std::vector<Row> rows = {
+      {{{"SLURM_STEP_NODELIST", "n[1-4]"}, {"SLURM_NODELIST", "x[1-4]"}},
+       {},
+       {"n1", "n2", "n3", "n4"},
+       "",
+       ""},
+      {{{"SLURM_NODELIST", "x[1-4]"}}, {}, {"x1", "x2", "x3", "x4"}, "", ""},
+      {bad,
+       {},
+       {},
+       "",
+       "SLURM_STEP_NODELIST: host list 'n[1-': '[' without ']' (give "
+       "--rdzv-endpoint, or --no-slurm)"},
+      {three,
+       {},
+       {},
+       "",
+       "SLURM_STEP_NODELIST=n[1-3] names 3 hosts but SLURM_NNODES=4 (give --rdzv-endpoint, or "
+       "--no-slurm)"},
+      {bad,
+       {{"rdzv_backend", "static"}},
+       {},
+       "",
+       "SLURM_STEP_NODELIST: host list 'n[1-': '[' without ']' (give --master-addr, or "
+       "--no-slurm)"},
+      {{},
+       {},
+       {},
+       "",
+       "SLURM_STEP_NODELIST: host list is empty (give --rdzv-endpoint, or "
+       "--no-slurm)"},
+      {bad,
+       {{"rdzv_endpoint", "h:1"}},
+       {},
+       "SLURM_STEP_NODELIST: host list 'n[1-': '[' without ']' (not used: --rdzv-endpoint is "
+       "given)",
+       ""},
+      {three,
+       {{"master_addr", "h"}},
+       {},
+       "SLURM_STEP_NODELIST=n[1-3] names 3 hosts but SLURM_NNODES=4 (not used: --master-addr "
+       "is given)",
+       ""},
+      {bad,
+       {{"rdzv_backend", "etcd-v3"}},
+       {},
+       "SLURM_STEP_NODELIST: host list 'n[1-': '[' without ']' (not used: --rdzv-backend "
+       "etcd-v3 is given)",
+       ""},
+      {{}, {{"rdzv_endpoint", "h:1"}}, {}, "", ""},  // no list, none needed: no word
+  };
+  for (const auto& row : rows) {
+    const RawOptions raw = given(row.values);
+    const NodeCount nnodes{"SLURM_NNODES", 4};
+    const auto hosts = step_result(
+        [&](auto& warnings) { return read_hostlist(Asked(raw), row.env, nnodes, warnings); },
+        row.error, row.warning);
+    if (hosts) CHECK(*hosts == row.hosts);
+  }
+}
+
+TEST_CASE("slurm_port_from_env: DDPRUN_SLURM_PORT, else the step's port", "[slurm]") {
+  struct Row {
+    const char* fixed;  // nullptr: not set
+    int port;           // 0: refused
+  };
+  const std::vector<Row> rows = {
+      {nullptr, slurm_port(4242, 3)},
+      {"31000", 31000},
+      {"1", 1},
+      {"65535", 65535},
+      {"0", 0},
+      {"65536", 0},
+      {"x", 0},
+      {"-1", 0},
+  };
+  for (const auto& row : rows) {
+    Env env;
+    if (row.fixed) env["DDPRUN_SLURM_PORT"] = row.fixed;
+    if (row.port == 0) {
+      CHECK(usage_error([&] { slurm_port_from_env(env, kIds); }) ==
+            std::string("DDPRUN_SLURM_PORT='") + row.fixed + "': expected a port in [1, 65535]");
+    } else {
+      CHECK(slurm_port_from_env(env, kIds) == row.port);
+    }
+  }
+}
+
+TEST_CASE("read_gpus: the step's GPUs on this node, within ddprun's limit", "[slurm]") {
+  struct Row {
+    Env env;
+    bool nproc_given;
+    unsigned long long gpus;
+    const char* error;
+  };
+  const std::vector<Row> rows = {
+      {{{"SLURM_GPUS_ON_NODE", "4"}, {"SLURM_STEP_GPUS", "0,1"}}, false, 4, ""},
+      {{{"SLURM_STEP_GPUS", "2,3"}, {"SLURM_JOB_GPUS", "0,1,2,3"}}, false, 2, ""},
+      {{{"SLURM_JOB_GPUS", "0,,1"}}, false, 2, ""},
+      {{}, false, 0, ""},
+      {{{"SLURM_GPUS_ON_NODE", "two"}}, true, 0, ""},  // not read with --nproc-per-node
+      {{{"SLURM_GPUS_ON_NODE", "65536"}}, false, 65536, ""},
+      {{{"SLURM_GPUS_ON_NODE", "two"}}, false, 0, "SLURM_GPUS_ON_NODE='two' is not a number"},
+      {{{"SLURM_GPUS_ON_NODE", "65537"}},
+       false,
+       0,
+       "Slurm job step 4242.3: SLURM_GPUS_ON_NODE=65537 gives 65537 GPUs on this node, more "
+       "than ddprun's limit of 65536 workers per node: give --nproc-per-node, or --no-slurm"},
+  };
+  for (const auto& row : rows) {
+    const RawOptions raw = given(row.nproc_given ? Values{{"nproc_per_node", "2"}} : Values{});
+    const std::string error = usage_error([&] { read_gpus(Asked(raw), row.env, kIds); });
+    CHECK(error.rfind(row.error, 0) == 0);
+    CHECK(error.empty() == !*row.error);
+    if (error.empty()) CHECK(read_gpus(Asked(raw), row.env, kIds) == row.gpus);
+  }
+}
+
+TEST_CASE("fill_from_slurm: the open options filled, the notice says taken and kept", "[slurm]") {
+  StepValues v;
+  v.ids = kIds;
+  v.nnodes = 4;
+  v.node_id = 2;
+  v.hosts = {"n1", "n2", "n3", "n4"};
+  v.port = 29500;
+  v.gpus = 8;
+  struct Row {
+    Values values;
+    Values filled;  // the options after filling, those the row looks at
+    const char* notice;
+  };
+  const std::vector<Row> rows = {
+      {{},
+       {{"rdzv_endpoint", "n1:29500"}, {"nproc_per_node", "8"}},
+       "Slurm job step 4242.3: from SLURM_*: --nnodes=4 --node-rank=2 --rdzv-backend=c10d "
+       "--rdzv-endpoint=n1:29500 --rdzv-id=slurm-4242.3 --nproc-per-node=8 (--no-slurm turns "
+       "this off; docs/slurm.md)"},
+      {{{"rdzv_backend", "static"}, {"nnodes", "2"}},
+       {{"master_addr", "n1"}, {"master_port", "29500"}, {"nnodes", "2"}},
+       "Slurm job step 4242.3: from SLURM_*: --node-rank=2 --master-addr=n1 --master-port=29500 "
+       "--rdzv-id=slurm-4242.3 --nproc-per-node=8; given, kept: --nnodes (--no-slurm turns "
+       "this off; docs/slurm.md)"},
+      {{{"rdzv_backend", "etcd-v3"}, {"rdzv_endpoint", "e:2379"}, {"node_rank", "1"}},
+       {{"rdzv_endpoint", "e:2379"}, {"node_rank", "1"}},
+       "Slurm job step 4242.3: from SLURM_*: --nnodes=4 --rdzv-id=slurm-4242.3 "
+       "--nproc-per-node=8; given, kept: --node-rank (--no-slurm turns this off; "
+       "docs/slurm.md)"},
+      {kAllC10d,
+       {{"rdzv_id", "x"}},
+       "Slurm job step 4242.3: nothing taken from SLURM_*; given, kept: --nnodes --node-rank "
+       "--rdzv-backend --rdzv-endpoint --rdzv-id --nproc-per-node (--no-slurm turns this off; "
+       "docs/slurm.md)"},
+      // Static, every option given: Slurm stands aside, no run id taken (issue 31).
+      {{{"nnodes", "4"},
+        {"node_rank", "3"},
+        {"master_addr", "h"},
+        {"master_port", "1"},
+        {"nproc_per_node", "1"}},
+       {{"master_addr", "h"}, {"node_rank", "3"}},
+       "Slurm job step 4242.3: nothing taken from SLURM_*; given, kept: --nnodes --node-rank "
+       "--master-addr --master-port --nproc-per-node (--no-slurm turns this off; "
+       "docs/slurm.md)"},
+  };
+  for (const auto& row : rows) {
+    RawOptions raw = given(row.values);
+    const Asked asked(raw);
+    const SlurmNotice notice = fill_from_slurm(raw, asked, v);
+    CHECK(notice.text == row.notice);
+    CHECK(notice.taken == (notice.text.find("nothing taken") == std::string::npos));
+    for (const auto& [dest, value] : row.filled) CHECK(raw.values[dest] == value);
+    if (notice.text.find("rdzv-id") == std::string::npos) CHECK(raw.values.count("rdzv_id") == 0);
+  }
+  // No GPUs from Slurm: one worker, and the notice says why.
+  v.gpus = 0;
+  RawOptions raw = given({});
+  CHECK_THAT(fill_from_slurm(raw, Asked(raw), v).text,
+             Catch::Contains("--nproc-per-node=1 (no GPUs from Slurm)"));
+  CHECK(raw.values["nproc_per_node"] == "1");
 }

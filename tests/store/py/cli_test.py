@@ -53,6 +53,32 @@ def main(binary):
                      ["keys", "--addr", "nohostport"], ["keys", "--addr", "h:99999"], []):
             rc, out, err = cli(binary, *args)
             expect(rc == 2 and "error" in err and "--help" in err, f"{args}: {rc} {err!r}")
+        # Numbers: one line naming the argument and the range; never a 309-digit DBL_MAX,
+        # never a value silently saturated or read as octal.
+        for args, names in (
+                (["add", addr, "n", "99999999999999999999"],
+                 ("N: '99999999999999999999' is not a whole number in "
+                  "[-9223372036854775808, 9223372036854775807]",)),
+                (["add", addr, "n", "1.5"], ("N: '1.5' is not a whole number",)),
+                (["keys", addr, "--connect-timeout", "-1"],
+                 ("--connect-timeout: '-1' is not a number of seconds in [0, 1000000000]",)),
+                (["keys", addr, "--connect-timeout", "1e300"], ("--connect-timeout: '1e300'",)),
+                (["keys", addr, "--connect-timeout", "nan"], ("--connect-timeout: 'nan'",)),
+                (["wait", addr, "k", "--timeout", "0"],
+                 ("--timeout: '0' is not a number of seconds in (0, 1000000000]",)),
+                (["serve", "--max-connections", "0"],
+                 ("--max-connections: '0' is not a whole number in [1, ",)),
+                (["serve", "--max-key-bytes", "-1"], ("--max-key-bytes: '-1' is not a whole",)),
+                (["serve", "--port", "99999"],
+                 ("--port: '99999' is not a whole number in [0, 65535]",))):
+            rc, out, err = cli(binary, *args)
+            first = err.splitlines()[0] if err else ""
+            expect(rc == 2 and first.startswith("ddprun-store: error: ") and
+                   all(n in first for n in names) and len(first) < 200,
+                   f"{args}: {rc} {err!r}")
+        expect(cli(binary, "add", addr, "n", "010") == (0, "7\n", ""), "010 is ten")
+        expect(cli(binary, "add", addr, "n", "-9223372036854775808") ==
+               (0, "-9223372036854775801\n", ""), "INT64_MIN is a whole number")
         expect(cli(binary, "--help")[0] == 0, "--help")
         expect("serve" in cli(binary, "--help")[1], "--help lists serve")
 
