@@ -47,8 +47,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/events.h"
 #include "launcher/dstate_watch.h"
+#include "launcher/events.h"
 #include "launcher/failure_report.h"
 #include "launcher/numa.h"
 #include "launcher/options/config.h"

@@ -107,15 +107,15 @@ ErrorFileInfo read_error_file(const std::string& path) {
     info.display = msg.get<std::string>();
     if (j.contains("timestamp")) info.timestamp = as_timestamp(j["timestamp"]);
   } else if (msg.is_object()) {
-    std::string text = "<N/A>";
+    std::string shown = "<N/A>";
     const json* extra =
         msg.contains("extraInfo") && msg["extraInfo"].is_object() ? &msg["extraInfo"] : nullptr;
     if (extra && extra->contains("py_callstack") && (*extra)["py_callstack"].is_string()) {
-      text = (*extra)["py_callstack"].get<std::string>();
+      shown = (*extra)["py_callstack"].get<std::string>();
     } else if (msg.contains("message") && msg["message"].is_string()) {
-      text = msg["message"].get<std::string>();
+      shown = msg["message"].get<std::string>();
     }
-    info.display = indent_continuations(text);
+    info.display = indent_continuations(shown);
     if (extra && extra->contains("timestamp")) info.timestamp = as_timestamp((*extra)["timestamp"]);
   } else {
     info.parse_error = "\"message\" is neither a string nor an object";

@@ -11,13 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "launcher/error_file.h"
+
 namespace ddprun::launcher {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
-
-// The most of an error file read for raw_error (the failure report reads it too).
-constexpr std::streamsize kMaxErrorFileBytes = 1 << 20;
 
 std::string quoted(const std::string& s) {
   // ensure_ascii, as json.dumps; bytes that are not UTF-8 become U+FFFD.
@@ -100,7 +99,7 @@ std::string format_event(const EventContext& c, const EventFields& e) {
 std::string raw_error_of(const std::string& error_file_path, bool written, int exitcode) {
   struct stat st {};
   if (written && ::stat(error_file_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-      st.st_size <= kMaxErrorFileBytes) {
+      st.st_size <= static_cast<off_t>(kMaxErrorFileBytes)) {
     std::ifstream in(error_file_path, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();

@@ -83,7 +83,7 @@ void StoreRendezvous::give_up_as_host(const std::string& why) {
   try {
     if (!store_ || store_->check({keys::kClosed})) return;
     store_->set(keys::kClosed, reason);
-    closed_.store(true);
+    mark_closed();
     // The waiters look at `closed` once per tick, between slices.
     const auto until = now() + watch_tick() + config_.poll_slice + Ms(2000);
     const std::int64_t others =

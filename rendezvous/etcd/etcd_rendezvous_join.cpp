@@ -313,8 +313,8 @@ std::optional<Endpoint> EtcdRendezvous::workers_store_of(const EtcdRoundState& s
   }
   for (;;) {
     std::int64_t revision = 0;
-    if (auto kv = client_.get(master_key, &revision)) {
-      std::optional<Endpoint> ep = decode_workers_store(kv->value);
+    if (auto stored = client_.get(master_key, &revision)) {
+      std::optional<Endpoint> ep = decode_workers_store(stored->value);
       if (!ep) throw RendezvousStateError(where() + ": corrupt workers' store at " + master_key);
       return ep;
     }

@@ -151,9 +151,9 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
   // round the next two form is round 0, without it.
   alone.shutdown();
   auto joiner = [&](int i) {
-    auto c = config(cluster, i);
-    c.round.run_id = "alone";
-    return c;
+    auto joiner_config = config(cluster, i);
+    joiner_config.round.run_id = "alone";
+    return joiner_config;
   };
   EtcdRendezvous e(joiner(31)), f(joiner(32));
   auto fe = std::async(std::launch::async, [&] { return e.next_rendezvous(); });
