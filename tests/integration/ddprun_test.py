@@ -302,7 +302,10 @@ def failure_report_plain_script_traceback(job):
         check(f"  ValueError: {unique}" in root, f"{args}: the exception", err)
         check("  KeyError: 'k'" in root, f"{args}: the chained exception", err)
         check("To enable traceback" not in err, f"{args}: torchrun's hint", err)
-        if "--redirects" in extra or "-r" in extra:
+        if "/dev/null" in extra:
+            # As torchrun: no log files, so -r is ignored: the console and the report.
+            check(err.count(f"ValueError: {unique}") == 2, f"{args}: on the console", err)
+        elif "--redirects" in extra or "-r" in extra:
             # Only the report shows it: rank 1's stderr went to its file alone.
             check(err.count(f"ValueError: {unique}") == 1, f"{args}: on the console", err)
         with open(agent_file) as f:

@@ -231,7 +231,7 @@ TEST_CASE("one attempt's worker specs: ranks, CPUs and stream routes", "[worker_
   CHECK(std::find(specs[2].env.begin(), specs[2].env.end(), error_file) != specs[2].env.end());
 }
 
-TEST_CASE("--log-dir naming a file: one line naming the option", "[worker_env]") {
+TEST_CASE("option --log-dir naming a file: one line naming the option", "[worker_env]") {
   ddprun::test::TempDir dir;
   const std::string file = (dir.path / "a_file").string();
   std::fclose(std::fopen(file.c_str(), "w"));
@@ -241,7 +241,8 @@ TEST_CASE("--log-dir naming a file: one line naming the option", "[worker_env]")
                     Catch::Matchers::StartsWith("--log-dir " + file + "/sub: "));
 }
 
-TEST_CASE("--log-dir /dev/null: no files, every rank's streams on the console", "[worker_env]") {
+TEST_CASE("option --log-dir /dev/null: no files, every rank's streams on the console",
+          "[worker_env]") {
   // torchrun 2.14's DefaultLogsSpecs: with os.devnull every stream is the console's, and
   // -r/-t and --local-ranks-filter (which only act through files) change nothing.
   ddprun::test::TempDir dir;
@@ -261,7 +262,7 @@ TEST_CASE("--log-dir /dev/null: no files, every rank's streams on the console", 
   }
 }
 
-TEST_CASE("--log-line-prefix-template: string.Template.safe_substitute of four names",
+TEST_CASE("option --log-line-prefix-template: string.Template.safe_substitute of four names",
           "[worker_env]") {
   // Expected values printed by Python's Template(t).safe_substitute(role_name="trainer",
   // rank=5, local_rank=1, hostname=<short host name>), as torchrun 2.14's agent does.
