@@ -50,7 +50,7 @@ std::string what_of(const std::exception_ptr& error) {
 // hosting it exited: the job ended on that node (it failed for good, or was stopped),
 // which its own log reports; say that rather than the socket's errno.
 std::string rendezvous_failure(const std::exception_ptr& error) {
-  const std::string what = what_of(error);
+  std::string what = what_of(error);
   try {
     std::rethrow_exception(error);
   } catch (const rdzv::RendezvousConnectionError&) {
