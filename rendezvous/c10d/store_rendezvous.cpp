@@ -188,9 +188,12 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   // those done: a dead one ends the wait). Only the store's host reads every heartbeat,
   // for its log line and to know whether anyone still runs.
   try {
+    // Arrive before counting out: whoever sees every node out (the host) must also see
+    // every node's arrival in `done`, or it would take a finished peer for a dead one.
+    const bool last = store_->add(keys::done(round_), 1) >= nodes_;
     store_->set(keys::heartbeat(round_, slot_), keys::kDone);
     RoundWatch::count_out(*store_, round_, slot_);
-    if (store_->add(keys::done(round_), 1) >= nodes_) store_->set(keys::exit_all(round_), "1");
+    if (last) store_->set(keys::exit_all(round_), "1");
     const Ms tick = RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
     auto next_look = now() + tick;
     auto next_log = now() + config_.round.progress_interval;
@@ -244,7 +247,13 @@ bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
         }
         if (alive > 8) pending += ", ... (" + std::to_string(alive) + " in all)";
       }
-      if (alive == 0 && (broken || past)) return false;  // the rest left or died
+      if (alive == 0 && (broken || past)) {
+        // Nobody runs: either all arrived (a peer's `done` landed after this look's first
+        // read) or the rest left or died.
+        if (store_->add(keys::done(round_), 0) < nodes_) return false;
+        store_->set(keys::exit_all(round_), "1");
+        continue;
+      }
       if (t >= next_log) {
         if (past) {
           spdlog::warn("{}: keeping the rendezvous store up for the nodes still running: [{}]",
