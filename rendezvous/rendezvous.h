@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/job_board.h"
 #include "rendezvous/rdzv_conf.h"
 
 namespace ddprun::rdzv {
@@ -130,6 +131,11 @@ class RendezvousHandler {
   // the watch has noticed. If this returns true, the failure is a consequence of the
   // membership change: restart into a new round without spending a restart.
   virtual bool needs_new_round_now() { return needs_new_round(); }
+
+  // The current round's job-wide channel (job_board.h), for the agent thread; nullptr
+  // where there is none (one node: nothing to share) or no round runs. Valid until
+  // the next next_rendezvous() or shutdown().
+  virtual JobBoard* job_board() { return nullptr; }
 
   virtual bool is_closed() = 0;
   // Marks the rendezvous closed (the job has ended): late joiners get

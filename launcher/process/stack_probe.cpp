@@ -16,6 +16,13 @@
 namespace ddprun::launcher {
 namespace {
 
+// "<file>:<line> <function>" as "<file>:<line> in <function>".
+std::string frame_text(const std::string& frame) {
+  const std::size_t last = frame.rfind(' ');
+  return last == std::string::npos ? frame
+                                   : frame.substr(0, last) + " in " + frame.substr(last + 1);
+}
+
 // The hook. Runs at interpreter start (site.py imports sitecustomize); must never break
 // the worker: every failure leaves it without the sampler.
 constexpr const char* kHook =
@@ -50,6 +57,13 @@ def _ddprun_stack_probe():
     main = _thread.get_ident()
     pid = _os.getpid()
     period = min(0.02, interval)
+    # Frames of the interpreter's library and installed packages (torch's all_reduce,
+    # threading) are not the user's: the report also names the innermost frame outside.
+    lib = _os.path.dirname(_os.__file__) + _os.sep
+
+    def library(name):
+        return (name.startswith(lib) or name.startswith("<") or "/site-packages/" in name
+                or "/dist-packages/" in name)
 
     def joined(frame):
         # The thread whose Thread.join the stack of `frame` waits in (None: none). The
@@ -99,6 +113,12 @@ def _ddprun_stack_probe():
                 report = now + interval
                 code = frame.f_code
                 where = "%s:%s %s" % (code.co_filename, frame.f_lineno, code.co_name)
+                f = frame
+                while f is not None and library(f.f_code.co_filename):
+                    f = f.f_back
+                if f is not None and f is not frame:
+                    where += "\t%s:%s %s" % (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+                f = None
                 data = ("%d %d %s\n" % (moves, pid, where)).encode("utf-8", "replace")
                 if len(data) > 2048:
                     data = b"%d %d ?\n" % (moves, pid)
@@ -225,7 +245,9 @@ void StackProbe::read(Worker& w) {
     }
     w.partial.append(buf, static_cast<std::size_t>(n));
   }
-  // Reports: "<moves> <pid> <file>:<line> <function>\n"; only the last whole one counts.
+  // Reports: "<moves> <pid> <file>:<line> <function>[\t<file>:<line> <function>]\n" (the
+  // innermost frame, then the innermost outside the Python library and installed
+  // packages, when that is another); only the last whole one counts.
   std::size_t end;
   while ((end = w.partial.find('\n')) != std::string::npos) {
     std::string_view rest(w.partial.data(), end);
@@ -235,12 +257,12 @@ void StackProbe::read(Worker& w) {
     const std::string where(rest);
     w.partial.erase(0, end + 1);
     if (!ok) continue;
-    const std::size_t last = where.rfind(' ');
+    const std::size_t tab = where.find('\t');
     w.position.sampled = true;
     w.position.moves = moves;
     w.position.pid = pid;
-    w.position.where =
-        last == std::string::npos ? where : where.substr(0, last) + " in " + where.substr(last + 1);
+    w.position.where = frame_text(where.substr(0, tab));
+    w.position.user_where = tab == std::string::npos ? "" : frame_text(where.substr(tab + 1));
   }
   if (w.partial.size() > 8192) w.partial.clear();  // not a report
 }

@@ -32,6 +32,9 @@ class StackProbe {
     std::uint64_t moves = 0;  // how often the main thread's stack changed between samples
     pid_t pid = 0;            // the sampled process (the worker or a descendant)
     std::string where;        // "<file>:<line> in <function>", the innermost frame
+    std::string user_where;   // the innermost frame outside Python's library and installed
+                              // packages (the script's line calling all_reduce), when it
+                              // is not the innermost; "" otherwise
   };
 
   // Writes the hook into a new directory under $TMPDIR (/tmp when unset or when it holds

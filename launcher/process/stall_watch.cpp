@@ -96,6 +96,7 @@ std::chrono::milliseconds StallDetector::sample_interval() const {
 
 void StallDetector::reset(std::size_t count, Clock::time_point now) {
   workers_.assign(count, Worker{});
+  reset_at_ = now;
   for (Worker& w : workers_) {
     w.watched = true;
     w.last_progress = now;
@@ -142,6 +143,14 @@ bool StallDetector::all_stalled(Clock::time_point now) const {
   const auto watched = static_cast<std::size_t>(
       std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.watched; }));
   return watched > 0 && stalled(now).size() == watched;
+}
+
+StallDetector::Clock::time_point StallDetector::last_progress() const {
+  Clock::time_point latest = reset_at_;
+  for (const Worker& w : workers_) {
+    if (w.watched) latest = std::max(latest, w.last_progress);
+  }
+  return latest;
 }
 
 std::chrono::milliseconds StallDetector::idle_for(std::size_t index, Clock::time_point now) const {

@@ -85,6 +85,8 @@ class StallDetector {
   std::vector<std::size_t> stalled(Clock::time_point now) const;
   // Every watched worker is stalled (and one is watched): the job as a whole is stuck.
   bool all_stalled(Clock::time_point now) const;
+  // The latest progress (or reset) of any watched worker; the reset's time when none is.
+  Clock::time_point last_progress() const;
   // How long worker `index` has gone without progress at `now`.
   std::chrono::milliseconds idle_for(std::size_t index, Clock::time_point now) const;
 
@@ -99,6 +101,7 @@ class StallDetector {
     Clock::time_point last_progress;
   };
   std::chrono::milliseconds timeout_;
+  Clock::time_point reset_at_{};
   std::vector<Worker> workers_;
 };
 

@@ -44,6 +44,7 @@ void StallWatchdog::arm(Clock::time_point when) {
 
 void StallWatchdog::start_attempt(std::size_t workers) {
   const auto now = Clock::now();
+  gate_.reset();
   detector_.reset(workers, now);
   warned_.clear();
   sampling_ = true;
@@ -83,8 +84,19 @@ void StallWatchdog::tick() {
   }
   next_sample_ = now + detector_.sample_interval();
   const auto stalled = detector_.stalled(now);
-  if (!stalled.empty() && detector_.all_stalled(now)) {
-    fire(stalled, now);
+  const bool all_idle = !stalled.empty() && detector_.all_stalled(now);
+  publish(now, all_idle);
+  // With a job-wide judge, this node's workers all idle is a stall only when the judge
+  // says the whole job is stuck (ranks elsewhere may be working while these wait).
+  if (all_idle && gate_.judged()) {
+    if (const auto verdict = gate_.decision()) {
+      fire(stalled, now, *verdict);
+      return arm(dump_.deadline);
+    }
+    return arm(next_sample_);  // the judge says what this node's quiet means
+  }
+  if (all_idle) {
+    fire(stalled, now, {});
     return arm(dump_.deadline);
   }
   arm(next_sample_);
@@ -105,7 +117,28 @@ void StallWatchdog::tick() {
   }
 }
 
-void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_point now) {
+void StallWatchdog::publish(Clock::time_point now, bool all_idle) {
+  NodeSample sample;
+  sample.all_idle = all_idle;
+  sample.last_progress = detector_.last_progress();
+  for (std::size_t i = 0; i < group_.size(); ++i) {
+    if (group_.reaped(i)) continue;
+    const StackProbe::Position& pos = probe_.position(i);
+    WorkerPosition w;
+    w.local_rank = group_.local_rank(i);
+    w.pid = pos.sampled ? pos.pid : group_.pid(i);
+    w.sampled = pos.sampled;
+    w.where = pos.where;
+    w.user_where = pos.user_where;
+    stopped(i, &w.state);
+    w.idle_s = static_cast<double>(detector_.idle_for(i, now).count()) / 1000.0;
+    sample.workers.push_back(std::move(w));
+  }
+  gate_.publish(std::move(sample));
+}
+
+void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_point now,
+                         const std::vector<std::string>& verdict) {
   std::string who;
   dump_ = Dump{};
   dump_.notes.assign(group_.size(), "");
@@ -136,11 +169,13 @@ void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_po
           "stalled: no progress ({}) for {} s{}; stacks dumped by the stall watchdog (SIGABRT)",
           pos.sampled ? "Python stack or output" : "CPU time or output", idle, at);
     }
+    // The job-wide verdict's headline first: where the culprit is, not just this rank.
+    if (!verdict.empty()) dump_.notes[i] = verdict.front() + "; " + dump_.notes[i];
     dump_.pending.push_back(i);
   }
   spdlog::error(
-      "stall: no worker made progress for {} s: {}; dumping their Python stacks (SIGABRT) and "
-      "ending the attempt",
+      "stall: {} for {} s: {}; dumping their Python stacks (SIGABRT) and ending the attempt",
+      verdict.empty() ? "no worker made progress" : "the job made no progress (job-wide verdict)",
       seconds(timeout_), who);
   dump_.active = true;
   dump_.deadline = now + kStallDumpWait;

@@ -4,6 +4,9 @@
 // progress, and when all are stuck sends SIGABRT (Python dumps its stacks; SIGCONT too to
 // a worker stopped by SIGSTOP), SIGKILL after kStallDumpWait (stall_watch.h), and holds one
 // kStalled event with every stopped worker's exit, each with a note saying where it was.
+// In a job that spans nodes the agent's job-wide judge decides instead (StallGate,
+// stall_gate.h): every sample is published there, and all workers idle stops them only
+// once the judge's verdict says the whole job is stuck.
 // Thread-safety: the loop thread only, like the other parts.
 #pragma once
 
@@ -16,6 +19,7 @@
 #include "launcher/process/event_loop.h"
 #include "launcher/process/output_router.h"
 #include "launcher/process/stack_probe.h"
+#include "launcher/process/stall_gate.h"
 #include "launcher/process/stall_watch.h"
 #include "launcher/process/worker_group.h"
 
@@ -45,6 +49,8 @@ class StallWatchdog {
   bool collect(std::size_t index, const WorkerExit& exit);
   // The attempt ended: forget the dump and the timer.
   void end_attempt();
+  // What the job-wide judge shares with this watchdog (thread-safe).
+  StallGate& gate() { return gate_; }
 
  private:
   struct Dump {
@@ -59,7 +65,11 @@ class StallWatchdog {
   void arm(Clock::time_point when);
   // The timer: samples when due, fires, escalates to SIGKILL.
   void tick();
-  void fire(const std::vector<std::size_t>& stalled, Clock::time_point now);
+  // This sample, for the judge.
+  void publish(Clock::time_point now, bool all_idle);
+  // `verdict`: the judge's (empty: this node decided alone).
+  void fire(const std::vector<std::size_t>& stalled, Clock::time_point now,
+            const std::vector<std::string>& verdict);
   // Where worker `index` is, for messages: " at <file>:<line> in <function>", and
   // ", stopped: state T" when /proc says so ("" when neither is known).
   std::string where(std::size_t index) const;
@@ -76,6 +86,7 @@ class StallWatchdog {
   Clock::time_point next_sample_{};
   std::set<std::size_t> warned_;  // idle workers already said so (peers progress)
   Dump dump_;
+  StallGate gate_;
 };
 
 }  // namespace ddprun::launcher

@@ -308,6 +308,10 @@ void ProcessSupervisor::cut_short() {
   impl_->cv.notify_all();
 }
 
+StallGate* ProcessSupervisor::stall_gate() {
+  return impl_->stall ? &impl_->stall->gate() : nullptr;
+}
+
 std::vector<pid_t> ProcessSupervisor::live_pids() const {
   return impl_->loop.call([&] { return impl_->group.live_pids(); });
 }

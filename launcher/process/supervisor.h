@@ -92,6 +92,8 @@ class ProcessSupervisor final : public Supervisor {
 
   // Pids of live workers (the Agent's D-state watch, diagnostics and tests).
   std::vector<pid_t> live_pids() const override;
+  // The stall watchdog's gate (options.stall_timeout > 0), else nullptr.
+  StallGate* stall_gate() override;
 
  private:
   struct Impl;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "launcher/process/log_fanout.h"
+#include "launcher/process/stall_gate.h"
 
 namespace ddprun::launcher {
 
@@ -86,6 +87,9 @@ class Supervisor {
   virtual std::vector<WorkerExit> stop(int signo, std::chrono::milliseconds grace) = 0;
   // Pids of the live workers (the D-state watch reads their /proc state); none by default.
   virtual std::vector<pid_t> live_pids() const { return {}; }
+  // The stall watchdog's gate (stall_gate.h) for a job-wide judge; nullptr without a
+  // watchdog. Valid as long as the supervisor.
+  virtual StallGate* stall_gate() { return nullptr; }
 };
 
 }  // namespace ddprun::launcher

@@ -42,6 +42,9 @@ std::string gone(int round, int slot) { return slot_key(round, "gone", slot); }
 std::string out(int round) { return round_key(round, "out"); }
 std::string done(int round) { return round_key(round, "done"); }
 std::string exit_all(int round) { return round_key(round, "exit"); }
+std::string view(int round, const std::string& name) {
+  return round_key(round, "view").append(1, '/').append(name);
+}
 std::vector<std::string> ranks(int round, int n) { return slot_keys(round, "rank", n); }
 std::vector<std::string> nodes(int round, int n) { return slot_keys(round, "node", n); }
 std::vector<std::string> heartbeats(int round, int n) { return slot_keys(round, "hb", n); }

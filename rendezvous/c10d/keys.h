@@ -30,6 +30,7 @@
 //   r<r>/done              ADD counter: members at the exit barrier
 //   r<r>/exit              set by the member whose arrival made done = N
 //   r<r>/exit_seen         ADD counter: exit-barrier acknowledgements
+//   r<r>/view/<name>       the round's job-wide view (StoreJobBoard, job_board.h)
 
 namespace ddprun::rdzv::keys {
 
@@ -57,6 +58,7 @@ std::string gone(int round, int slot);
 std::string out(int round);
 std::string done(int round);
 std::string exit_all(int round);
+std::string view(int round, const std::string& name);
 
 // The "see the round-level key" value of r<r>/rank/<slot>.
 inline constexpr const char* kSeeRound = "!";

@@ -178,6 +178,10 @@ void StoreRendezvous::set_closed() {
   }
 }
 
+JobBoard* StoreRendezvous::job_board() {
+  return in_round_ && !exited_ && !shut_down_ ? board_.get() : nullptr;
+}
+
 bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   if (!in_round_ || exited_) return true;
   watch_.stop();
@@ -306,6 +310,7 @@ void StoreRendezvous::shutdown() {
   }
   workers_store_.stop();
   hb_store_.reset();
+  board_.reset();  // it shares store_
   store_.reset();
   if (on_shutdown_) on_shutdown_();
 }

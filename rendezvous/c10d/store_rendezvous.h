@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "rendezvous/c10d/round_watch.h"
+#include "rendezvous/c10d/store_job_board.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_codec.h"
@@ -89,6 +90,8 @@ class StoreRendezvous final : public RoundHandlerBase {
   // theirs will fail: their needs_new_round_now() then explains those failures.
   bool needs_new_round() override;
   bool needs_new_round_now() override;
+  // The round's r<r>/view/ keys (StoreJobBoard), until the exit barrier.
+  JobBoard* job_board() override;
   bool is_closed() override;
   void set_closed() override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;
@@ -197,7 +200,8 @@ class StoreRendezvous final : public RoundHandlerBase {
   int round_ = 0;
   int slot_ = 0;
   int nodes_ = 0;
-  int joining_round_ = -1;  // the round try_round() last took a slot in
+  std::unique_ptr<StoreJobBoard> board_;  // the current round's, made by enter_round()
+  int joining_round_ = -1;                // the round try_round() last took a slot in
 
   std::mutex mu_;  // with cv_: sleep_slice() and wake()
   std::condition_variable cv_;

@@ -95,6 +95,7 @@ void EtcdRendezvous::set_closed() {
 }
 
 bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
+  board_.reset();
   const std::optional<EtcdSession::Round> r = session_.current_round();
   if (!r) return true;
   const int round = r->round;
@@ -142,6 +143,7 @@ bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
 }
 
 void EtcdRendezvous::shutdown() {
+  board_.reset();
   session_.shutdown();  // revokes the lease: the descriptor and join key go now
   workers_store_.stop();
 }

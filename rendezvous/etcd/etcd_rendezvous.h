@@ -15,6 +15,7 @@
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/etcd/etcd_job_board.h"
 #include "rendezvous/etcd/etcd_round.h"
 #include "rendezvous/etcd/etcd_session.h"
 #include "rendezvous/etcd/etcd_watch.h"
@@ -48,6 +49,8 @@ class EtcdRendezvous final : public RoundHandlerBase {
   int num_nodes_waiting() override;
   bool needs_new_round() override;
   bool needs_new_round_now() override;
+  // The round's r<R>/view/ keys (EtcdJobBoard), until the exit barrier.
+  JobBoard* job_board() override { return board_.get(); }
   bool is_closed() override;
   void set_closed() override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;
@@ -128,6 +131,7 @@ class EtcdRendezvous final : public RoundHandlerBase {
   EtcdWatch watch_;    // the agent thread's: the state key, or what it waits for now
   EtcdSession session_;
   WorkersStore workers_store_;
+  std::unique_ptr<EtcdJobBoard> board_;  // the current round's (agent thread)
 
   std::string me_;               // the session's lease id in hex (agent thread)
   int described_restarts_ = -1;  // the restarts_spent() its descriptor has now

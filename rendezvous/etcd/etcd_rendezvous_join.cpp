@@ -82,6 +82,7 @@ void EtcdRendezvous::close_round(const EtcdRoundState& next, std::int64_t state_
 RendezvousInfo EtcdRendezvous::next_rendezvous() {
   throw_if_stopped();
   JoinMemory m;
+  board_.reset();
   m.left_round = session_.leave_round();
   if (m.left_round >= 0 && !me_.empty()) {
     // Leaving a round: this node's join key of it goes, which the other members' sessions
@@ -296,6 +297,9 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
   info.master_port = static_cast<std::uint16_t>(master->port);
   info.gloo_socket_ifname = gloo_socket_ifname(mine);
   session_.enter_round(s.round, s.members);  // its thread starts watching the round
+  board_ = std::make_unique<EtcdJobBoard>(client_, keys_, s.round,
+                                          static_cast<int>(me - s.members.begin()),
+                                          static_cast<int>(s.members.size()));
   log_round_formed(info);
   return info;
 }

@@ -215,6 +215,36 @@ def etcd_store_host_killed_then_all_members_gone(c):
         check(not os.path.exists(f"/proc/{pid}"), f"worker {pid} left behind", text)
 
 
+@test
+def etcd_stall_judged_job_wide(c):
+    """Issue 32 over etcd-v3 (the job-wide board in etcd), two jobs on one cluster, each of
+    2 nodes with --stall-timeout 3: in one, rank 0 computes silently for 10 s while rank 1
+    waits in a barrier (not a stall: it succeeds); in the other, rank 1 sleeps before its
+    all_reduce: both of its nodes print the same verdict, rank 1 first."""
+    etcd = EtcdCluster(c, 1)
+    eps = etcd.endpoints()
+    stall = os.path.join(HERE, "workers", "stall_worker.py")
+    extra = ["--stall-timeout=3", "--max-restarts=0"]
+    evaluate = [c.start(f"eval{i}", etcd_args(i, eps, 2, "stall_eval", extra),
+                        ["evaluate", "10"], script=stall) for i in range(2)]
+    hang = [c.start(f"hang{i}", etcd_args(i + 2, eps, 2, "stall_hang", extra), ["hang"],
+                    script=stall) for i in range(2)]
+    for a in evaluate:
+        check(a.wait(120) == 0, f"{a.name} failed: a waiting node was judged stalled", c.logs())
+    check(all("stall (job-wide)" not in a.text() for a in evaluate), "no verdict", c.logs())
+    heads = []
+    for a in hang:
+        check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
+        lines = [l for l in a.text().splitlines() if "stall (job-wide): " in l]
+        check(lines, f"{a.name}: no verdict", c.logs())
+        heads.append(lines[0][lines[0].index("stall (job-wide): "):])
+    check(heads[0] == heads[1], "the same verdict on both nodes", c.logs())
+    parts = heads[0].split("; ")
+    check(len(parts) == 3 and parts[1].startswith("rank 1 on ") and " is at " in parts[1]
+          and parts[2].startswith("rank 0 on ") and " waits at " in parts[2],
+          "rank 1 first, rank 0 waiting", heads[0])
+
+
 @test(needs_torch=False)
 def etcd_bad_input(c):
     """Unreachable endpoints fail within failover_timeout naming them; a malformed

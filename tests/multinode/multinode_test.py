@@ -542,6 +542,62 @@ def netns_debian_hosts_file(c):
         net.close()
 
 
+STALL_WORKER = os.path.join(HERE, "workers", "stall_worker.py")
+
+
+def _marked_line(path, mark):
+    with open(path) as f:
+        return next(i for i, l in enumerate(f, 1) if mark in l)
+
+
+@test
+def stall_waiting_node_is_not_a_stall(c):
+    """Issue 32: --stall-timeout 3 on 2 nodes; rank 0 (node 0 or 1) computes silently for
+    10 s while rank 1 waits in a barrier. The waiting node's workers are all idle, but ranks
+    elsewhere progress: not a stall. The job succeeds and the waiting node says why."""
+    port = c.reserve_port()
+    extra = ["--stall-timeout=3", "--max-restarts=0"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_eval", extra),
+                      ["evaluate", "10"], script=STALL_WORKER) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed: a waiting node was judged stalled", c.logs())
+    check(any("this node waits for them, which is not a stall" in a.text() for a in agents),
+          "the waiting node says it waits", c.logs())
+    check(all("stall (job-wide)" not in a.text() for a in agents), "no verdict", c.logs())
+
+
+@test(every_tier=True)
+def stall_verdict_names_the_culprit_on_every_node(c):
+    """Issue 32: --stall-timeout 3 on 2 nodes; rank 1 sleeps before its all_reduce while
+    rank 0 waits in it. Every node prints the same job-wide verdict: rank 1, its host and
+    pid, at the sleep's file:line, first; rank 0 waiting at the all_reduce's line. Each
+    node's failure report carries the verdict's headline."""
+    port = c.reserve_port()
+    extra = ["--stall-timeout=3", "--max-restarts=0"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_hang", extra), ["hang"],
+                      script=STALL_WORKER) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
+    sleep = f"stall_worker.py:{_marked_line(STALL_WORKER, '# STALL-SLEEP')} in step"
+    allreduce = f"stall_worker.py:{_marked_line(STALL_WORKER, '# STALL-ALLREDUCE')} in step"
+    heads = []
+    for a in agents:
+        lines = [l for l in a.text().splitlines() if "stall (job-wide): " in l]
+        check(lines, f"{a.name}: no verdict", c.logs())
+        head = lines[0][lines[0].index("stall (job-wide): "):]
+        heads.append(head)
+        parts = head.split("; ")
+        check(len(parts) == 3 and parts[1].startswith("rank 1 on ")
+              and parts[2].startswith("rank 0 on "), "the culprit first", head)
+        check(" is at " in parts[1] and parts[1].endswith(sleep) and "(127.0.0." in parts[1],
+              "rank 1's place and host", head)
+        check(" waits at " in parts[2] and f"{allreduce} (inside " in parts[2],
+              "rank 0 waits in all_reduce", head)
+        check(any("stalled: no progress" in l and "stall (job-wide): " in l
+                  for l in a.text().splitlines()), f"{a.name}: the report's note", c.logs())
+    check(heads[0] == heads[1], "the same verdict on every node", c.logs())
+
+
 def _listening(port):
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):

@@ -1,0 +1,62 @@
+// stall_gate.h: StallGate, what the stall watchdog (stall_watchdog.h, on the supervisor's
+// loop thread) and the agent's job-wide stall judge (launcher/job_stall.h, on the agent
+// thread) share when a job spans nodes. The watchdog publishes each sample (are all of
+// this node's workers idle, when did one last progress, where is each); once all are idle
+// it acts only on the judge's word: a decision carrying the job-wide verdict. Ranks
+// elsewhere still progressing means this node's ranks wait for them: no decision comes,
+// no stall. Without a judge (one node, no job-wide channel) the watchdog decides alone.
+// Thread-safety: every member may be called from any thread (one mutex).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// Where one worker was at the watchdog's last sample.
+struct WorkerPosition {
+  int local_rank = 0;
+  pid_t pid = 0;           // the sampled process (the worker, or the Python descendant)
+  bool sampled = false;    // the stack probe reports (a Python worker)
+  std::string where;       // innermost frame, "<file>:<line> in <function>"
+  std::string user_where;  // innermost frame outside Python's library and packages ("": same)
+  char state = '?';        // /proc state letter ('T': stopped)
+  double idle_s = 0;       // seconds without progress
+};
+
+// The watchdog's last sample of this node.
+struct NodeSample {
+  bool all_idle = false;  // every live worker made no progress for the stall timeout
+  std::chrono::steady_clock::time_point last_progress{};  // the latest worker progress
+  std::vector<WorkerPosition> workers;                    // live workers
+};
+
+class StallGate {
+ public:
+  // The judge decides from now on (true), or no more (false: the watchdog alone again).
+  void set_judged(bool judged);
+  bool judged() const;
+  // The watchdog, after each sample.
+  void publish(NodeSample sample);
+  NodeSample sample() const;
+  // The judge: the job is stalled; `verdict` (one line per entry, the first a headline)
+  // goes into the stall's report.
+  void decide(std::vector<std::string> verdict);
+  std::optional<std::vector<std::string>> decision() const;
+  // A new attempt: no judge, no sample, no decision.
+  void reset();
+
+ private:
+  mutable std::mutex mu_;
+  bool judged_ = false;
+  NodeSample sample_;
+  std::optional<std::vector<std::string>> decision_;
+};
+
+}  // namespace ddprun::launcher

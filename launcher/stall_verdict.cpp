@@ -1,0 +1,207 @@
+// stall_verdict.cpp: the snapshot codec and the job-wide stall verdict (stall_verdict.h).
+#include "launcher/stall_verdict.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr std::size_t kMaxText = 300;  // a frame's text, cut beyond
+constexpr std::size_t kGroupsInHeadline = 3;
+constexpr std::size_t kNamedPerGroup = 4;  // ranks of a group named one by one
+
+std::string cut(std::string s) {
+  if (s.size() > kMaxText) s = s.substr(0, kMaxText) + "...";
+  return s;
+}
+
+// Where a rank is, as the verdict says it.
+std::string place(const RankSnapshot& r) {
+  std::string s;
+  if (r.state == 'T' || r.state == 't') s = fmt::format("stopped (state {}) ", r.state);
+  if (!r.sampled) return s + "without a Python stack (not sampled)";
+  if (r.where.empty()) return s + "at an unknown place";
+  if (!r.user_where.empty()) return s + "at " + r.user_where + " (inside " + r.where + ")";
+  return s + "at " + r.where;
+}
+
+bool in_torch_distributed(const RankSnapshot& r) {
+  return r.where.find("/torch/distributed/") != std::string::npos;
+}
+
+struct Member {
+  const RankSnapshot* rank;
+  const std::string* host;
+};
+
+struct Group {
+  std::string place;
+  bool waits = false;  // inside torch.distributed: most likely waiting for the others
+  std::vector<Member> members;
+};
+
+// "0-4,6,9-10"
+std::string rank_ranges(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string who(const Group& g) {
+  if (g.members.size() <= kNamedPerGroup) {
+    std::string s;
+    for (const Member& m : g.members) {
+      s += fmt::format("{}rank {} on {} (pid {})", s.empty() ? "" : ", ", m.rank->rank, *m.host,
+                       m.rank->pid);
+    }
+    return s;
+  }
+  std::vector<int> ranks;
+  std::set<std::string> hosts;
+  for (const Member& m : g.members) {
+    ranks.push_back(m.rank->rank);
+    hosts.insert(*m.host);
+  }
+  std::string on;
+  std::size_t named = 0;
+  for (const std::string& h : hosts) {
+    if (named++ == kNamedPerGroup) {
+      on += fmt::format(" and {} more hosts", hosts.size() - kNamedPerGroup);
+      break;
+    }
+    on += (on.empty() ? "" : ", ") + h;
+  }
+  return fmt::format("{} ranks ({}) on {}", ranks.size(), rank_ranges(ranks), on);
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  return fmt::format("{:g}", std::round(static_cast<double>(ms.count()) / 100) / 10);
+}
+
+}  // namespace
+
+std::string encode_snapshot(const NodeSnapshot& snapshot) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankSnapshot& r : snapshot.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"pid", r.pid},
+                     {"sampled", r.sampled},
+                     {"where", cut(r.where)},
+                     {"user_where", cut(r.user_where)},
+                     {"state", std::string(1, r.state)},
+                     {"idle_s", r.idle_s}});
+  }
+  nlohmann::json j = {
+      {"version", 1}, {"node", snapshot.node}, {"host", cut(snapshot.host)}, {"ranks", ranks}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::optional<NodeSnapshot> decode_snapshot(const std::string& text, std::string& error) {
+  if (text.size() > kMaxSnapshotBytes) {
+    error =
+        fmt::format("a stall snapshot of {} bytes (more than {})", text.size(), kMaxSnapshotBytes);
+    return std::nullopt;
+  }
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.at("version").get<int>() != 1) {
+      error = "a stall snapshot of version " + j.at("version").dump();
+      return std::nullopt;
+    }
+    NodeSnapshot s;
+    s.node = j.at("node").get<int>();
+    s.host = cut(j.at("host").get<std::string>());
+    for (const nlohmann::json& r : j.at("ranks")) {
+      RankSnapshot rs;
+      rs.rank = r.at("rank").get<int>();
+      rs.pid = r.at("pid").get<pid_t>();
+      rs.sampled = r.at("sampled").get<bool>();
+      rs.where = cut(r.at("where").get<std::string>());
+      rs.user_where = cut(r.at("user_where").get<std::string>());
+      const std::string state = r.at("state").get<std::string>();
+      rs.state = state.size() == 1 ? state[0] : '?';
+      rs.idle_s = r.at("idle_s").get<double>();
+      s.ranks.push_back(std::move(rs));
+    }
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    error = std::string("a malformed stall snapshot: ") + e.what();
+    return std::nullopt;
+  }
+}
+
+std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshots,
+                                       const std::vector<std::string>& missing,
+                                       std::chrono::milliseconds timeout) {
+  std::map<std::string, Group> by_place;
+  std::size_t ranks = 0;
+  for (const NodeSnapshot& n : snapshots) {
+    for (const RankSnapshot& r : n.ranks) {
+      Group& g = by_place[place(r)];
+      g.place = place(r);
+      g.waits = in_torch_distributed(r);
+      g.members.push_back({&r, &n.host});
+      ++ranks;
+    }
+  }
+  std::vector<Group> groups;
+  for (auto& [p, g] : by_place) {
+    std::sort(g.members.begin(), g.members.end(),
+              [](const Member& a, const Member& b) { return a.rank->rank < b.rank->rank; });
+    groups.push_back(std::move(g));
+  }
+  // The odd ones first: outside torch.distributed before inside it (those wait for the
+  // rest), then the smaller groups, then by lowest rank.
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    if (a.waits != b.waits) return !a.waits;
+    if (a.members.size() != b.members.size()) return a.members.size() < b.members.size();
+    return a.members.front().rank->rank < b.members.front().rank->rank;
+  });
+  std::string head =
+      fmt::format("stall (job-wide): no rank of the job made progress for {} s", seconds(timeout));
+  auto verb = [](const Group& g) {
+    const bool one = g.members.size() == 1;
+    return g.waits ? (one ? "waits" : "wait") : (one ? "is" : "are");
+  };
+  if (groups.size() == 1) {
+    head += fmt::format("; all {} ranks {} {}", ranks, verb(groups[0]), groups[0].place);
+  } else {
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const Group& g = groups[i];
+      if (i == kGroupsInHeadline && i + 1 < groups.size()) {
+        head += fmt::format("; {} more groups, below", groups.size() - i);
+        break;
+      }
+      head += fmt::format("; {} {} {}", who(g), verb(g), g.place);
+    }
+  }
+  if (!missing.empty()) {
+    std::string m;
+    for (const std::string& s : missing) m += (m.empty() ? "" : ", ") + s;
+    head += "; no snapshot from " + m;
+  }
+  std::vector<std::string> lines{head};
+  // Then every group with all its ranks (the headline abbreviates).
+  for (const Group& g : groups) {
+    std::vector<int> rs;
+    for (const Member& m : g.members) rs.push_back(m.rank->rank);
+    lines.push_back(fmt::format("  {} {} {} {}", rs.size() == 1 ? "rank" : "ranks", rank_ranges(rs),
+                                verb(g), g.place));
+  }
+  return lines;
+}
+
+}  // namespace ddprun::launcher

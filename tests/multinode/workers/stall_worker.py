@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""A gloo worker for the job-wide stall tests (multinode_test.py stall_*).
+
+    stall_worker.py evaluate <seconds>   rank 0 computes silently for <seconds> (the common
+                                         `if rank == 0: evaluate()`) while the others wait
+                                         in a barrier; then every rank exits 0
+    stall_worker.py hang                 the last rank sleeps forever before its all_reduce
+                                         (STALL-SLEEP) while the others wait in it
+                                         (STALL-ALLREDUCE); a restarted attempt exits 0
+
+The tests look for the lines marked "# STALL-..." in the verdict.
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def evaluate(seconds):
+    a, deadline = torch.rand(128, 128), time.time() + seconds
+    while time.time() < deadline:
+        a = torch.tanh(a @ a)
+
+
+def step(rank, world):
+    t = torch.ones(4)
+    if rank == world - 1:
+        time.sleep(1e6)  # STALL-SLEEP
+    dist.all_reduce(t)  # STALL-ALLREDUCE
+
+
+def main():
+    if int(os.environ["TORCHELASTIC_RESTART_COUNT"]) > 0:
+        return
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.all_reduce(torch.ones(1))  # every rank connected
+    if sys.argv[1] == "evaluate":
+        if rank == 0:
+            evaluate(float(sys.argv[2]))
+        dist.barrier()
+    else:
+        step(rank, world)
+
+
+main()
