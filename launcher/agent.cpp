@@ -123,7 +123,7 @@ Agent::CallOutcome Agent::call_interruptibly(const std::function<void()>& call,
 
 std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
   std::optional<rdzv::RendezvousInfo> info;
-  job_stall_.reset();  // its board ends with the round
+  job_view_.reset();  // its board ends with the round
   handler_->set_restarts_spent(restart_count_);
   const auto rendezvous_start = Clock::now();
   const CallOutcome call =
@@ -215,12 +215,12 @@ bool Agent::membership_changed(bool fresh) {
 Agent::Step Agent::monitor(RunResult& result) {
   auto next_poll = Clock::now() + kMembershipPoll;
   while (true) {
-    const auto wake = job_stall_ ? std::min(next_poll, job_stall_->next_tick()) : next_poll;
+    const auto wake = job_view_ ? std::min(next_poll, job_view_->next_tick()) : next_poll;
     const SupervisorEvent ev = supervisor_.next_event(
         std::chrono::duration_cast<Ms>(std::max(wake - Clock::now(), Clock::duration::zero())));
     switch (ev.kind) {
       case Kind::kTimeout: {
-        if (job_stall_) job_stall_->tick(Clock::now());
+        if (job_view_) job_view_->tick(Clock::now());
         if (Clock::now() < next_poll) break;
         next_poll = Clock::now() + kMembershipPoll;
         if (auto step = end_if_wedged(result)) return *step;
@@ -341,6 +341,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
 
 Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
   result.failures = std::move(failures);
+  if (job_view_) job_view_->log_root_cause(result.failures);  // before the node's report
   const auto own = agent_env_.find("TORCHELASTIC_ERROR_FILE");
   report_failures(config_.training_script, result.failures,
                   own == agent_env_.end() ? std::string() : own->second,
@@ -384,7 +385,7 @@ Agent::Step Agent::stopped_by(int signo, RunResult& result) {
 }
 
 Agent::Step Agent::finish(RunResult& result, RunResult::Outcome outcome) {
-  job_stall_.reset();
+  job_view_.reset();
   handler_->shutdown();
   result.outcome = outcome;
   result.exit_code = outcome == RunResult::Outcome::kSucceeded ? 0 : 1;
@@ -468,7 +469,7 @@ RunResult Agent::run() {
         finish(result, RunResult::Outcome::kFailed);
         break;
       }
-      job_stall_ = make_job_stall_judge(supervisor_, *handler_, *info, config_);
+      job_view_.emplace(supervisor_, *handler_, *info, config_);
       for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
         EventFields start("START");
         start.group_rank = info->group_rank;

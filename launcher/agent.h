@@ -50,7 +50,7 @@
 #include "launcher/dstate_watch.h"
 #include "launcher/events.h"
 #include "launcher/failure_report.h"
-#include "launcher/job_stall.h"
+#include "launcher/job_view.h"
 #include "launcher/numa.h"
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
@@ -150,8 +150,9 @@ class Agent {
   // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT set: each attempt's D-state watch.
   std::optional<double> dstate_timeout_s_;
   std::optional<DStateWatch> dstate_watch_;
-  // --stall-timeout in a round of several nodes: the job-wide judge of this attempt.
-  std::unique_ptr<JobStallJudge> job_stall_;
+  // This attempt's side of the job-wide view (stall judge, root cause); made once the
+  // workers started, dropped before the next rendezvous.
+  std::optional<JobView> job_view_;
 };
 
 }  // namespace ddprun::launcher

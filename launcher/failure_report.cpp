@@ -222,6 +222,12 @@ std::string host_fqdn() {
   return out;
 }
 
+std::string node_label(const std::optional<std::string>& local_addr) {
+  std::string label = host_fqdn();
+  if (local_addr && *local_addr != label) label += " (" + *local_addr + ")";
+  return label;
+}
+
 void report_failures(const std::string& entrypoint, const std::vector<Failure>& failures,
                      const std::string& agent_error_file, const std::string& worker_python) {
   const std::string text = format_failure_report(entrypoint, failures, host_fqdn());

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ std::string failure_hint(const Failure& failure, const std::string& worker_pytho
 
 // socket.getfqdn() of this host, computed the way Python does (so reports match torchrun).
 std::string host_fqdn();
+// This node in job-wide messages: host_fqdn(), then " (<addr>)" for a --local-addr that
+// is not the same text (several agents per host tell apart).
+std::string node_label(const std::optional<std::string>& local_addr);
 
 // The end of a failed run: prints kChildFailedErrorLine, the report (and failure_hint's line) to
 // stderr and, when `agent_error_file` is not empty (the agent's own TORCHELASTIC_ERROR_FILE:

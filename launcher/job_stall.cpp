@@ -8,7 +8,6 @@
 #include <cmath>
 #include <optional>
 
-#include "launcher/failure_report.h"
 #include "launcher/stall_verdict.h"
 
 namespace ddprun::launcher {
@@ -44,6 +43,11 @@ JobStallJudge::JobStallJudge(StallGate& gate, rdzv::JobBoard& board, Params para
 }
 
 JobStallJudge::~JobStallJudge() { gate_.set_judged(false); }
+
+std::string JobStallJudge::verdict() const {
+  const auto decision = gate_.decision();
+  return decision && !decision->empty() ? decision->front() : std::string();
+}
 
 void JobStallJudge::tick(Clock::time_point now) {
   if (done_ || now < next_) return;
@@ -136,21 +140,6 @@ void JobStallJudge::decide(const NodeSample& sample, bool declared_here) {
   }
   for (const std::string& line : verdict) spdlog::error("{}", line);
   gate_.decide(std::move(verdict));
-}
-
-std::unique_ptr<JobStallJudge> make_job_stall_judge(Supervisor& supervisor,
-                                                    rdzv::RendezvousHandler& handler,
-                                                    const rdzv::RendezvousInfo& info,
-                                                    const LaunchConfig& config) {
-  StallGate* gate = supervisor.stall_gate();
-  rdzv::JobBoard* board = handler.job_board();
-  if (gate == nullptr || board == nullptr || info.group_world_size < 2) return nullptr;
-  JobStallJudge::Params p;
-  p.timeout = Ms(static_cast<std::int64_t>(config.stall_timeout_s * 1000));
-  p.host = host_fqdn();
-  if (config.local_addr && *config.local_addr != p.host) p.host += " (" + *config.local_addr + ")";
-  p.rank_base = info.rank_base;
-  return std::make_unique<JobStallJudge>(*gate, *board, std::move(p));
 }
 
 }  // namespace ddprun::launcher

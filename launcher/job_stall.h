@@ -17,14 +17,10 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <string>
 
-#include "launcher/options/config.h"
 #include "launcher/process/stall_gate.h"
-#include "launcher/process/supervisor_interface.h"
 #include "rendezvous/job_board.h"
-#include "rendezvous/rendezvous.h"
 
 namespace ddprun::launcher {
 
@@ -49,6 +45,8 @@ class JobStallJudge {
   // Looks and shares when due. Never throws: a board that fails hands the decision back
   // to the watchdog, with one warning.
   void tick(Clock::time_point now);
+  // The verdict's headline once this judge decided the job stalled; "" before.
+  std::string verdict() const;
 
  private:
   void exchange(Clock::time_point now);
@@ -67,12 +65,5 @@ class JobStallJudge {
   bool others_progressed_ = false;  // another node's progress was seen
   bool waiting_said_ = false;
 };
-
-// A judge when the job needs one: a stall watchdog runs (`supervisor` has a gate), the
-// round spans nodes and the backend has a board; nullptr otherwise.
-std::unique_ptr<JobStallJudge> make_job_stall_judge(Supervisor& supervisor,
-                                                    rdzv::RendezvousHandler& handler,
-                                                    const rdzv::RendezvousInfo& info,
-                                                    const LaunchConfig& config);
 
 }  // namespace ddprun::launcher

@@ -223,7 +223,7 @@ def etcd_stall_judged_job_wide(c):
     all_reduce: both of its nodes print the same verdict, rank 1 first."""
     etcd = EtcdCluster(c, 1)
     eps = etcd.endpoints()
-    stall = os.path.join(HERE, "workers", "stall_worker.py")
+    stall = os.path.join(HERE, "workers", "job_worker.py")
     extra = ["--stall-timeout=3", "--max-restarts=0"]
     evaluate = [c.start(f"eval{i}", etcd_args(i, eps, 2, "stall_eval", extra),
                         ["evaluate", "10"], script=stall) for i in range(2)]

@@ -542,7 +542,7 @@ def netns_debian_hosts_file(c):
         net.close()
 
 
-STALL_WORKER = os.path.join(HERE, "workers", "stall_worker.py")
+JOB_WORKER = os.path.join(HERE, "workers", "job_worker.py")
 
 
 def _marked_line(path, mark):
@@ -558,7 +558,7 @@ def stall_waiting_node_is_not_a_stall(c):
     port = c.reserve_port()
     extra = ["--stall-timeout=3", "--max-restarts=0"]
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_eval", extra),
-                      ["evaluate", "10"], script=STALL_WORKER) for i in range(2)]
+                      ["evaluate", "10"], script=JOB_WORKER) for i in range(2)]
     for a in agents:
         check(a.wait(120) == 0, f"{a.name} failed: a waiting node was judged stalled", c.logs())
     check(any("this node waits for them, which is not a stall" in a.text() for a in agents),
@@ -575,11 +575,11 @@ def stall_verdict_names_the_culprit_on_every_node(c):
     port = c.reserve_port()
     extra = ["--stall-timeout=3", "--max-restarts=0"]
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_hang", extra), ["hang"],
-                      script=STALL_WORKER) for i in range(2)]
+                      script=JOB_WORKER) for i in range(2)]
     for a in agents:
         check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
-    sleep = f"stall_worker.py:{_marked_line(STALL_WORKER, '# STALL-SLEEP')} in step"
-    allreduce = f"stall_worker.py:{_marked_line(STALL_WORKER, '# STALL-ALLREDUCE')} in step"
+    sleep = f"job_worker.py:{_marked_line(JOB_WORKER, '# STALL-SLEEP')} in step"
+    allreduce = f"job_worker.py:{_marked_line(JOB_WORKER, '# STALL-ALLREDUCE')} in step"
     heads = []
     for a in agents:
         lines = [l for l in a.text().splitlines() if "stall (job-wide): " in l]
@@ -595,7 +595,37 @@ def stall_verdict_names_the_culprit_on_every_node(c):
               "rank 0 waits in all_reduce", head)
         check(any("stalled: no progress" in l and "stall (job-wide): " in l
                   for l in a.text().splitlines()), f"{a.name}: the report's note", c.logs())
+        check("root cause (job-wide): the job stalled: no rank of the job made progress"
+              in a.text(), f"{a.name}: the root cause is the stall", c.logs())
     check(heads[0] == heads[1], "the same verdict on every node", c.logs())
+
+
+@test(every_tier=True)
+def root_cause_named_on_every_node(c):
+    """Issue 32: 2 nodes, no restarts; the last rank raises ValueError while rank 0 waits
+    in an all_reduce, which then fails on the closed connection. Both nodes print the same
+    root-cause line first, naming rank 1, its host and the ValueError; the node of rank 0
+    still reports its own rank's failure below it (torchrun's report)."""
+    port = c.reserve_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "root_cause", ["--max-restarts=0"]),
+                      ["raise"], script=JOB_WORKER) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
+    lines = []
+    for a in agents:
+        text = a.text()
+        found = [l for l in text.splitlines() if "root cause (job-wide): " in l]
+        check(len(found) == 1, f"{a.name}: one root-cause line", c.logs())
+        line = found[0][found[0].index("root cause (job-wide): "):]
+        lines.append(line)
+        check(line.startswith("root cause (job-wide): rank 1 on ") and "(127.0.0." in line
+              and "ValueError: boom on the last rank" in line, "rank 1's ValueError", line)
+        check(text.index("root cause (job-wide): ") < text.index("Root Cause (first observed"),
+              f"{a.name}: the line before the node's report", text)
+    check(lines[0].split("; ")[0] == lines[1].split("; ")[0], "one root cause", c.logs())
+    other = next(a for a in agents if "rank      : 0 " in a.text())
+    check("this node's below are most likely its consequences" in other.text(),
+          "rank 0's node calls its own failure a consequence", c.logs())
 
 
 def _listening(port):

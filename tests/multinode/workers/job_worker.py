@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""A gloo worker for the job-wide stall tests (multinode_test.py stall_*).
+"""A gloo worker for the job-wide view tests (multinode_test.py stall_*, root_cause_*).
 
-    stall_worker.py evaluate <seconds>   rank 0 computes silently for <seconds> (the common
+    job_worker.py evaluate <seconds>   rank 0 computes silently for <seconds> (the common
                                          `if rank == 0: evaluate()`) while the others wait
                                          in a barrier; then every rank exits 0
-    stall_worker.py hang                 the last rank sleeps forever before its all_reduce
+    job_worker.py raise                  the last rank raises ValueError (RAISE) while the
+                                         others wait in an all_reduce, which then fails
+    job_worker.py hang                   the last rank sleeps forever before its all_reduce
                                          (STALL-SLEEP) while the others wait in it
                                          (STALL-ALLREDUCE); a restarted attempt exits 0
 
@@ -31,6 +33,13 @@ def step(rank, world):
     dist.all_reduce(t)  # STALL-ALLREDUCE
 
 
+def fail(rank, world):
+    if rank == world - 1:
+        time.sleep(0.5)  # the others are in the all_reduce by now
+        raise ValueError("boom on the last rank")  # RAISE
+    dist.all_reduce(torch.ones(4))
+
+
 def main():
     if int(os.environ["TORCHELASTIC_RESTART_COUNT"]) > 0:
         return
@@ -41,6 +50,8 @@ def main():
         if rank == 0:
             evaluate(float(sys.argv[2]))
         dist.barrier()
+    elif sys.argv[1] == "raise":
+        fail(rank, world)
     else:
         step(rank, world)
 

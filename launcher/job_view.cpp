@@ -1,0 +1,48 @@
+// job_view.cpp: JobView (job_view.h), the agent's side of the job-wide view.
+#include "launcher/job_view.h"
+
+#include <spdlog/spdlog.h>
+
+#include "launcher/job_failures.h"
+
+namespace ddprun::launcher {
+
+JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
+                 const rdzv::RendezvousInfo& info, const LaunchConfig& config) {
+  if (info.group_world_size < 2) return;
+  board_ = handler.job_board();
+  if (board_ == nullptr) return;
+  host_ = node_label(config.local_addr);
+  if (StallGate* gate = supervisor.stall_gate()) {
+    JobStallJudge::Params p;
+    p.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.stall_timeout_s * 1000));
+    p.host = host_;
+    p.rank_base = info.rank_base;
+    stall_ = std::make_unique<JobStallJudge>(*gate, *board_, std::move(p));
+  }
+}
+
+JobView::Clock::time_point JobView::next_tick() const {
+  return stall_ ? stall_->next_tick() : Clock::time_point::max();
+}
+
+void JobView::tick(Clock::time_point now) {
+  if (stall_) stall_->tick(now);
+}
+
+void JobView::log_root_cause(const std::vector<Failure>& failures) {
+  if (board_ == nullptr || failures.empty()) return;
+  if (const std::string verdict = stall_ ? stall_->verdict() : ""; !verdict.empty()) {
+    // Every node stopped its ranks on the same verdict: that is the cause, not whichever
+    // SIGABRT reached the store first.
+    const std::string_view prefix = "stall (job-wide): ";
+    spdlog::error("root cause (job-wide): the job stalled: {}",
+                  verdict.rfind(prefix, 0) == 0 ? verdict.substr(prefix.size()) : verdict);
+    return;
+  }
+  if (const auto line = share_job_failure(*board_, failures, host_, kFailureWindow)) {
+    spdlog::error("{}", *line);
+  }
+}
+
+}  // namespace ddprun::launcher

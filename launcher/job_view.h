@@ -1,0 +1,48 @@
+// job_view.h: JobView, the agent's side of the job-wide view (issue 32; docs/usage.md):
+// for one attempt in a round of several nodes, what this node shares with the others on
+// the round's JobBoard (rendezvous/job_board.h): the stall judge (job_stall.h) while the
+// workers run, the job's root cause when they fail (job_failures.h). The Agent makes one
+// per attempt and drops it before its next rendezvous (the board ends with the round).
+// In a one-node round, or without a board, it does nothing.
+// Thread-safety: the agent thread only.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/failure_report.h"
+#include "launcher/job_stall.h"
+#include "launcher/options/config.h"
+#include "launcher/process/supervisor_interface.h"
+#include "rendezvous/job_board.h"
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::launcher {
+
+class JobView {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // How long a failing node waits for the other nodes' failures before it names the root
+  // cause (a consequence may reach the store before its cause).
+  static constexpr std::chrono::milliseconds kFailureWindow{1000};
+
+  // After the attempt's workers started. `supervisor` and `handler` must outlive it.
+  JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
+          const rdzv::RendezvousInfo& info, const LaunchConfig& config);
+
+  // When tick() wants to run next (Clock::time_point::max(): never).
+  Clock::time_point next_tick() const;
+  void tick(Clock::time_point now);
+  // The job failed here: shares this node's first failure and logs the job's root cause
+  // (one line, the same on every node that reports); after a job-wide stall, the verdict.
+  void log_root_cause(const std::vector<Failure>& failures);
+
+ private:
+  rdzv::JobBoard* board_ = nullptr;  // nullptr: one node, or no board
+  std::string host_;                 // this node in job-wide messages (node_label)
+  std::unique_ptr<JobStallJudge> stall_;
+};
+
+}  // namespace ddprun::launcher
