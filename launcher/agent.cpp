@@ -77,10 +77,21 @@ Agent::Agent(LaunchConfig config, EnvMap agent_env, Supervisor& supervisor,
       // Capped so that absurd values cannot overflow the conversion (1e7 s is 115 days).
       grace_(static_cast<std::int64_t>(std::min(config_.shutdown_timeout_s, 1e7) * 1000)),
       remaining_restarts_(config_.max_restarts),
-      events_(config_.event_log_handler),
       dstate_timeout_s_(uninterruptible_state_timeout(agent_env_)) {}
 
 Agent::~Agent() = default;
+
+RunHistory::Facts Agent::history_facts() const {
+  const std::string entry =
+      config_.entry == EntryKind::kExecutable ? config_.training_script : config_.python_exec;
+  return {{.run_id = handler_->run_id(),
+           .role = config_.role,
+           .hostname = host_fqdn(),
+           .rdzv_backend = handler_->backend_name(),
+           .entry_point = std::filesystem::path(entry).filename().string()},
+          config_.nproc_per_node,
+          config_.record_file};
+}
 
 const std::string& Agent::run_log_dir() const {
   static const std::string kNone;
@@ -136,6 +147,7 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
   }
   if (call.error) {
     spdlog::error("rendezvous failed: {}", rendezvous_failure(call.error));
+    failure_ = {ExitClass::kInfrastructure, 0};  // a node, the store or etcd lost
     if (unspent_failures_.empty()) {
       finish(result, RunResult::Outcome::kFailed);
     } else {
@@ -144,15 +156,8 @@ std::optional<rdzv::RendezvousInfo> Agent::rendezvous(RunResult& result) {
     return std::nullopt;
   }
   unspent_failures_.clear();
-  EventFields event("RENDEZVOUS");
-  if (round_) event.group_rank = round_->group_rank;  // torchrun's: the previous round's
-  if (round_) event.group_world_size = round_->group_world_size;
-  event.duration_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - rendezvous_start).count();
-  record_event(event);
-  event.state = "ASSIGN_WORKER_RANKS";  // ranks come with the round here
-  event.duration_ms = 0.0;
-  record_event(event);
+  history_->round_formed(
+      *info, std::chrono::duration<double, std::milli>(Clock::now() - rendezvous_start).count());
   round_ = info;
   spdlog::info("rendezvous complete: round {}, group_rank {}/{}, ranks {}..{} of {}, master {}:{}",
                info->round, info->group_rank, info->group_world_size, info->rank_base,
@@ -228,6 +233,7 @@ Agent::Step Agent::monitor(RunResult& result) {
           spdlog::warn(
               "membership changed; restarting the workers in a new rendezvous round "
               "(no restart spent)");
+          history_->attempt_ended("membership change");
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
@@ -245,15 +251,18 @@ Agent::Step Agent::monitor(RunResult& result) {
               ev.exit.local_rank);
           unspent_failures_ = {
               make_failure(ev.exit, run_dirs_->error_file(attempt_, ev.exit.local_rank))};
+          history_->attempt_ended("membership change");
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
+        failure_ = {class_of_exit(ev.exit.signal), 0};
         if (ev.exit.failed()) return on_failure({ev.exit}, result);
         spdlog::debug("local rank {} (pid {}) exited 0", ev.exit.local_rank, ev.exit.pid);
         break;
       case Kind::kAllSucceeded:
         return on_success(result);
       case Kind::kStalled:  // the stall watchdog stopped them (--stall-timeout)
+        failure_ = {ExitClass::kStall, 0};
         return on_failure(ev.exits, result);
       case Kind::kSignal:
         // Every handled signal, SIGUSR1/SIGUSR2 included, ends the run (torchrun 2.11:
@@ -283,6 +292,7 @@ std::optional<Agent::Step> Agent::end_if_wedged(RunResult& result) {
   // As torchrun 2.14: no restart, a fresh worker would contend for what the wedged one
   // holds. Unlike torchrun (exit 0), the job failed: the report says why, exit 1.
   remaining_restarts_ = 0;
+  failure_ = {ExitClass::kInfrastructure, 0};
   std::vector<WorkerExit> exits = stop_workers(SIGTERM);
   std::vector<WorkerExit> failed;
   for (auto& e : exits) {
@@ -297,6 +307,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
   // Every worker that had already failed when the first failure was seen (torchrun's
   // failed workers of one poll), then, as torchrun 2.x, the peers stopped because of it
   // (exitcode -15, or -9 after the shutdown timeout); each part by global rank.
+  history_->attempt_ended(exit_class_name(failure_.first));
   while (true) {
     const SupervisorEvent ev = supervisor_.next_event(0ms);
     if (ev.kind == Kind::kTimeout) break;
@@ -341,7 +352,9 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
 
 Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
   result.failures = std::move(failures);
-  if (job_view_) job_view_->log_root_cause(result.failures);  // before the node's report
+  // The job's cause first (before the node's report); it may give this failure its class.
+  if (const auto c = job_view_ ? job_view_->log_root_cause(result.failures) : std::nullopt)
+    failure_ = {*c, 0};
   const auto own = agent_env_.find("TORCHELASTIC_ERROR_FILE");
   report_failures(config_.training_script, result.failures,
                   own == agent_env_.end() ? std::string() : own->second,
@@ -357,6 +370,7 @@ Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
 }
 
 Agent::Step Agent::on_success(RunResult& result) {
+  history_->attempt_ended("success");
   spdlog::info("all {} local workers succeeded", config_.nproc_per_node);
   bool passed = false;
   const CallOutcome call = call_interruptibly(
@@ -381,6 +395,8 @@ Agent::Step Agent::on_success(RunResult& result) {
 
 Agent::Step Agent::stopped_by(int signo, RunResult& result) {
   std::fprintf(stderr, "ddprun: stopped by %s\n", signal_name(signo).c_str());
+  if (history_) history_->attempt_ended("stopped by " + signal_name(signo));
+  failure_ = {ExitClass::kSignal, signo};
   return finish(result, RunResult::Outcome::kStopped);
 }
 
@@ -388,61 +404,10 @@ Agent::Step Agent::finish(RunResult& result, RunResult::Outcome outcome) {
   job_view_.reset();
   handler_->shutdown();
   result.outcome = outcome;
-  result.exit_code = outcome == RunResult::Outcome::kSucceeded ? 0 : 1;
+  if (outcome == RunResult::Outcome::kSucceeded) failure_ = {ExitClass::kSuccess, 0};
+  result.exit_class = failure_.first;
+  result.exit_code = exit_code();
   return Step::kDone;
-}
-
-void Agent::plan_numa_binding() {
-  const auto cvd = agent_env_.find("CUDA_VISIBLE_DEVICES");
-  numa_plan_ = plan_for_this_process(
-      config_.numa_binding, config_.nproc_per_node,
-      cvd == agent_env_.end() ? std::nullopt : std::optional<std::string>(cvd->second));
-  // Shown at the default level: the user asked for the binding.
-  spdlog::warn("{}", describe_plan(config_.numa_binding, numa_plan_));
-}
-
-void Agent::record_event(const EventFields& event, std::int64_t total_run_time) const {
-  if (!events_.on()) return;
-  const std::string entry =
-      config_.entry == EntryKind::kExecutable ? config_.training_script : config_.python_exec;
-  events_.record({.run_id = handler_->run_id(),
-                  .role = config_.role,
-                  .hostname = host_fqdn(),
-                  .rdzv_backend = handler_->backend_name(),
-                  .entry_point = std::filesystem::path(entry).filename().string(),
-                  .agent_restarts = restart_count_,
-                  .total_run_time = total_run_time},
-                 event);
-}
-
-void Agent::record_end_events(const RunResult& result) const {
-  if (!events_.on()) return;
-  const auto total = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - started_);
-  EventFields agent("SUCCEEDED");
-  if (round_) agent.group_rank = round_->group_rank;
-  if (round_) agent.group_world_size = round_->group_world_size;
-  // As torchrun: SUCCEEDED means the agent's run ended normally (the workers may have
-  // failed); FAILED that it ended by a signal or an error of its own.
-  const bool workers_ended =
-      result.outcome == RunResult::Outcome::kSucceeded ||
-      (result.outcome == RunResult::Outcome::kFailed && !result.failures.empty());
-  if (workers_ended && round_) {
-    for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
-      EventFields w = agent;
-      w.worker.emplace(lr, round_->rank_base + lr, round_->world_size);
-      w.state = result.outcome == RunResult::Outcome::kSucceeded ? "SUCCEEDED" : "TERMINATED";
-      for (const auto& f : result.failures) {
-        if (f.local_rank != lr) continue;
-        w.state = "FAILED";
-        w.worker->pid = f.pid;
-        w.worker->exit_code = f.exitcode;
-        w.raw_error = raw_error_of(f.error_file_path, f.error_file != "<N/A>", f.exitcode);
-      }
-      record_event(w, total.count());
-    }
-  }
-  if (!workers_ended) agent.state = "FAILED";
-  record_event(agent, total.count());
 }
 
 RunResult Agent::run() {
@@ -450,6 +415,7 @@ RunResult Agent::run() {
   try {
     // The default torchelastic_XXXXXX (no --log-dir) goes where torchrun's goes.
     run_dirs_.emplace(config_.log_dir, handler_->run_id(), temp_dir(agent_env_));
+    history_.emplace(config_.event_log_handler, history_facts());
     if (defaults_omp_num_threads(config_, agent_env_)) {
       spdlog::warn(
           "\n*****************************************\n"
@@ -458,7 +424,9 @@ RunResult Agent::run() {
           "optimal performance in your application as needed. \n"
           "*****************************************");
     }
-    if (!config_.numa_binding.empty()) plan_numa_binding();
+    if (!config_.numa_binding.empty()) {
+      numa_plan_ = plan_and_show(config_.numa_binding, config_.nproc_per_node, agent_env_);
+    }
     while (true) {
       const auto info = rendezvous(result);
       if (!info) break;
@@ -469,14 +437,8 @@ RunResult Agent::run() {
         finish(result, RunResult::Outcome::kFailed);
         break;
       }
-      job_view_.emplace(supervisor_, *handler_, *info, config_);
-      for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
-        EventFields start("START");
-        start.group_rank = info->group_rank;
-        start.group_world_size = info->group_world_size;
-        start.worker.emplace(lr, info->rank_base + lr, info->world_size);
-        record_event(start);
-      }
+      job_view_.emplace(supervisor_, *handler_, *info, config_, *history_);
+      history_->attempt_started(attempt_, restart_count_);
       spdlog::info(
           "started {} workers with {} (attempt {}, restarts spent {})", config_.nproc_per_node,
           config_.entry == EntryKind::kExecutable ? config_.training_script : config_.python_exec,
@@ -486,9 +448,17 @@ RunResult Agent::run() {
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     result.outcome = RunResult::Outcome::kFailed;
-    result.exit_code = 1;
+    result.exit_code = exit_code();
   }
-  record_end_events(result);
+  if (history_) {
+    // As torchrun's events: the workers' run ended (they may have failed) or the agent's.
+    const bool workers_ended =
+        result.outcome == RunResult::Outcome::kSucceeded ||
+        (result.outcome == RunResult::Outcome::kFailed && !result.failures.empty());
+    history_->run_ended(result.failures, workers_ended,
+                        result.outcome == RunResult::Outcome::kSucceeded, failure_.first,
+                        result.exit_code, restart_count_);
+  }
   // The failure report (the only reader of the workers' error files) is printed by now.
   if (run_dirs_) run_dirs_->remove_default_dir();
   result.restart_count = restart_count_;

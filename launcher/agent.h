@@ -45,16 +45,19 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/dstate_watch.h"
 #include "launcher/events.h"
+#include "launcher/exit_status.h"
 #include "launcher/failure_report.h"
 #include "launcher/job_view.h"
 #include "launcher/numa.h"
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
 #include "launcher/run_dirs.h"
+#include "launcher/run_history.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/rendezvous.h"
 
@@ -63,7 +66,8 @@ namespace ddprun::launcher {
 struct RunResult {
   enum class Outcome { kSucceeded, kFailed, kStopped };
   Outcome outcome = Outcome::kFailed;
-  int exit_code = 1;
+  int exit_code = 1;  // exit_status() of exit_class (--exit-codes)
+  ExitClass exit_class = ExitClass::kWorkerError;
   std::vector<Failure> failures;  // the last attempt's failed workers (kFailed)
   int restart_count = 0;          // restarts spent
 };
@@ -122,13 +126,8 @@ class Agent {
   Step on_success(RunResult& result);
   // Ends the run: shuts the handler down (and the store it hosts) and sets the outcome.
   Step finish(RunResult& result, RunResult::Outcome outcome);
-  // --numa-binding: the plan (numa.h) for this process's CPUs, shown in one line. Throws
-  // NumaError.
-  void plan_numa_binding();
-  // --event-log-handler console (events.h): one event; the job's end (each worker's
-  // status, then the agent's).
-  void record_event(const EventFields& event, std::int64_t total_run_time = 0) const;
-  void record_end_events(const RunResult& result) const;
+  // What the run history (torchrun's events, the run record) knows from the start.
+  RunHistory::Facts history_facts() const;
 
   LaunchConfig config_;
   EnvMap agent_env_;
@@ -143,16 +142,21 @@ class Agent {
   // A worker failure left for a new round without spending a restart (a peer had left):
   // reported as the job's failure if that round cannot form (the peer ended the job).
   std::vector<Failure> unspent_failures_;
-  std::vector<RankPlacement> numa_plan_;  // by local rank; empty: no --numa-binding
-  EventLog events_;
+  std::vector<RankPlacement> numa_plan_;       // by local rank; empty: no --numa-binding
+  std::optional<RunHistory> history_;          // made when run() starts
   std::optional<rdzv::RendezvousInfo> round_;  // the last round formed (events)
-  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT set: each attempt's D-state watch.
   std::optional<double> dstate_timeout_s_;
   std::optional<DStateWatch> dstate_watch_;
   // This attempt's side of the job-wide view (stall judge, root cause); made once the
   // workers started, dropped before the next rendezvous.
   std::optional<JobView> job_view_;
+  // The class of the run's end so far and its signal (exit_status.h): set where a failure
+  // is seen, so the last one decides.
+  std::pair<ExitClass, int> failure_{ExitClass::kWorkerError, 0};
+  int exit_code() const {
+    return exit_status(failure_.first, failure_.second, config_.exit_code_classes);
+  }
 };
 
 }  // namespace ddprun::launcher

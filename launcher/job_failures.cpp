@@ -98,9 +98,9 @@ std::string root_cause_line(const FailureRecord& root, std::size_t failures_in_j
   return line;
 }
 
-std::optional<std::string> share_job_failure(rdzv::JobBoard& board,
-                                             const std::vector<Failure>& failures,
-                                             const std::string& host, Ms window) {
+std::optional<JobRootCause> share_job_failure(rdzv::JobBoard& board,
+                                              const std::vector<Failure>& failures,
+                                              const std::string& host, Ms window) {
   try {
     const Failure& mine = failures[root_cause_index(failures)];
     FailureRecord me{0,        board.node(),  host,        mine.global_rank,
@@ -126,7 +126,8 @@ std::optional<std::string> share_job_failure(rdzv::JobBoard& board,
     }
     if (records.empty()) records.push_back(me);
     const FailureRecord& root = records[job_root_cause(records)];
-    return root_cause_line(root, records.size(), root.node == board.node());
+    return JobRootCause{root_cause_line(root, records.size(), root.node == board.node()),
+                        looks_like_consequence(root.exitcode, root.summary)};
   } catch (const std::exception& e) {
     spdlog::warn("the job-wide root cause is unknown: {}", e.what());
     return std::nullopt;

@@ -48,12 +48,19 @@ std::size_t job_root_cause(const std::vector<FailureRecord>& records);
 // ValueError: boom; 2 failures in the job since (the rest of this report, for this node, ...)"
 std::string root_cause_line(const FailureRecord& root, std::size_t failures_in_job, bool this_node);
 
+// What share_job_failure found: the line, and whether the job's root failure itself looks
+// like a consequence (no node reported a cause: a node or a link was lost).
+struct JobRootCause {
+  std::string line;
+  bool lost_peer = false;
+};
+
 // Shares this node's root failure (root_cause_index(failures)) on `board` and returns the
-// job's root-cause line, after waiting up to `window` for the failures of other nodes
-// that reach the store about as early; nullopt when the board fails (one warning).
-std::optional<std::string> share_job_failure(rdzv::JobBoard& board,
-                                             const std::vector<Failure>& failures,
-                                             const std::string& host,
-                                             std::chrono::milliseconds window);
+// job's root cause, after waiting up to `window` for the failures of other nodes that
+// reach the store about as early; nullopt when the board fails (one warning).
+std::optional<JobRootCause> share_job_failure(rdzv::JobBoard& board,
+                                              const std::vector<Failure>& failures,
+                                              const std::string& host,
+                                              std::chrono::milliseconds window);
 
 }  // namespace ddprun::launcher

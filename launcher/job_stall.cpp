@@ -44,9 +44,8 @@ JobStallJudge::JobStallJudge(StallGate& gate, rdzv::JobBoard& board, Params para
 
 JobStallJudge::~JobStallJudge() { gate_.set_judged(false); }
 
-std::string JobStallJudge::verdict() const {
-  const auto decision = gate_.decision();
-  return decision && !decision->empty() ? decision->front() : std::string();
+std::vector<std::string> JobStallJudge::verdict() const {
+  return gate_.decision().value_or(std::vector<std::string>());
 }
 
 void JobStallJudge::tick(Clock::time_point now) {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "launcher/process/stall_gate.h"
 #include "rendezvous/job_board.h"
@@ -45,8 +46,9 @@ class JobStallJudge {
   // Looks and shares when due. Never throws: a board that fails hands the decision back
   // to the watchdog, with one warning.
   void tick(Clock::time_point now);
-  // The verdict's headline once this judge decided the job stalled; "" before.
-  std::string verdict() const;
+  // The verdict's lines (the first its headline) once this judge decided the job
+  // stalled; none before.
+  std::vector<std::string> verdict() const;
 
  private:
   void exchange(Clock::time_point now);

@@ -8,7 +8,8 @@
 namespace ddprun::launcher {
 
 JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
-                 const rdzv::RendezvousInfo& info, const LaunchConfig& config) {
+                 const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history)
+    : history_(history) {
   if (info.group_world_size < 2) return;
   board_ = handler.job_board();
   if (board_ == nullptr) return;
@@ -30,19 +31,26 @@ void JobView::tick(Clock::time_point now) {
   if (stall_) stall_->tick(now);
 }
 
-void JobView::log_root_cause(const std::vector<Failure>& failures) {
-  if (board_ == nullptr || failures.empty()) return;
-  if (const std::string verdict = stall_ ? stall_->verdict() : ""; !verdict.empty()) {
+std::optional<ExitClass> JobView::log_root_cause(const std::vector<Failure>& failures) {
+  if (board_ == nullptr || failures.empty()) return std::nullopt;
+  if (std::vector<std::string> verdict = stall_ ? stall_->verdict() : std::vector<std::string>();
+      !verdict.empty()) {
     // Every node stopped its ranks on the same verdict: that is the cause, not whichever
     // SIGABRT reached the store first.
     const std::string_view prefix = "stall (job-wide): ";
-    spdlog::error("root cause (job-wide): the job stalled: {}",
-                  verdict.rfind(prefix, 0) == 0 ? verdict.substr(prefix.size()) : verdict);
-    return;
+    const std::string& head = verdict.front();
+    const std::string line = "root cause (job-wide): the job stalled: " +
+                             (head.rfind(prefix, 0) == 0 ? head.substr(prefix.size()) : head);
+    spdlog::error("{}", line);
+    history_.job_cause(line, std::move(verdict));
+    return ExitClass::kStall;
   }
-  if (const auto line = share_job_failure(*board_, failures, host_, kFailureWindow)) {
-    spdlog::error("{}", *line);
-  }
+  const auto cause = share_job_failure(*board_, failures, host_, kFailureWindow);
+  if (!cause) return std::nullopt;
+  spdlog::error("{}", cause->line);
+  history_.job_cause(cause->line, {});
+  if (cause->lost_peer) return ExitClass::kInfrastructure;
+  return std::nullopt;
 }
 
 }  // namespace ddprun::launcher

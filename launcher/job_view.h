@@ -9,13 +9,16 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/exit_status.h"
 #include "launcher/failure_report.h"
 #include "launcher/job_stall.h"
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
+#include "launcher/run_history.h"
 #include "rendezvous/job_board.h"
 #include "rendezvous/rendezvous.h"
 
@@ -29,17 +32,22 @@ class JobView {
   static constexpr std::chrono::milliseconds kFailureWindow{1000};
 
   // After the attempt's workers started. `supervisor` and `handler` must outlive it.
+  // `history` gets the job's cause (the run record).
   JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
-          const rdzv::RendezvousInfo& info, const LaunchConfig& config);
+          const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history);
 
   // When tick() wants to run next (Clock::time_point::max(): never).
   Clock::time_point next_tick() const;
   void tick(Clock::time_point now);
   // The job failed here: shares this node's first failure and logs the job's root cause
   // (one line, the same on every node that reports); after a job-wide stall, the verdict.
-  void log_root_cause(const std::vector<Failure>& failures);
+  // Returns the class the job's cause gives this node's failure (exit_status.h): a stall,
+  // or infrastructure when the job's first failure is itself a consequence (a peer went
+  // away without a failure of its own: a node or a link lost); nullopt: this node's own.
+  std::optional<ExitClass> log_root_cause(const std::vector<Failure>& failures);
 
  private:
+  RunHistory& history_;
   rdzv::JobBoard* board_ = nullptr;  // nullptr: one node, or no board
   std::string host_;                 // this node in job-wide messages (node_label)
   std::unique_ptr<JobStallJudge> stall_;

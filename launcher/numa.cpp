@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -296,6 +297,15 @@ std::vector<RankPlacement> plan_for_this_process(
     }
   }
   return plan_numa(mode, read_topology("/sys"), allowed, nproc, visible_devices);
+}
+
+std::vector<RankPlacement> plan_and_show(const std::string& mode, int nproc,
+                                         const std::map<std::string, std::string>& env) {
+  const auto cvd = env.find("CUDA_VISIBLE_DEVICES");
+  std::vector<RankPlacement> plan = plan_for_this_process(
+      mode, nproc, cvd == env.end() ? std::nullopt : std::optional<std::string>(cvd->second));
+  spdlog::warn("{}", describe_plan(mode, plan));
+  return plan;
 }
 
 }  // namespace ddprun::launcher

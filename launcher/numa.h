@@ -86,4 +86,10 @@ std::vector<RankPlacement> plan_for_this_process(const std::string& mode, int np
 // 0), rank 1 -> ...".
 std::string describe_plan(const std::string& mode, const std::vector<RankPlacement>& plan);
 
+// The Agent's start: plan_for_this_process for CUDA_VISIBLE_DEVICES of `env` (the
+// agent's environment), shown with describe_plan at the default level (the user asked
+// for the binding). Throws NumaError.
+std::vector<RankPlacement> plan_and_show(const std::string& mode, int nproc,
+                                         const std::map<std::string, std::string>& env);
+
 }  // namespace ddprun::launcher

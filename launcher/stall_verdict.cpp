@@ -188,6 +188,25 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
       head += fmt::format("; {} {} {}", who(g), verb(g), g.place);
     }
   }
+  // Ranks waiting inside torch.distributed in different functions: a collective called
+  // on some ranks and not on others (or another one in its place).
+  std::map<std::string, std::vector<int>> collectives;
+  for (const Group& g : groups) {
+    if (!g.waits) continue;
+    const std::string& w = g.members.front().rank->where;
+    const std::size_t in = w.rfind(" in ");
+    std::vector<int>& ranks_in = collectives[in == std::string::npos ? w : w.substr(in + 4)];
+    for (const Member& m : g.members) ranks_in.push_back(m.rank->rank);
+  }
+  if (collectives.size() > 1) {
+    std::string which;
+    for (const auto& [fn, rs] : collectives) {
+      which += fmt::format("{}{} ({} {})", which.empty() ? "" : ", ", fn,
+                           rs.size() == 1 ? "rank" : "ranks", rank_ranges(rs));
+    }
+    head += "; ranks wait in different collectives: " + which +
+            ": a collective called on some ranks and not on others";
+  }
   if (!missing.empty()) {
     std::string m;
     for (const std::string& s : missing) m += (m.empty() ? "" : ", ") + s;

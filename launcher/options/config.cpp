@@ -300,10 +300,22 @@ void read_signals(const RawOptions& raw, const HostFacts& host, LaunchConfig& c)
   }
 }
 
-// ddprun's watchdogs: --stall-timeout and torch's file timer (TORCHELASTIC_*).
+// ddprun's watchdogs: --stall-timeout and torch's file timer (TORCHELASTIC_*); how a
+// failure exits (--exit-codes).
 void read_watchdogs(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
   if (const auto* s = find(raw.values, "stall_timeout")) {
     c.stall_timeout_s = std::min(seconds_value("--stall-timeout", *s), 1e7);
+  }
+  if (const auto* e = find(raw.values, "exit_codes")) {
+    if (*e != "torchrun" && *e != "classes") {
+      throw UsageError("--exit-codes: '" + *e +
+                       "' is neither 'torchrun' (every failure exits 1) nor 'classes'");
+    }
+    c.exit_code_classes = *e == "classes";
+  }
+  if (const auto* r = find(raw.values, "record_file")) {
+    if (r->empty()) throw UsageError("--record-file: an empty path");
+    c.record_file = *r;
   }
   if (const auto* on = find(host.env, "TORCHELASTIC_ENABLE_FILE_TIMER"); on && *on == "1") {
     const auto* path = find(host.env, "TORCHELASTIC_TIMER_FILE");

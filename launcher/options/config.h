@@ -108,6 +108,12 @@ struct LaunchConfig {
 
   // ddprun's watchdogs (docs/usage.md): --stall-timeout / PET_STALL_TIMEOUT, 0: off.
   double stall_timeout_s = 0;
+  // --exit-codes classes (PET_EXIT_CODES): one exit status per class of failure
+  // (exit_status.h); false: torchrun's (every failure exits 1).
+  bool exit_code_classes = false;
+  // --record-file (PET_RECORD_FILE): the run record's path (run_history.h); "": none (the
+  // log directory keeps torchrun's layout).
+  std::string record_file;
   // torch's file timer: TORCHELASTIC_ENABLE_FILE_TIMER=1 in the agent's environment; the
   // named pipe is TORCHELASTIC_TIMER_FILE, else <temp_dir>/watchdog_timer_<uuid4>
   // (torchrun's default: tempfile.gettempdir()). "": off. Workers get

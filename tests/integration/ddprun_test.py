@@ -1422,5 +1422,90 @@ def unhostable_endpoint_reported_early(job):
           "::1 unbindable: one line naming the endpoint", err)
 
 
+@test(needs_torch=False)
+def exit_codes_by_class(job):
+    """Issue 32: with --exit-codes classes (or PET_EXIT_CODES=classes) each class of
+    failure exits with its own status: a worker's own error 1, a worker SIGKILLed from
+    outside (the OOM killer) 3, a failed rendezvous 3, a stall 4, ddprun stopped by SIGTERM
+    128+15; without the flag every one of them exits 1, as torchrun. A bad value is a usage
+    error naming the flag."""
+    port = job.reserve_port()
+    cases = [
+        ("a worker's own error", ["--no-python", "sh", "-c", "exit 3"], 1),
+        ("a worker SIGKILLed", ["--no-python", "sh", "-c", "kill -9 $$$$"], 3),
+        ("a stall", ["--stall-timeout=1", "--no-python", "sleep", "60"], 4),
+        ("a failed rendezvous", ["--nnodes=2", "--rdzv-backend=c10d",
+                                 f"--rdzv-endpoint=127.0.0.1:{port}",
+                                 "--rdzv-conf=join_timeout=2", "--no-python", "true"], 3),
+    ]
+    for name, args, status in cases:
+        for extra, env, want in ((["--exit-codes=classes"], {}, status), ([], {}, 1)):
+            rc, out, err = job.run(["--nproc-per-node=1", "--max-restarts=0", *extra, *args],
+                                   env=env)
+            check(rc == want, f"{name} {extra}: exit {rc}, expected {want}", out, err)
+    rc, out, err = job.run(["--nproc-per-node=1", "--no-python", "sh", "-c", "kill -9 $$$$"],
+                           env={"PET_EXIT_CODES": "classes"})
+    check(rc == 3, f"PET_EXIT_CODES=classes: exit {rc}", out, err)
+    for extra, want in ((["--exit-codes=classes"], 128 + signal.SIGTERM), ([], 1)):
+        started = os.path.join(job.out, "started")
+        if os.path.exists(started):
+            os.remove(started)
+        p = job.start(["--nproc-per-node=1", *extra, "--no-python", "sh", "-c",
+                       f"touch {started}; exec sleep 60"])
+        poll(lambda: os.path.exists(started), 30, "the worker started")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        check(p.returncode == want, f"SIGTERM {extra}: exit {p.returncode}, expected {want}", err)
+    rc, out, err = job.run(["--exit-codes=sometimes", "--no-python", "true"])
+    check(rc == 2 and "--exit-codes: 'sometimes' is neither" in err, "a usage error", err)
+
+def _validated_record(path):
+    """The run record at `path`, checked against docs/run-record.schema.json by
+    python3-jsonschema (Debian's)."""
+    import jsonschema
+    with open(os.path.join(REPO, "docs", "run-record.schema.json")) as f:
+        schema = json.load(f)
+    with open(path) as f:
+        record = json.load(f)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(record))
+    check(not errors, f"{path} does not match the schema: {[e.message for e in errors]}", record)
+    return record
+
+
+@test(needs_torch=False)
+def run_record_validates(job):
+    """Issue 32: --record-file writes one JSON run record when the run ends, valid against
+    docs/run-record.schema.json: a failing job with one restart (two attempts, each ended by
+    the workers' own error; the failures; exit class and status), a job stopped by SIGKILL of
+    a worker under --exit-codes classes (infrastructure, 3), and a successful one
+    (PET_RECORD_FILE). An unwritable path is one warning and changes nothing else."""
+    rec = os.path.join(job.dir, "rec.json")
+    rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=1", f"--record-file={rec}",
+                            "--no-python", "sh", "-c", 'test "$RANK" = 0 || exit 7'])
+    check(rc == 1, f"exit {rc}", out, err)
+    r = _validated_record(rec)
+    check(r["exit_class"] == "worker error" and r["exit_status"] == 1
+          and r["restarts_spent"] == 1, "class, status, restarts", r)
+    check([a["end"] for a in r["attempts"]] == ["worker error", "worker error"]
+          and [a["attempt"] for a in r["attempts"]] == [0, 1], "two attempts", r)
+    check([(f["rank"], f["exitcode"]) for f in r["failures"]][:1] == [(1, 7)], "failures", r)
+    check(len(r["rounds"]) >= 1 and r["rounds"][0]["world_size"] == 2, "rounds", r)
+    check(r["root_cause"] is None and r["stall_verdict"] is None, "one node: no job cause", r)
+    rc, out, err = job.run(["--exit-codes=classes", f"--record-file={rec}", "--no-python", "sh",
+                            "-c", "kill -9 $$$$"])
+    r = _validated_record(rec)
+    check(rc == 3 and r["exit_class"] == "infrastructure" and r["exit_status"] == 3,
+          "a SIGKILLed worker: infrastructure", r)
+    rc, out, err = job.run(["--nproc-per-node=2", "--no-python", "true"],
+                           env={"PET_RECORD_FILE": rec})
+    check(rc == 0, f"exit {rc}", out, err)
+    r = _validated_record(rec)
+    check(r["exit_class"] == "success" and r["exit_status"] == 0
+          and [a["end"] for a in r["attempts"]] == ["success"], "success", r)
+    rc, out, err = job.run(["--record-file=/nonexistent-dir/rec.json", "--no-python", "true"])
+    check(rc == 0 and "cannot write the run record /nonexistent-dir/rec.json" in err,
+          "an unwritable record path is a warning", out, err)
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, Job))

@@ -63,7 +63,7 @@ TEST_CASE("root cause: the first failure in the store's order that is not a cons
         "root cause (job-wide): rank 4 on h4 (pid 104) failed first in the job: exitcode -9");
 }
 
-TEST_CASE("root cause: the record codec; bad input is named", "[job_failures]") {
+TEST_CASE("root cause: the record codec, and bad input named", "[job_failures]") {
   FailureRecord r = record(0, 7, -11, "Signal 11 (SIGSEGV)");
   std::string error;
   const auto back = decode_failure_record(encode_failure_record(r), error);
@@ -104,6 +104,12 @@ TEST_CASE("root cause: two nodes share their failures and name the same cause", 
   const std::string cause_line =
       "root cause (job-wide): rank 1 on b (pid 0) failed (the failures reported before it look "
       "like its consequences): exitcode 1: ValueError: boom; 2 node(s) reported failures";
-  CHECK(*line_a == cause_line + " (this node's below are most likely its consequences)");
-  CHECK(*lb == cause_line);
+  CHECK(line_a->line == cause_line + " (this node's below are most likely its consequences)");
+  CHECK_FALSE(line_a->lost_peer);
+  CHECK(lb->line == cause_line);
+  // Alone with a consequence: nobody reported a cause, a peer was lost.
+  ddprun::rdzv::StoreJobBoard c(store, 1, 0, 2, "test");
+  const auto lost = share_job_failure(c, {victim}, "c", 100ms);
+  REQUIRE(lost);
+  CHECK(lost->lost_peer);
 }

@@ -46,6 +46,22 @@ TEST_CASE("verdict: the rank outside the collective first, the waiting ranks aft
   CHECK(v[1] == "  rank 1 is at w.py:30 in step");
 }
 
+TEST_CASE("verdict: ranks waiting in different collectives are said to", "[stall]") {
+  const std::string bcast =
+      "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py:1800 in broadcast";
+  const std::vector<NodeSnapshot> nodes = {
+      {0, "a", {at(0, kAllReduce, "w.py:31 in step"), at(1, kAllReduce, "w.py:31 in step")}},
+      {1, "b", {at(2, bcast, "w.py:40 in sync"), at(3, kAllReduce, "w.py:31 in step")}},
+  };
+  const auto v = stall_verdict(nodes, {}, 3000ms);
+  CHECK(v[0].find("; rank 2 on b (pid 1002) waits at w.py:40 in sync (inside " + bcast +
+                  "); rank 0 on a (pid 1000), rank 1 on a (pid 1001), rank 3 on b (pid 1003) "
+                  "wait at w.py:31 in step") != std::string::npos);
+  CHECK(v[0].find("; ranks wait in different collectives: all_reduce (ranks 0-1,3), "
+                  "broadcast (rank 2): a collective called on some ranks and not on others") !=
+        std::string::npos);
+}
+
 TEST_CASE("verdict: a large group is counted, with its rank ranges and hosts", "[stall]") {
   std::vector<NodeSnapshot> nodes;
   for (int n = 0; n < 8; ++n) {
@@ -81,7 +97,7 @@ TEST_CASE("verdict: every rank at one place, and ranks not sampled", "[stall]") 
         "w.py:5 in f");
 }
 
-TEST_CASE("snapshot codec: round trip; bad input is named, never a crash", "[stall]") {
+TEST_CASE("snapshot codec: round trip, and bad input named, never a crash", "[stall]") {
   NodeSnapshot s{3, "gpu-07", {at(13, kAllReduce, "t.py:9 in x")}};
   s.ranks[0].state = 'S';
   s.ranks[0].idle_s = 4.5;

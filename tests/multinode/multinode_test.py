@@ -11,6 +11,7 @@ deadlines. Every agent runs in its own session and is killed (with its workers) 
 The harness (registry, check/poll, processes, ports, cleanup) is tests/support/blackbox.py,
 shared with the integration suite.
 """
+import json
 import os
 import resource
 import shutil
@@ -574,7 +575,9 @@ def stall_verdict_names_the_culprit_on_every_node(c):
     node's failure report carries the verdict's headline."""
     port = c.reserve_port()
     extra = ["--stall-timeout=3", "--max-restarts=0"]
-    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_hang", extra), ["hang"],
+    recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_hang",
+                                            [*extra, f"--record-file={recs[i]}"]), ["hang"],
                       script=JOB_WORKER) for i in range(2)]
     for a in agents:
         check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
@@ -598,6 +601,11 @@ def stall_verdict_names_the_culprit_on_every_node(c):
         check("root cause (job-wide): the job stalled: no rank of the job made progress"
               in a.text(), f"{a.name}: the root cause is the stall", c.logs())
     check(heads[0] == heads[1], "the same verdict on every node", c.logs())
+    for rec in recs:
+        with open(rec) as f:
+            r = json.load(f)
+        check(r["stall_verdict"] and r["stall_verdict"][0] == heads[0]
+              and r["exit_class"] == "stall", "the record carries the verdict", r)
 
 
 @test(every_tier=True)
@@ -607,7 +615,9 @@ def root_cause_named_on_every_node(c):
     root-cause line first, naming rank 1, its host and the ValueError; the node of rank 0
     still reports its own rank's failure below it (torchrun's report)."""
     port = c.reserve_port()
-    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "root_cause", ["--max-restarts=0"]),
+    recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "root_cause",
+                                            ["--max-restarts=0", f"--record-file={recs[i]}"]),
                       ["raise"], script=JOB_WORKER) for i in range(2)]
     for a in agents:
         check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
@@ -623,9 +633,29 @@ def root_cause_named_on_every_node(c):
         check(text.index("root cause (job-wide): ") < text.index("Root Cause (first observed"),
               f"{a.name}: the line before the node's report", text)
     check(lines[0].split("; ")[0] == lines[1].split("; ")[0], "one root cause", c.logs())
+    for rec, line in zip(recs, lines):
+        with open(rec) as f:
+            r = json.load(f)
+        check(r["root_cause"] == line and r["exit_class"] == "worker error", "the record", r)
     other = next(a for a in agents if "rank      : 0 " in a.text())
     check("this node's below are most likely its consequences" in other.text(),
           "rank 0's node calls its own failure a consequence", c.logs())
+
+
+@test
+def exit_code_classes_node_lost(c):
+    """Issue 32: --exit-codes classes, 2 nodes, no restarts; node 1's agent is SIGKILLed
+    (its worker dies with it) while both train. Node 0's rank fails on the closed
+    connection: that is no error of its own, so node 0 exits 3 (infrastructure), not 1."""
+    port = c.reserve_port()
+    conf = FAST.replace("join_timeout=60", "join_timeout=10")
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "node_lost",
+                                            ["--exit-codes=classes", "--max-restarts=0"], conf),
+                      ["--until-world", "99"]) for i in range(2)]
+    poll(lambda: all(a.records() for a in agents), 90, "both workers running", c.logs)
+    agents[1].kill()
+    rc = agents[0].wait(90)
+    check(rc == 3, f"node 0 exited {rc}, expected 3 (infrastructure)", c.logs())
 
 
 def _listening(port):
