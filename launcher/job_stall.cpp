@@ -36,8 +36,9 @@ JobStallJudge::JobStallJudge(StallGate& gate, rdzv::JobBoard& board, Params para
     : gate_(gate),
       board_(board),
       params_(std::move(params)),
-      interval_(std::clamp<Ms>(params_.timeout / 4, Ms(250), Ms(5000))),
+      interval_(std::clamp<Ms>(params_.timeout / 4, Ms(250), Ms(1000))),
       next_(Clock::now() + interval_),
+      pushed_progress_(gate.sample().last_progress),  // only later progress is news
       job_progress_(Clock::now()) {
   gate_.set_judged(true);
 }
@@ -50,9 +51,12 @@ std::vector<std::string> JobStallJudge::verdict() const {
 
 void JobStallJudge::tick(Clock::time_point now) {
   if (done_ || now < next_) return;
-  next_ = now + interval_;
   try {
     exchange(now);
+    // The next look at the next tick, or as soon as the job has been quiet for the
+    // timeout (the verdict does not wait for the tick after it).
+    next_ = now + interval_;
+    if (const auto due = job_progress_ + params_.timeout; due > now && due < next_) next_ = due;
   } catch (const std::exception& e) {
     spdlog::warn("stall: the job-wide view failed ({}); this node's watchdog decides alone now",
                  e.what());

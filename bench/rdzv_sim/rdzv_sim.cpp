@@ -32,6 +32,7 @@
 #include "base/text.h"
 #include "bench/rdzv_sim/etcd_member.h"
 #include "bench/rdzv_sim/forked_store.h"
+#include "bench/rdzv_sim/stall_phase.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/rendezvous.h"
 #include "store/tcp_store_server.h"
@@ -53,6 +54,8 @@ struct Options {
   std::string log_level = "error";
   int expect_rounds = 0;       // > 0: a size whose agents took another number of rounds fails
   bool store_process = false;  // c10d: the store in a forked child, not among the agents
+  int stall_ranks = 0;         // > 0: the job-wide stall phase, this many ranks per node
+  double stall_timeout_s = 3;
 };
 
 // One phase's cost at the store host.
@@ -66,7 +69,9 @@ struct Result {
   std::string status = "ok";  // or "skipped: ..." / "failed: ..."
   std::string note;
   double spawn_s = 0;  // starting the N agent threads
-  Phase form, hold, exit;
+  Phase form, hold, stall, exit;
+  int stall_ranks = 0;  // the stall phase's ranks per node (0: not run)
+  StallPhase verdict;
   int rounds = 0;       // rounds the agents went through (1: the first one formed)
   int failed = 0;       // agents whose next_rendezvous() threw
   int exit_failed = 0;  // agents whose exit barrier timed out
@@ -262,6 +267,18 @@ Result simulate(const Options& o, int n, const std::function<std::string(int)>& 
     std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));
     r.hold = {std::chrono::duration<double>(Clock::now() - th).count(), minus(counters(), h0)};
   }
+  if (r.status == "ok" && o.stall_ranks > 0) {
+    const Counters s0 = counters();
+    const auto ts = Clock::now();
+    const auto timeout = std::chrono::milliseconds(static_cast<long>(o.stall_timeout_s * 1000));
+    r.stall_ranks = o.stall_ranks;
+    r.verdict = run_stall_phase(hs, o.stall_ranks, timeout, std::chrono::seconds(60));
+    r.stall = {std::chrono::duration<double>(Clock::now() - ts).count(), minus(counters(), s0)};
+    if (r.verdict.undecided > 0 || !r.verdict.same) {
+      r.status = "failed: stall verdict: " + std::to_string(r.verdict.undecided) +
+                 " agents without one" + (r.verdict.same ? "" : ", not the same on every agent");
+    }
+  }
   if (r.status == "ok") {
     std::atomic<int> exit_failed{0};
     const Counters e0 = counters();
@@ -344,15 +361,23 @@ nlohmann::json to_json(const Result& r) {
                           {"bytes_in_per_agent", per(p.delta.bytes_in, r.n)},
                           {"bytes_out_per_agent", per(p.delta.bytes_out, r.n)}};
   };
-  return {{"n", r.n},
-          {"status", r.status},
-          {"note", r.note},
-          {"spawn_s", r.spawn_s},
-          {"rounds", r.rounds},
-          {"failed_agents", r.failed},
-          {"form", phase(r.form)},
-          {"hold", phase(r.hold)},
-          {"exit", phase(r.exit)}};
+  return {
+      {"n", r.n},
+      {"status", r.status},
+      {"note", r.note},
+      {"spawn_s", r.spawn_s},
+      {"rounds", r.rounds},
+      {"failed_agents", r.failed},
+      {"form", phase(r.form)},
+      {"hold", phase(r.hold)},
+      {"stall", phase(r.stall)},
+      {"stall_verdict_after_timeout_s", r.verdict.latency_s},
+      {"stall_bytes_per_rank",
+       r.stall_ranks > 0 ? static_cast<double>(r.stall.delta.bytes_in + r.stall.delta.bytes_out) /
+                               (static_cast<double>(r.n) * r.stall_ranks)
+                         : 0.0},
+      {"stall_headline", r.verdict.headline},
+      {"exit", phase(r.exit)}};
 }
 
 void print_row(const Result& r, std::FILE* f) {
@@ -364,6 +389,15 @@ void print_row(const Result& r, std::FILE* f) {
                  per(r.form.delta.requests, r.n), per(r.form.delta.bytes_in, r.n),
                  per(r.form.delta.bytes_out, r.n), per(r.exit.delta.requests, r.n), r.exit.wall_s,
                  r.status.c_str(), r.note.empty() ? "" : "; ", r.note.c_str());
+    if (r.stall_ranks > 0) {
+      std::fprintf(f,
+                   "        stall verdict on every agent %.2f s after the timeout, %.0f bytes "
+                   "per rank through the store (%d ranks per node)\n",
+                   r.verdict.latency_s,
+                   static_cast<double>(r.stall.delta.bytes_in + r.stall.delta.bytes_out) /
+                       (static_cast<double>(r.n) * r.stall_ranks),
+                   r.stall_ranks);
+    }
   }
   std::fflush(f);
 }
@@ -394,6 +428,12 @@ int run(int argc, char** argv) {
   app.add_flag("--store-process", o.store_process,
                "c10d: run the store in a forked process of its own, so that this one holds "
                "2 open files per agent instead of 4 (twice the agents under RLIMIT_NOFILE)");
+  app.add_option("--stall-ranks", o.stall_ranks,
+                 "after forming: the job-wide stall verdict with this many ranks per node "
+                 "(the real JobStallJudge on every agent)")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--stall-timeout", o.stall_timeout_s, "the stall phase's --stall-timeout")
+      ->check(CLI::Range(0.5, 600.0));
   app.add_option("--log-level", o.log_level, "the agents' log level (spdlog)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   CLI11_PARSE(app, argc, argv);

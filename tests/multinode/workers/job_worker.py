@@ -50,6 +50,9 @@ def main():
         if rank == 0:
             evaluate(float(sys.argv[2]))
         dist.barrier()
+        # PyTorch 1.13's gloo teardown at exit may abort ("terminate called without an
+        # active exception") when the peer is gone first: not what these tests are about.
+        os._exit(0)
     elif sys.argv[1] == "raise":
         fail(rank, world)
     else:
