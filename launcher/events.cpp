@@ -81,8 +81,9 @@ std::string inner_metadata(const EventContext& c, const EventFields& e) {
 }  // namespace
 
 std::string format_event(const EventContext& c, const EventFields& e) {
-  const std::optional<int> global_rank =
-      e.worker ? std::optional<int>(e.worker->global_rank) : std::nullopt;
+  // A string, not an optional<int>: GCC 12 at -O3 warns (maybe-uninitialized) through the
+  // optional's inlined to_string.
+  const std::string global_rank = e.worker ? std::to_string(e.worker->global_rank) : "null";
   const std::optional<std::string> worker_id =
       e.worker && e.worker->pid ? std::optional(std::to_string(*e.worker->pid)) : std::nullopt;
   return fmt::format(
@@ -91,8 +92,8 @@ std::string format_event(const EventContext& c, const EventFields& e) {
       R"("state": {}, "total_run_time": {}, "rdzv_backend": {}, "raw_error": {}, )"
       R"("metadata": {}, "agent_restarts": {}, "duration_ms": {}}}}})",
       quoted("torchelastic.worker.status." + e.state), e.worker ? "WORKER" : "AGENT",
-      quoted(c.run_id), or_null(global_rank), or_null(e.group_rank), or_null(worker_id),
-      quoted(c.role), quoted(c.hostname), quoted(e.state), c.total_run_time, quoted(c.rdzv_backend),
+      quoted(c.run_id), global_rank, or_null(e.group_rank), or_null(worker_id), quoted(c.role),
+      quoted(c.hostname), quoted(e.state), c.total_run_time, quoted(c.rdzv_backend),
       or_null(e.raw_error), quoted(inner_metadata(c, e)), c.agent_restarts, or_null(e.duration_ms));
 }
 
