@@ -705,7 +705,10 @@ def redirects_to_dev_null(ws):
     runs = ws.both(["--nproc-per-node=2", "-r", "3", "--log-dir", "/dev/null",
                     *ws.probe("print=hello")])
     ws.same_exit(runs)
-    ws.same(runs, "console stdout", lambda r: sorted(r.out.splitlines()), item=5, nonempty=True)
+    # Both ranks print; torchrun's two workers write to its one stdout, where "hello" and
+    # its newline are two writes that interleave now and then ("hellohello\n\n", seen in a
+    # run): compare what was printed, not where the lines broke.
+    ws.same(runs, "console stdout", lambda r: r.out.count("hello"), item=5, nonempty=True)
     ws.nothing_left(runs)
     ws.verdict("redirects_to_dev_null")
 
