@@ -69,13 +69,13 @@ void JobStallJudge::exchange(Clock::time_point now) {
   const NodeSample sample = gate_.sample();
   if (sample.last_progress != pushed_progress_) {  // this node's workers progressed
     pushed_progress_ = sample.last_progress;
-    seen_ = board_.add("progress", 1);
+    seen_ = board_.bump("progress");
     job_progress_ = now;
     waiting_said_ = false;
     return;
   }
   // Quiet here since the last tick: did any other node progress, or declare a stall?
-  const std::int64_t count = board_.add("progress", 0);
+  const std::int64_t count = board_.mark("progress");
   if (count != seen_) {
     seen_ = count;
     job_progress_ = now;

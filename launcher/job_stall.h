@@ -7,7 +7,7 @@
 // are, the node that declared the stall joins them into one verdict (stall_verdict.h), and
 // every node prints that same verdict and stops its workers with it.
 //
-// The board's keys: "progress", a counter each node adds to (at most once a tick) while its
+// The board's keys: "progress", a mark each node bumps (at most once a tick) while its
 // workers progress; "stall", set once by the first node to see no progress job-wide (its
 // node number); "snap/<node>", each node's NodeSnapshot; "verdict", the verdict's lines.
 // Requests per node: one per tick while progressing, two while quiet; at the stall, two

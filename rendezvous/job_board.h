@@ -23,8 +23,14 @@ class JobBoard {
   // This node's group rank in the round, and the round's node count.
   virtual int node() const = 0;
   virtual int nodes() const = 0;
-  // Adds `delta` to the counter `name` (created at 0); returns its new value (0: reads).
+  // Adds `delta` (>= 0) to the counter `name` (created at 0); returns its new value (0:
+  // reads). Dense: N adds of 1 by any nodes give 1..N, one value each.
   virtual std::int64_t add(const std::string& name, std::int64_t delta) = 0;
+  // A mark of `name` that changes whenever any node bumps it (not a count: cheaper where
+  // the backend has no atomic add); returns the mark after this bump.
+  virtual std::int64_t bump(const std::string& name) = 0;
+  // The mark of `name` now (0: never bumped).
+  virtual std::int64_t mark(const std::string& name) = 0;
   virtual void set(const std::string& name, const std::string& value) = 0;
   // Sets `name` to `value` unless it holds a value; returns the value it holds after.
   virtual std::string set_once(const std::string& name, const std::string& value) = 0;

@@ -21,6 +21,9 @@ class StoreJobBoard final : public JobBoard {
   int node() const override { return node_; }
   int nodes() const override { return nodes_; }
   std::int64_t add(const std::string& name, std::int64_t delta) override;
+  // The mark is the ADD counter itself.
+  std::int64_t bump(const std::string& name) override { return add(name, 1); }
+  std::int64_t mark(const std::string& name) override { return add(name, 0); }
   void set(const std::string& name, const std::string& value) override;
   std::string set_once(const std::string& name, const std::string& value) override;
   std::vector<std::optional<std::string>> get(const std::vector<std::string>& names,

@@ -4,13 +4,37 @@
 #include <map>
 #include <thread>
 
+#include "base/text.h"
+#include "rendezvous/rendezvous.h"
+
 namespace ddprun::rdzv {
 
 EtcdJobBoard::EtcdJobBoard(EtcdClient& client, const EtcdKeys& keys, int round, int node, int nodes)
     : client_(client), prefix_(keys.rkey(round, "view/")), node_(node), nodes_(nodes) {}
 
 std::int64_t EtcdJobBoard::add(const std::string& name, std::int64_t delta) {
-  if (delta > 0) return client_.put(prefix_ + name, "");
+  const std::string key = prefix_ + name;
+  for (;;) {
+    const std::optional<EtcdKv> kv = client_.get(key);
+    const std::optional<std::int64_t> value =
+        kv ? parse_int<std::int64_t>(kv->value) : std::optional<std::int64_t>(0);
+    if (!value || *value < 0) {
+      throw RendezvousStateError(client_.where() + ": the job-wide counter " + key + " holds '" +
+                                 kv->value.substr(0, 40) + "', not a count");
+    }
+    if (delta == 0) return *value;
+    const EtcdCompare unchanged =
+        kv ? EtcdCompare{key, EtcdCompare::Target::kMod, kv->mod_revision, ""}
+           : EtcdCompare{key, EtcdCompare::Target::kCreate, 0, ""};
+    if (client_.txn({unchanged}, {{key, std::to_string(*value + delta), 0}})) {
+      return *value + delta;
+    }
+  }
+}
+
+std::int64_t EtcdJobBoard::bump(const std::string& name) { return client_.put(prefix_ + name, ""); }
+
+std::int64_t EtcdJobBoard::mark(const std::string& name) {
   const std::optional<EtcdKv> kv = client_.get(prefix_ + name);
   return kv ? kv->mod_revision : 0;
 }

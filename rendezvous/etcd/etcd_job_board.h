@@ -1,8 +1,8 @@
 // etcd_job_board.h: EtcdJobBoard, the job-wide channel (job_board.h) of the etcd-v3
 // backend: keys <prefix>/<run id>/r<R>/view/<name>, without a lease (they outlive a
-// node that dies). Counters are the key's mod revision (a put is an add: the value
-// changes whenever a node adds); set_once is a transaction on the key's creation; a
-// wait polls the round's view/ keys in one range read every 100 ms. Made by
+// node that dies). A counter is a decimal value compared-and-swapped on its mod revision; a
+// mark is the key's mod revision (a put); set_once is a transaction on the key's creation;
+// a wait polls the round's view/ keys in one range read every 100 ms. Made by
 // EtcdRendezvous for each round it forms, over its agent-thread client.
 // Thread-safety: the agent thread only (as the client).
 #pragma once
@@ -21,8 +21,12 @@ class EtcdJobBoard final : public JobBoard {
 
   int node() const override { return node_; }
   int nodes() const override { return nodes_; }
-  // delta > 0: one put; returns the key's mod revision (0: never added).
+  // A decimal value compared-and-swapped on its mod revision (a read, then a transaction,
+  // again while another node's add won the race); delta 0: one read.
   std::int64_t add(const std::string& name, std::int64_t delta) override;
+  // One put; the mark is the key's mod revision (etcd's revision after the put).
+  std::int64_t bump(const std::string& name) override;
+  std::int64_t mark(const std::string& name) override;
   void set(const std::string& name, const std::string& value) override;
   std::string set_once(const std::string& name, const std::string& value) override;
   std::vector<std::optional<std::string>> get(const std::vector<std::string>& names,

@@ -9,6 +9,7 @@ suite's agents and worker, each agent on its own 127.0.0.<n>).
 The torch tests exit 77 (skipped) when $DDPRUN_TEST_PYTHON lacks torch; the bad-input test
 needs neither torch nor etcd. Waits are polls with generous deadlines.
 """
+import base64
 import json
 import os
 import subprocess
@@ -217,10 +218,11 @@ def etcd_store_host_killed_then_all_members_gone(c):
 
 @test
 def etcd_stall_judged_job_wide(c):
-    """Issue 32 over etcd-v3 (the job-wide board in etcd), two jobs on one cluster, each of
-    2 nodes with --stall-timeout 3: in one, rank 0 computes silently for 10 s while rank 1
-    waits in a barrier (not a stall: it succeeds); in the other, rank 1 sleeps before its
-    all_reduce: both of its nodes print the same verdict, rank 1 first."""
+    """Issue 32 over etcd-v3 (the job-wide board in etcd), three jobs on one cluster, each
+    of 2 nodes: with --stall-timeout 3, in one rank 0 computes silently for 10 s while rank
+    1 waits in a barrier (not a stall: it succeeds); in another rank 1 sleeps before its
+    all_reduce: both of its nodes print the same verdict, rank 1 first; in the third rank 1
+    raises and rank 0 fails on the closed connection: both nodes name rank 1's error."""
     etcd = EtcdCluster(c, 1)
     eps = etcd.endpoints()
     stall = os.path.join(HERE, "workers", "job_worker.py")
@@ -229,6 +231,13 @@ def etcd_stall_judged_job_wide(c):
                         ["evaluate", "10"], script=stall) for i in range(2)]
     hang = [c.start(f"hang{i}", etcd_args(i + 2, eps, 2, "stall_hang", extra), ["hang"],
                     script=stall) for i in range(2)]
+    # etcd's revision past 64 first: a counter that were the revision (not a count) would
+    # read its records under the wrong numbers.
+    for k in range(80):
+        etcd.call(0, "/v3/kv/put", {"key": base64.b64encode(f"/pad/{k}".encode()).decode(),
+                                    "value": base64.b64encode(b"x").decode()})
+    raise_ = [c.start(f"raise{i}", etcd_args(i + 4, eps, 2, "root_cause", ["--max-restarts=0"]),
+                      ["raise"], script=stall) for i in range(2)]
     for a in evaluate:
         check(a.wait(120) == 0, f"{a.name} failed: a waiting node was judged stalled", c.logs())
     check(all("stall (job-wide)" not in a.text() for a in evaluate), "no verdict", c.logs())
@@ -243,6 +252,14 @@ def etcd_stall_judged_job_wide(c):
     check(len(parts) == 3 and parts[1].startswith("rank 1 on ") and " is at " in parts[1]
           and parts[2].startswith("rank 0 on ") and " waits at " in parts[2],
           "rank 1 first, rank 0 waiting", heads[0])
+    # The root cause over etcd's board (its counters compared-and-swapped): both nodes name
+    # the last rank's ValueError, not their own rank's closed connection.
+    for a in raise_:
+        check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
+        found = [l for l in a.text().splitlines() if "root cause (job-wide): " in l]
+        check(len(found) == 1 and "rank 1 on " in found[0]
+              and "ValueError: boom on the last rank" in found[0], f"{a.name}: root cause",
+              c.logs())
 
 
 @test(needs_torch=False)
