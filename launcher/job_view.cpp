@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/job_failures.h"
+#include "launcher/stall_verdict.h"
 
 namespace ddprun::launcher {
 
@@ -37,10 +38,10 @@ std::optional<ExitClass> JobView::log_root_cause(const std::vector<Failure>& fai
       !verdict.empty()) {
     // Every node stopped its ranks on the same verdict: that is the cause, not whichever
     // SIGABRT reached the store first.
-    const std::string_view prefix = "stall (job-wide): ";
     const std::string& head = verdict.front();
-    const std::string line = "root cause (job-wide): the job stalled: " +
-                             (head.rfind(prefix, 0) == 0 ? head.substr(prefix.size()) : head);
+    const std::string line =
+        "root cause (job-wide): the job stalled: " +
+        (head.rfind(kVerdictPrefix, 0) == 0 ? head.substr(kVerdictPrefix.size()) : head);
     spdlog::error("{}", line);
     history_.job_cause(line, std::move(verdict));
     return ExitClass::kStall;

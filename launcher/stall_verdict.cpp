@@ -171,7 +171,7 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
     return a.members.front().rank->rank < b.members.front().rank->rank;
   });
   std::string head =
-      fmt::format("stall (job-wide): no rank of the job made progress for {} s", seconds(timeout));
+      fmt::format("{}no rank of the job made progress for {} s", kVerdictPrefix, seconds(timeout));
   auto verb = [](const Group& g) {
     const bool one = g.members.size() == 1;
     return g.waits ? (one ? "waits" : "wait") : (one ? "is" : "are");

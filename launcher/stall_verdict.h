@@ -11,6 +11,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddprun::launcher {
@@ -30,6 +31,9 @@ struct NodeSnapshot {
   std::string host;  // how the node is named in the verdict
   std::vector<RankSnapshot> ranks;
 };
+
+// How every verdict's headline begins.
+inline constexpr std::string_view kVerdictPrefix = "stall (job-wide): ";
 
 // At most this many bytes of a snapshot's text are read (a larger one is refused).
 inline constexpr std::size_t kMaxSnapshotBytes = 256 * 1024;

@@ -85,7 +85,8 @@ void StallWatchdog::tick() {
   next_sample_ = now + detector_.sample_interval();
   const auto stalled = detector_.stalled(now);
   const bool all_idle = !stalled.empty() && detector_.all_stalled(now);
-  publish(now, all_idle);
+  // Only a judge reads the samples: a node alone pays no /proc reads for them.
+  if (gate_.judged()) publish(now, all_idle);
   // With a job-wide judge, this node's workers all idle is a stall only when the judge
   // says the whole job is stuck (ranks elsewhere may be working while these wait).
   if (all_idle && gate_.judged()) {
