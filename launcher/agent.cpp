@@ -219,6 +219,7 @@ bool Agent::membership_changed(bool fresh) {
 
 Agent::Step Agent::monitor(RunResult& result) {
   auto next_poll = Clock::now() + kMembershipPoll;
+  std::vector<WorkerExit> also_failed;  // while round_breaks_for() waited
   while (true) {
     const auto wake = job_view_ ? std::min(next_poll, job_view_->next_tick()) : next_poll;
     const SupervisorEvent ev = supervisor_.next_event(
@@ -230,6 +231,7 @@ Agent::Step Agent::monitor(RunResult& result) {
         next_poll = Clock::now() + kMembershipPoll;
         if (auto step = end_if_wedged(result)) return *step;
         if (membership_changed()) {
+          if (std::string why = handler_->cut_off(); !why.empty()) return end_cut_off(why, result);
           spdlog::warn(
               "membership changed; restarting the workers in a new rendezvous round "
               "(no restart spent)");
@@ -239,8 +241,14 @@ Agent::Step Agent::monitor(RunResult& result) {
         }
         break;
       }
-      case Kind::kWorkerExited:
-        if (ev.exit.failed() && membership_changed(/*fresh=*/true) && !rendezvous_closed()) {
+      case Kind::kWorkerExited: {
+        const bool broken = ev.exit.failed() && (membership_changed(/*fresh=*/true) ||
+                                                 round_breaks_for(ev.exit, also_failed));
+        if (std::string why = broken ? handler_->cut_off() : ""; !why.empty()) {
+          also_failed.insert(also_failed.begin(), ev.exit);
+          return end_cut_off(why, result, std::move(also_failed));
+        }
+        if (broken && pending_signal_ == 0 && !rendezvous_closed()) {
           // Peers that already left for the new round break this round's collectives, so
           // a failure now is most likely that, not a fault: no restart is spent on it. If
           // the peer had in fact ended the job (its store gone before the close was seen),
@@ -256,9 +264,13 @@ Agent::Step Agent::monitor(RunResult& result) {
           return Step::kRendezvous;
         }
         failure_ = {class_of_exit(ev.exit.signal), 0};
-        if (ev.exit.failed()) return on_failure({ev.exit}, result);
+        if (ev.exit.failed()) {
+          also_failed.insert(also_failed.begin(), ev.exit);
+          return on_failure(std::move(also_failed), result);
+        }
         spdlog::debug("local rank {} (pid {}) exited 0", ev.exit.local_rank, ev.exit.pid);
         break;
+      }
       case Kind::kAllSucceeded:
         return on_success(result);
       case Kind::kStalled:  // the stall watchdog stopped them (--stall-timeout)
@@ -275,32 +287,6 @@ Agent::Step Agent::monitor(RunResult& result) {
         return stopped_by(ev.signo, result);
     }
   }
-}
-
-std::optional<Agent::Step> Agent::end_if_wedged(RunResult& result) {
-  if (!dstate_watch_) return std::nullopt;
-  const std::vector<DStateWatch::Stuck> stuck = dstate_watch_->check(supervisor_.live_pids());
-  if (stuck.empty()) return std::nullopt;
-  std::map<pid_t, std::string> why;
-  for (const auto& s : stuck) {
-    why[s.pid] = fmt::format(
-        "stuck in uninterruptible sleep (D state) for {:.1f} s (>= "
-        "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT={})",
-        s.seconds, dstate_watch_->timeout_s());
-    spdlog::error("worker pid={} {}; ending the worker group without a restart", s.pid, why[s.pid]);
-  }
-  // As torchrun 2.14: no restart, a fresh worker would contend for what the wedged one
-  // holds. Unlike torchrun (exit 0), the job failed: the report says why, exit 1.
-  remaining_restarts_ = 0;
-  failure_ = {ExitClass::kInfrastructure, 0};
-  std::vector<WorkerExit> exits = stop_workers(SIGTERM);
-  std::vector<WorkerExit> failed;
-  for (auto& e : exits) {
-    if (const auto it = why.find(e.pid); it != why.end()) e.note = it->second;
-    if (e.failed() || !e.note.empty()) failed.push_back(std::move(e));
-  }
-  if (failed.empty()) return finish(result, RunResult::Outcome::kFailed);  // all ended 0
-  return on_failure(std::move(failed), result);
 }
 
 Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result) {

@@ -114,6 +114,14 @@ class Agent {
   // and fails the job without a restart (a wedged worker holds a kernel resource a fresh
   // one would need), the report naming why; nullopt while none is.
   std::optional<Step> end_if_wedged(RunResult& result);
+  // `exit` failed saying a peer went away (job_failures.h): waits up to the rendezvous'
+  // peer_loss_bound() for a new round to be needed (true); failures seen meanwhile go to
+  // `also_failed`, a signal to pending_signal_ (false).
+  bool round_breaks_for(const WorkerExit& exit, std::vector<WorkerExit>& also_failed);
+  // This node is cut off from the rendezvous (RendezvousHandler::cut_off() = `why`):
+  // stops the workers and fails the job without a restart, infrastructure class;
+  // `failed` holds the worker failures already seen.
+  Step end_cut_off(const std::string& why, RunResult& result, std::vector<WorkerExit> failed = {});
   Step on_failure(std::vector<WorkerExit> failed, RunResult& result);
   // The job failed for good: the failure report (stderr and the agent's error file), the
   // rendezvous closed, kFailed.

@@ -16,6 +16,7 @@ namespace {
 using Ms = std::chrono::milliseconds;
 constexpr std::size_t kMaxSummary = 500;
 constexpr std::int64_t kMaxRecordsRead = 64;  // the first ones decide
+constexpr const char* kCount = "failures";    // the board's counter of failure records
 
 // What a rank's error says when a peer went away or a collective gave up (gloo, NCCL,
 // the store), in PyTorch 1.13 through 2.14.
@@ -70,10 +71,14 @@ std::optional<FailureRecord> decode_failure_record(const std::string& text, std:
   }
 }
 
-bool looks_like_consequence(int exitcode, const std::string& summary) {
-  if (exitcode == -SIGTERM || exitcode == -SIGKILL) return true;  // stopped by its agent
+bool says_peer_lost(const std::string& summary) {
   return std::any_of(kConsequences.begin(), kConsequences.end(),
                      [&](const char* p) { return summary.find(p) != std::string::npos; });
+}
+
+bool looks_like_consequence(int exitcode, const std::string& summary) {
+  if (exitcode == -SIGTERM || exitcode == -SIGKILL) return true;  // stopped by its agent
+  return says_peer_lost(summary);
 }
 
 std::size_t job_root_cause(const std::vector<FailureRecord>& records) {
@@ -98,6 +103,8 @@ std::string root_cause_line(const FailureRecord& root, std::size_t failures_in_j
   return line;
 }
 
+std::int64_t job_failures_reported(rdzv::JobBoard& board) { return board.add(kCount, 0); }
+
 std::optional<JobRootCause> share_job_failure(rdzv::JobBoard& board,
                                               const std::vector<Failure>& failures,
                                               const std::string& host, Ms window) {
@@ -105,13 +112,13 @@ std::optional<JobRootCause> share_job_failure(rdzv::JobBoard& board,
     const Failure& mine = failures[root_cause_index(failures)];
     FailureRecord me{0,        board.node(),  host,        mine.global_rank,
                      mine.pid, mine.exitcode, mine.summary};
-    me.seq = board.add("failures", 1);
+    me.seq = board.add(kCount, 1);
     board.set("failure/" + std::to_string(me.seq), encode_failure_record(me));
     // The failures that reach the store about as early as this one: a consequence may
     // arrive before its cause (its agent was quicker), so wait for the window's end.
     const auto deadline = std::chrono::steady_clock::now() + window;
     std::this_thread::sleep_until(deadline);
-    const std::int64_t count = std::min(board.add("failures", 0), kMaxRecordsRead);
+    const std::int64_t count = std::min(board.add(kCount, 0), kMaxRecordsRead);
     std::vector<std::string> names;
     for (std::int64_t s = 1; s <= count; ++s) names.push_back("failure/" + std::to_string(s));
     const auto values = board.get(names, Ms(1000));  // each owner sets its record at once

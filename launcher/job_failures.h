@@ -36,8 +36,11 @@ std::string encode_failure_record(const FailureRecord& record);
 // nullopt, with `error` set (one line), when `text` is not a record.
 std::optional<FailureRecord> decode_failure_record(const std::string& text, std::string& error);
 
+// The worker's error says a peer went away or a collective timed out (gloo's and NCCL's
+// words for it).
+bool says_peer_lost(const std::string& summary);
 // A failure that another one most likely caused: the rank was stopped by ddprun (SIGTERM,
-// SIGKILL) or its error says a peer went away or a collective timed out.
+// SIGKILL) or says_peer_lost(summary).
 bool looks_like_consequence(int exitcode, const std::string& summary);
 
 // Index of the job's root cause among `records` (in the store's order): the first that
@@ -47,6 +50,10 @@ std::size_t job_root_cause(const std::vector<FailureRecord>& records);
 // "root cause (job-wide): rank 1 on gpu-07 (pid 4242) failed first in the job: exitcode 1:
 // ValueError: boom; 2 failures in the job since (the rest of this report, for this node, ...)"
 std::string root_cause_line(const FailureRecord& root, std::size_t failures_in_job, bool this_node);
+
+// How many nodes have shared a failure on `board` so far (their agents are alive and
+// reporting). Throws what the board throws.
+std::int64_t job_failures_reported(rdzv::JobBoard& board);
 
 // What share_job_failure found: the line, and whether the job's root failure itself looks
 // like a consequence (no node reported a cause: a node or a link was lost).

@@ -56,6 +56,9 @@ StoreRendezvous::Config common_config(const RendezvousParams& p) {
 
 std::unique_ptr<RendezvousHandler> finish(StoreRendezvous::Config config,
                                           const std::shared_ptr<TcpRendezvousStore>& rs) {
+  rs->silent_peer = config.round.keep_alive_interval * config.round.keep_alive_max_attempt;
+  rs->silent_store = RoundWatch::fence(config.round.keep_alive_interval,
+                                       config.round.keep_alive_max_attempt, config.round.max_nodes);
   auto connect = [rs](Clock::time_point deadline, const std::atomic<bool>& interrupted) {
     return rs->connect(deadline, interrupted);
   };

@@ -132,6 +132,16 @@ class RendezvousHandler {
   // membership change: restart into a new round without spending a restart.
   virtual bool needs_new_round_now() { return needs_new_round(); }
 
+  // Why this node is cut off from the job ("" while it is not): its rendezvous store (or
+  // etcd) stayed silent past the fence, shorter than the heartbeat budget after which the
+  // others declare it dead. The round goes on without it (or ends); needs_new_round() is
+  // true. The agent stops its workers and exits without touching the rendezvous again.
+  virtual std::string cut_off() { return {}; }
+  // How long after a peer falls silent this rendezvous declares it dead (the heartbeat
+  // budget and the watch's blind ticks); 0 where it has no peers to judge. A worker that
+  // failed because a peer's went away may wait this long for needs_new_round_now().
+  virtual std::chrono::milliseconds peer_loss_bound() { return std::chrono::milliseconds(0); }
+
   // The current round's job-wide channel (job_board.h), for the agent thread; nullptr
   // where there is none (one node: nothing to share) or no round runs. Valid until
   // the next next_rendezvous() or shutdown().

@@ -31,6 +31,13 @@ class StoreConnectionError : public StoreError {
  public:
   using StoreError::StoreError;
 };
+// The connection was given up because the store stayed silent past its bound
+// (TcpStoreOptions::silent_peer_timeout): what was sent never acknowledged, keepalive
+// probes unanswered. A cut link or a host gone without a word, not a store that closed.
+class StoreSilentError : public StoreConnectionError {
+ public:
+  using StoreConnectionError::StoreConnectionError;
+};
 // The other side sent something this client cannot accept, or the store refused the
 // request (e.g. ADD on a value that is not a decimal integer, in-process).
 class StoreProtocolError : public StoreError {

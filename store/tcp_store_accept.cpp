@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <fstream>
 
+#include "base/silent_peer.h"
 #include "base/sys_error.h"
 #include "store/core/host_port.h"
 #include "store/store.h"
@@ -120,6 +121,7 @@ void ServerState::accept_one(int fd, const std::string& peer) {
   }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // small replies
+  bound_silent_peer(fd, options.silent_peer_timeout);
   const KvState::ClientId id = next_id++;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;

@@ -50,7 +50,7 @@ TcpStore::TcpStore(TcpStoreOptions options) : Store(options.timeout), options_(s
     if (cancel != nullptr && cancel->load()) {
       throw StoreConnectionError("connecting to store " + addr + " cancelled");
     }
-    auto conn = std::make_unique<Connection>(addr);
+    auto conn = std::make_unique<Connection>(addr, options_.silent_peer_timeout);
     try {
       conn->connect_once(options_.host, options_.port, deadline, cancel);
       conn_ = std::move(conn);

@@ -35,6 +35,10 @@ struct TcpStoreOptions {
   // and handshake waits and of the backoff between tries. For callers that must
   // stop on request (the rendezvous' interrupt()); the flag must outlive the constructor.
   const std::atomic<bool>* cancel = nullptr;
+  // When > 0, the connection errs after this long with a silent server (a cut link, a
+  // host gone without a reset), idle or not (base/silent_peer.h); 0: the kernel's
+  // defaults, which notice an idle connection never.
+  Store::Duration silent_peer_timeout{0};
 };
 
 // Keys are sent exactly as given. (PyTorch's Python TCPStore prepends "/" to every user

@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstring>
 
+#include "base/silent_peer.h"
 #include "base/sys_error.h"
 
 namespace ddprun::store {
@@ -109,6 +110,7 @@ void TcpStore::Connection::send(std::string_view bytes, Deadline deadline) {
       continue;
     }
     if (errno == EPIPE || errno == ECONNRESET) fail(closed_message(errno));
+    if (errno == ETIMEDOUT) fail_silent();
     fail("send failed: " + errno_text(errno) + " (" + awaiting_ + ")");
   }
 }
@@ -142,6 +144,15 @@ void TcpStore::Connection::fail(const std::string& reason) {
   close_fd();
   broken_ = reason;
   throw StoreConnectionError("store " + addr_ + ": " + reason);
+}
+
+void TcpStore::Connection::fail_silent() {
+  close_fd();
+  broken_ =
+      "silent past " + std::to_string(silent_peer_timeout_.count() / 1000.0).substr(0, 5) + " s";
+  throw StoreSilentError("store " + addr_ + ": no answer, not even TCP acknowledgements, for " +
+                         std::to_string(silent_peer_timeout_.count() / 1000.0).substr(0, 5) +
+                         " s (" + awaiting_ + "): the link or the host is down");
 }
 
 void TcpStore::Connection::fail_protocol(const std::string& reason) {
@@ -204,6 +215,7 @@ int TcpStore::Connection::connect_addr(const addrinfo* ai, Deadline deadline) {
   int one = 1;
   // Requests are small and strictly alternate with replies: Nagle would only add delay.
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  bound_silent_peer(fd, silent_peer_timeout_);
   fd_ = fd;
   return 0;
 }
@@ -308,6 +320,7 @@ void TcpStore::Connection::fill(std::size_t n, Deadline deadline) {
       continue;
     }
     if (errno == ECONNRESET) fail(closed_message(errno));
+    if (errno == ETIMEDOUT) fail_silent();
     fail("recv failed: " + errno_text(errno));
   }
 }

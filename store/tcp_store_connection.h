@@ -43,7 +43,9 @@ class TcpStore::Connection {
  public:
   using Deadline = tcp_client::Deadline;
 
-  explicit Connection(std::string addr) : addr_(std::move(addr)) {}
+  // `silent_peer_timeout`: TcpStoreOptions's (base/silent_peer.h), applied on connect.
+  Connection(std::string addr, std::chrono::milliseconds silent_peer_timeout)
+      : addr_(std::move(addr)), silent_peer_timeout_(silent_peer_timeout) {}
   ~Connection() { close_fd(); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -75,6 +77,8 @@ class TcpStore::Connection {
   [[noreturn]] void fail(const std::string& reason);
   [[noreturn]] void fail_protocol(const std::string& reason);
   [[noreturn]] void fail_timeout(const std::string& what);
+  // Closes for good; throws StoreSilentError (the kernel gave the silent peer up).
+  [[noreturn]] void fail_silent();
 
   // The reusable request, cleared, for `op` (and its one key).
   Request& request(Op op);
@@ -94,6 +98,7 @@ class TcpStore::Connection {
   int fd_ = -1;
   const std::atomic<bool>* cancel_ = nullptr;  // during connect_once only
   std::string addr_;
+  std::chrono::milliseconds silent_peer_timeout_;
   std::string broken_;  // why the connection was given up
   // The request whose reply is awaited (awaiting()), for error messages.
   std::string awaiting_ = "the handshake";

@@ -6,6 +6,7 @@
 // its own single io thread, the only user of its KvState.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,11 @@ struct ServerOptions {
   std::size_t max_reply_bytes = std::size_t{64} << 20;
   std::size_t max_connection_output_bytes = std::size_t{4} << 20;
   std::size_t max_output_bytes = std::size_t{256} << 20;
+  // A client silent this long (its host cut off, powered off or rebooted: no reset ever
+  // comes) has its connection closed by the kernel's keepalive and user timeout, and its
+  // session, waits and memory reclaimed (base/silent_peer.h). The rendezvous store uses
+  // the heartbeat budget; 0 keeps the kernel's defaults (idle connections forever).
+  std::chrono::milliseconds silent_peer_timeout{60'000};
 };
 
 // What the server has served since start(), for benchmarks (bench/rdzv_sim.cpp): requests

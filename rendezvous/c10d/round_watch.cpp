@@ -62,6 +62,7 @@ void RoundWatch::clear() {
   std::lock_guard lock(mu_);
   reason_.clear();
   needs_new_round_.store(false);
+  cut_off_.store(false);
   waiting_.store(0);
 }
 
@@ -162,6 +163,25 @@ std::string RoundWatch::look(store::Store& s, bool count_waiting) {
   return reason;
 }
 
+RoundWatch::Ms RoundWatch::fence(Ms keep_alive_interval, int keep_alive_max_attempt,
+                                 int max_nodes) {
+  // The peers judge from this node's last beat that reached the store, at most one
+  // interval before the link went silent, and wait the whole budget: (attempts - 1)
+  // intervals after the silence at the least. This node's first unacknowledged request
+  // leaves up to a tick after the silence began, and its agent looks once a second.
+  const Ms fence = keep_alive_interval * (keep_alive_max_attempt - 1) -
+                   tick(keep_alive_interval, max_nodes) - Ms(1000);
+  return std::max<Ms>(fence, Ms(1000));
+}
+
+void RoundWatch::cut_off(const std::string& why) {
+  std::lock_guard lock(mu_);
+  if (cut_off_.load()) return;
+  reason_ = "cut off from the rendezvous store: " + why;
+  cut_off_.store(true);
+  needs_new_round_.store(true);
+}
+
 void RoundWatch::run() {
   const Ms tick_interval = tick(settings_.keep_alive_interval, settings_.max_nodes);
   auto next_beat = settings_.now();
@@ -185,6 +205,9 @@ void RoundWatch::run() {
         reported = true;
         spdlog::warn("{}: round {}: {}; a new round is needed", settings_.where, round_, reason);
       }
+    } catch (const store::StoreSilentError& e) {
+      cut_off(e.what());  // the agent says it, as it stops its workers
+      return;
     } catch (const std::exception& e) {
       fail(e.what());
       spdlog::error("{}: {}", settings_.where, reason());

@@ -51,6 +51,11 @@ class RoundWatch {
   // keep_alive_max_attempt of observed time is dead; more than two ticks between two
   // looks is time the observer was blind.
   static Liveness judge(Ms keep_alive_interval, int keep_alive_max_attempt, int max_nodes);
+  // The fence: the silence (nothing acknowledged) after which a node's connections to the
+  // store give up (TcpStoreOptions::silent_peer_timeout) and the node is cut off:
+  // keep_alive_interval x (keep_alive_max_attempt - 1) - tick - 1 s, 1 s at least, so
+  // that it stops its workers before its peers can declare it dead.
+  static Ms fence(Ms keep_alive_interval, int keep_alive_max_attempt, int max_nodes = 1);
   // How many successors one look reads at most (skipping those that are done).
   static constexpr int kLookAhead = 4;
 
@@ -68,6 +73,9 @@ class RoundWatch {
   void look_now(store::Store& store, bool count_waiting = true);
   // The store was lost: the round must be left, for `why`.
   void fail(const std::string& why);
+  // The store went silent past the fence (store::StoreSilentError `why`): the round goes
+  // on without this node (is_cut_off()).
+  void cut_off(const std::string& why);
   // A new round begins: no verdict, nobody waiting.
   void clear();
 
@@ -88,6 +96,9 @@ class RoundWatch {
   static std::string break_round(store::Store& s, int round, const std::string& why);
 
   bool needs_new_round() const { return needs_new_round_.load(); }
+  // The store stayed silent past the fence (reason() says so): the round goes on without
+  // this node, which must not use the store again.
+  bool is_cut_off() const { return cut_off_.load(); }
   // Nodes waiting for the next round that the current one has room for.
   int waiting() const { return waiting_.load(); }
   std::string reason() const;  // the first reason for a new round, "" while none
@@ -121,6 +132,7 @@ class RoundWatch {
   std::thread thread_;
   std::atomic<int> waiting_{0};
   std::atomic<bool> needs_new_round_{false};
+  std::atomic<bool> cut_off_{false};
 };
 
 }  // namespace ddprun::rdzv

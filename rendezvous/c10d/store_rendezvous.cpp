@@ -134,7 +134,7 @@ int StoreRendezvous::num_nodes_waiting() { return watch_.waiting(); }
 
 bool StoreRendezvous::needs_new_round() {
   if (!watch_.needs_new_round()) return false;
-  if (in_round_ && !exited_ && !announced_) {
+  if (in_round_ && !exited_ && !announced_ && !watch_.is_cut_off()) {
     announced_ = true;
     // The watch thread ADDs to our key; stop it before the key stops being a number.
     watch_.stop();
@@ -152,10 +152,22 @@ bool StoreRendezvous::needs_new_round_now() {
   if (!in_round_ || exited_) return false;
   try {
     watch_.look_now(*store_);
+  } catch (const store::StoreSilentError& e) {
+    watch_.cut_off(e.what());
   } catch (const std::exception& e) {
     watch_.fail(e.what());
   }
   return needs_new_round();
+}
+
+std::chrono::milliseconds StoreRendezvous::peer_loss_bound() {
+  if (nodes_ <= 1) return Ms(0);
+  return config_.round.keep_alive_interval * config_.round.keep_alive_max_attempt +
+         2 * RoundWatch::tick(config_.round.keep_alive_interval, config_.round.max_nodes);
+}
+
+std::string StoreRendezvous::cut_off() {
+  return watch_.is_cut_off() ? where() + ": " + watch_.reason() : std::string();
 }
 
 std::string StoreRendezvous::new_round_reason() { return watch_.reason(); }
@@ -163,7 +175,7 @@ std::string StoreRendezvous::new_round_reason() { return watch_.reason(); }
 bool StoreRendezvous::is_closed() {
   if (closed_seen()) return true;
   try {
-    if (store_ && store_->check({keys::kClosed})) mark_closed();
+    if (store_ && !watch_.is_cut_off() && store_->check({keys::kClosed})) mark_closed();
   } catch (const std::exception&) {
   }
   return closed_seen();
@@ -172,18 +184,19 @@ bool StoreRendezvous::is_closed() {
 void StoreRendezvous::set_closed() {
   mark_closed();
   try {
-    if (store_) store_->set(keys::kClosed, "1");
+    if (store_ && !watch_.is_cut_off()) store_->set(keys::kClosed, "1");
   } catch (const std::exception& e) {
     spdlog::debug("{}: could not mark the rendezvous closed: {}", where(), e.what());
   }
 }
 
 JobBoard* StoreRendezvous::job_board() {
-  return in_round_ && !exited_ && !shut_down_ ? board_.get() : nullptr;
+  return in_round_ && !exited_ && !shut_down_ && !watch_.is_cut_off() ? board_.get() : nullptr;
 }
 
 bool StoreRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   if (!in_round_ || exited_) return true;
+  if (watch_.is_cut_off()) return false;
   watch_.stop();
   exited_ = true;
   const auto deadline = now() + timeout;
@@ -301,7 +314,7 @@ void StoreRendezvous::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   watch_.stop();
-  if (in_round_ && !exited_ && store_) {
+  if (in_round_ && !exited_ && store_ && !watch_.is_cut_off()) {
     try {
       // Peers notice at once, not after a heartbeat threshold.
       leave_slot(round_, slot_);

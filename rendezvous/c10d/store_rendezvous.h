@@ -101,6 +101,8 @@ class StoreRendezvous final : public RoundHandlerBase {
 
   // Why needs_new_round() became true ("" while it is false).
   std::string new_round_reason();
+  std::string cut_off() override;
+  std::chrono::milliseconds peer_loss_bound() override;
 
  private:
   // RoundHandlerBase's parts: "rendezvous '<id>' (<backend> at <endpoint>)", the round

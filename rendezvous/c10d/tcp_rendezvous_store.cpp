@@ -49,6 +49,7 @@ void TcpRendezvousStore::maybe_host() {
   store::ServerOptions options;
   options.host = bind_host_for(endpoint.host);
   options.port = static_cast<std::uint16_t>(endpoint.port);
+  options.silent_peer_timeout = silent_peer;
   auto s = std::make_unique<store::TcpStoreServer>(options);
   try {
     s->start();
@@ -144,6 +145,7 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
     options.host = host;
     options.port = static_cast<std::uint16_t>(endpoint.port);
     options.timeout = read_timeout;
+    options.silent_peer_timeout = silent_store;
     options.connect_timeout =
         std::min<Ms>(attempt, std::chrono::duration_cast<Ms>(deadline - now) + Ms(1));
     options.world_size.reset();

@@ -43,6 +43,12 @@ struct TcpRendezvousStore {
   // the join timeout (static, as torchrun's store `timeout`).
   Ms refused_limit{0};
   Ms read_timeout{60'000};
+  // The hosted store drops a client silent this long (base/silent_peer.h): the heartbeat
+  // budget, keep_alive_interval x keep_alive_max_attempt.
+  Ms silent_peer{15'000};
+  // This node's connections give up a store silent this long: the fence
+  // (RoundWatch::fence), shorter than the budget.
+  Ms silent_store{8'000};
   bool host_attempted = false;
   // Why hosting failed with the port taken ("cannot listen on ...: Address already in
   // use"): with connects refused too, no store can ever listen there (a socket bound

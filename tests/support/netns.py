@@ -16,6 +16,14 @@ hosts file for all of them, and host_prefix(i, name, hosts) / hub_prefix(name, h
 command as that host: in its network namespace, with its own hostname (UTS namespace)
 and the hosts file bind-mounted over /etc/hosts in a private mount namespace (nothing
 outside the command sees either).
+
+Faults (issue 33), always silent (packets vanish; never a reject, never a reset), and only
+ever inside the test's own namespaces: isolate(i) drops everything on node i's link,
+drop(i, j, direction) cuts node i from node j one way or both (nft rules in node i's
+namespace), heal(i) removes node i's rules, cut(i)/uncut(i) take its link down and up at
+the bridge (flap(i, ...) repeats that in a thread), rate_limit(i, rate) shapes its link
+both ways with tc's tbf, reboot(i) kills what runs on node i and re-creates its namespace
+with the same address (its peers' connections to it stay half-open).
 """
 import os
 import re
@@ -23,6 +31,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
+import time
 
 from blackbox import Skip
 
@@ -46,6 +56,7 @@ class Netns:
         self.hub = self.tag + "h"
         self.nodes = [f"{self.tag}n{i}" for i in range(nodes)]
         self.created = []
+        self._flapping = None  # (thread, stop event) of flap()
         try:
             self._ip("netns", "add", self.hub)
             self.created.append(self.hub)
@@ -57,16 +68,22 @@ class Netns:
             for i, ns in enumerate(self.nodes):
                 self._ip("netns", "add", ns)
                 self.created.append(ns)
-                self._in(ns, "ip", "link", "set", "lo", "up")
-                self._in(self.hub, "ip", "link", "add", f"vh{i}", "type", "veth", "peer",
-                         "name", "mn0", "netns", ns)
-                self._in(self.hub, "ip", "link", "set", f"vh{i}", "master", "br0")
-                self._in(self.hub, "ip", "link", "set", f"vh{i}", "up")
-                self._in(ns, "ip", "addr", "add", f"{self.addr(i)}/24", "dev", "mn0")
-                self._in(ns, "ip", "link", "set", "mn0", "up")
+                self._add_node(i)
         except Exception:
             self.close()
             raise
+
+    def _add_node(self, i):
+        """Node i's loopback, its veth pair into the bridge and its address (its namespace
+        exists)."""
+        ns = self.nodes[i]
+        self._in(ns, "ip", "link", "set", "lo", "up")
+        self._in(self.hub, "ip", "link", "add", f"vh{i}", "type", "veth", "peer", "name", "mn0",
+                 "netns", ns)
+        self._in(self.hub, "ip", "link", "set", f"vh{i}", "master", "br0")
+        self._in(self.hub, "ip", "link", "set", f"vh{i}", "up")
+        self._in(ns, "ip", "addr", "add", f"{self.addr(i)}/24", "dev", "mn0")
+        self._in(ns, "ip", "link", "set", "mn0", "up")
 
     @staticmethod
     def remove_stale():
@@ -103,6 +120,88 @@ class Netns:
     def cut(self, i):
         """Takes node i's link down at the bridge: its peers' packets vanish silently."""
         self._in(self.hub, "ip", "link", "set", f"vh{i}", "down")
+
+    def uncut(self, i):
+        """Brings node i's link up again at the bridge."""
+        self._in(self.hub, "ip", "link", "set", f"vh{i}", "up")
+
+    def flap(self, i, period, duration):
+        """Takes node i's link down and up every `period` seconds for `duration` seconds, in
+        a thread (wait_flap() joins it); the link ends up."""
+        stop = threading.Event()
+
+        def run():
+            end = time.monotonic() + duration
+            while time.monotonic() < end and not stop.is_set():
+                self.cut(i)
+                stop.wait(period)
+                self.uncut(i)
+                stop.wait(period)
+            self.uncut(i)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self._flapping = (t, stop)
+
+    def wait_flap(self):
+        if self._flapping:
+            t, stop = self._flapping
+            t.join()
+            self._flapping = None
+
+    # The fault table: one nft table per node namespace, input and output chains that
+    # drop (silently) what the rules name. heal() deletes it.
+    _TABLE = "ddpfault"
+
+    def _nft(self, i, *rules):
+        base = (f"table inet {self._TABLE} {{\n"
+                "  chain in { type filter hook input priority 0; policy accept; }\n"
+                "  chain out { type filter hook output priority 0; policy accept; }\n}\n")
+        script = base + "".join(f"add rule inet {self._TABLE} {r}\n" for r in rules)
+        subprocess.run(["ip", "netns", "exec", self.nodes[i], "nft", "-f", "-"], input=script,
+                       check=True, capture_output=True, text=True)
+
+    def isolate(self, i):
+        """Node i's link drops everything, both ways (its loopback still works)."""
+        self._nft(i, 'in iifname "mn0" drop', 'out oifname "mn0" drop')
+
+    def drop(self, i, j, direction="both"):
+        """Node i no longer hears node j ("in"), no longer reaches it ("out"), or both."""
+        rules = []
+        if direction in ("in", "both"):
+            rules.append(f"in ip saddr {self.addr(j)} drop")
+        if direction in ("out", "both"):
+            rules.append(f"out ip daddr {self.addr(j)} drop")
+        if not rules:
+            raise ValueError(f"direction {direction!r}: in, out or both")
+        self._nft(i, *rules)
+
+    def heal(self, i):
+        """Removes node i's drop rules (none: nothing happens)."""
+        subprocess.run(["ip", "netns", "exec", self.nodes[i], "nft", "delete", "table", "inet",
+                        self._TABLE], capture_output=True)
+
+    def rate_limit(self, i, rate="1mbit"):
+        """Shapes node i's link to `rate` both ways (tc tbf at both ends of its veth)."""
+        for ns, dev in ((self.hub, f"vh{i}"), (self.nodes[i], "mn0")):
+            self._in(ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+                     "burst", "32kbit", "latency", "400ms")
+
+    def reboot(self, i):
+        """Node i goes away without a word (SIGKILL to everything in its namespace, the
+        namespace deleted) and comes back empty with the same address: the connections
+        its peers had to it stay half-open until they probe them."""
+        self.cut(i)  # first: nothing leaves while its processes die (no FIN, no RST)
+        for pid in self.pids(i):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["ip", "netns", "del", self.nodes[i]], capture_output=True)
+        subprocess.run(["ip", "netns", "exec", self.hub, "ip", "link", "del", f"vh{i}"],
+                       capture_output=True)
+        self._ip("netns", "add", self.nodes[i])
+        self._add_node(i)
 
     def set_hosts(self, i, text):
         """Node i's commands started from now on see `text` as /etc/hosts."""
@@ -159,6 +258,9 @@ class Netns:
         return [int(p) for p in out.split()]
 
     def close(self):
+        if self._flapping:
+            self._flapping[1].set()
+            self.wait_flap()
         for ns in reversed(self.created):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.created = []

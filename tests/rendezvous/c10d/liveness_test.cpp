@@ -1,8 +1,10 @@
 // Table tests of liveness.h: one observer's looks at a round's heartbeats, each a list of
-// values read at a time, and the verdict per member.
+// values read at a time, and the verdict per member; and RoundWatch::fence against them.
 #include "rendezvous/c10d/liveness.h"
 
 #include <catch2/catch.hpp>
+
+#include "rendezvous/c10d/round_watch.h"
 
 using namespace ddprun::rdzv;
 using namespace std::chrono_literals;
@@ -92,4 +94,27 @@ TEST_CASE("liveness: looks of two threads may interleave", "[liveness]") {
         {150, {"1"}, {A}},
         {300, {"2"}, {A}},
         {1299, {"2"}, {A}}});
+}
+
+// The fence (issue 33): a node cut off from the store gives up before its peers can
+// declare it dead. They wait the budget I x A from its last beat, which is at most one
+// interval before the silence began; its first unanswered request leaves within a tick
+// of it and its agent looks once a second: fence + tick + 1 s <= I x (A - 1), wherever
+// the 1 s floor does not apply.
+TEST_CASE("the fence comes before the peers can declare the node dead", "[liveness][fence]") {
+  CHECK(RoundWatch::fence(5s, 3) == 8s);  // torchrun's defaults
+  CHECK(RoundWatch::fence(1s, 5) == 2s);  // the tests' FAST settings
+  CHECK(RoundWatch::fence(1s, 2) == 1s);  // the floor
+  for (int interval_ms : {100, 500, 1000, 5000, 30000}) {
+    for (int attempts : {2, 3, 5, 10, 600}) {
+      for (int nodes : {1, 256, 1024}) {
+        const std::chrono::milliseconds i(interval_ms);
+        const auto fence = RoundWatch::fence(i, attempts, nodes);
+        INFO(interval_ms << " ms x " << attempts << ", " << nodes << " nodes: fence "
+                         << fence.count() << " ms");
+        CHECK(fence >= 1s);
+        if (fence > 1s) CHECK(fence + RoundWatch::tick(i, nodes) + 1s <= i * (attempts - 1));
+      }
+    }
+  }
 }

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Networks that fail silently (issue 33): black-box tests of the built `ddprun` on hosts
+that are network namespaces (tests/support/netns.py), with real PyTorch gloo workers and
+faults injected as silent drops (nft rules, a link down, a rebooted namespace): packets
+vanish, no reset ever comes. Each test checks what every node saw: exit codes, the line
+naming the fault, the time it took against the bound docs/multinode.md states, that no
+process of the job is left on any host, and that two rounds never ran at once.
+
+    netfault_test.py <path to ddprun> <test name>     (ctest runs one test per process)
+    netfault_test.py - --list
+
+Node 0 hosts the c10d rendezvous store (10.213.0.1:29400). Skipped (77) without root,
+`ip netns` or `nft`.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
+import blackbox  # noqa: E402
+from blackbox import Skip, check, poll  # noqa: E402
+from cluster import Cluster  # noqa: E402
+from netns import Netns, netns_or_skip  # noqa: E402
+
+suite = blackbox.Suite(__doc__, needs_torch=True)
+test = suite.test
+STORE = f"{Netns.addr(0)}:29400"
+# Heartbeats every 1 s, dead after 5 s (the budget); a node's connections give the store
+# up after the fence, 1 x (5 - 1) - 1 - 1 = 2 s of silence (RoundWatch::fence).
+FAST = "keep_alive_interval=1,keep_alive_max_attempt=5,last_call_timeout=1.5,join_timeout=30"
+BUDGET, FENCE = 5.0, 2.0
+
+
+def args(nnodes, run_id, conf=FAST):
+    return [f"--nnodes={nnodes}", "--nproc-per-node=1", f"--rdzv-id={run_id}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={STORE}", f"--rdzv-conf={conf}"]
+
+
+def hosts(n):
+    if shutil.which("nft") is None:
+        raise Skip("the faults need nft (Debian's nftables)")
+    return netns_or_skip(n)
+
+
+class Job:
+    """n agents, one per namespaced host, running the shared gloo worker."""
+
+    def __init__(self, c, net, nnodes, run_id, worker_args, conf=FAST, count=None):
+        self.c, self.net = c, net
+        self.agents = [c.start(f"node{i}", args(nnodes, run_id, conf), worker_args,
+                               prefix=net.prefix(i)) for i in range(count or len(net.nodes))]
+        self.exited = {}  # node -> (rc, time.time() when seen exited)
+
+    def running(self, timeout=90):
+        poll(lambda: all(a.records() for a in self.agents), timeout, "every node's workers run",
+             self.c.logs)
+
+    def wait(self, nodes, timeout):
+        """Waits for `nodes` to exit; notes when each was seen exiting."""
+        def done():
+            for i in nodes:
+                rc = self.agents[i].proc.poll()
+                if rc is not None and i not in self.exited:
+                    self.exited[i] = (rc, time.time())
+            return all(i in self.exited for i in nodes)
+        poll(done, timeout, f"nodes {nodes} exit", self.c.logs)
+        return {i: self.exited[i][0] for i in nodes}
+
+    def nothing_left(self):
+        """No process of the job on any host (each namespace empty)."""
+        poll(lambda: all(not self.net.pids(i) for i in range(len(self.agents))), 20,
+             "every host empty", self.c.logs)
+
+
+def no_overlap(job, cut, survivors):
+    """The cut node's ddprun (and so its workers) was gone before the survivors' workers of
+    the next round (a world without it) started: never two groups at once."""
+    later = [r["t"] for i in survivors for r in job.agents[i].records()
+             if r["dist_world"] < len(job.agents)]
+    check(later, "the survivors ran a round without the cut node", job.c.logs)
+    gone = job.exited[cut][1]
+    check(gone < min(later), f"the cut node exited {gone - min(later):.2f} s after the next "
+          "round's workers started", job.c.logs)
+
+
+def fault_line(job, i, what):
+    text = job.agents[i].text()
+    check(what in text, f"node{i} names the fault ({what!r})", text)
+
+
+@test
+def partition_healed_below_fence(c):
+    """A worker node isolated for 1 s during training (below the fence): the job finishes
+    as if nothing happened (no new round, no restart, every node exits 0)."""
+    net = hosts(3)
+    try:
+        conf = "keep_alive_interval=1,keep_alive_max_attempt=8,last_call_timeout=1.5,join_timeout=30"
+        job = Job(c, net, 3, "blip", ["--steps", "60", "--step-sleep", "0.1"], conf)
+        job.running()
+        net.isolate(2)
+        time.sleep(1)
+        net.heal(2)
+        rcs = job.wait([0, 1, 2], 120)
+        check(rcs == {0: 0, 1: 0, 2: 0}, f"exit codes {rcs}", c.logs)
+        for a in job.agents:
+            check(len(a.records()) == 1, f"{a.name}: one round only", c.logs)
+            check("new round" not in a.text() and "cut off" not in a.text(),
+                  f"{a.name}: nothing visible", c.logs)
+        job.nothing_left()
+    finally:
+        c.close()
+        net.close()
+
+
+@test
+def worker_node_isolated(c):
+    """2:3, node 2 isolated for good: it stops its workers and exits 1 within the fence,
+    naming the store; the others declare it dead within the budget and finish in a world
+    of 2, whose workers start only after node 2's are gone; no process left anywhere."""
+    net = hosts(3)
+    try:
+        job = Job(c, net, "2:3", "isolated", ["--until-world", "2", "--steps", "20"])
+        job.running()
+        t0 = time.time()
+        net.isolate(2)
+        rc = job.wait([2], 60)[2]
+        check(rc == 1, f"the cut node exits 1, not {rc}", c.logs)
+        took = job.exited[2][1] - t0
+        check(took < FENCE + 1 + 2 + 2, f"the cut node took {took:.1f} s", c.logs)
+        fault_line(job, 2, f"cut off from the rendezvous store: store {STORE}: no answer")
+        check(job.wait([0, 1], 120) == {0: 0, 1: 0}, "the survivors finish", c.logs)
+        fault_line(job, 0, f"node {Netns.addr(2)}")
+        no_overlap(job, 2, [0, 1])
+        job.nothing_left()
+    finally:
+        c.close()
+        net.close()
+
+
+@test
+def store_host_isolated(c):
+    """The store's host (node 0) isolated: every other node stops its workers and exits 1
+    within the fence, naming the store's address; the host, alone, waits for the others
+    until join_timeout and exits 1; nothing left anywhere."""
+    net = hosts(3)
+    try:
+        conf = FAST.replace("join_timeout=30", "join_timeout=8")
+        job = Job(c, net, "2:3", "host_cut", ["--steps", "400", "--step-sleep", "0.1"], conf)
+        job.running()
+        t0 = time.time()
+        net.isolate(0)
+        rcs = job.wait([1, 2], 60)
+        check(rcs == {1: 1, 2: 1}, f"exit codes {rcs}", c.logs)
+        for i in (1, 2):
+            took = job.exited[i][1] - t0
+            check(took < FENCE + 1 + 2 + 2, f"node{i} took {took:.1f} s", c.logs)
+            fault_line(job, i, f"cut off from the rendezvous store: store {STORE}")
+        check(job.wait([0], 60) == {0: 1}, "the host ends at join_timeout", c.logs)
+        job.nothing_left()
+    finally:
+        c.close()
+        net.close()
+
+
+@test
+def one_way_cuts(c):
+    """2:4; node 2 can no longer reach the store (its packets out dropped), node 3 no
+    longer hears it (packets in dropped): both are cut off and exit 1 naming the store,
+    the other two finish in a world of 2."""
+    net = hosts(4)
+    try:
+        job = Job(c, net, "2:4", "oneway", ["--until-world", "2", "--steps", "20"])
+        job.running()
+        net.drop(2, 0, "out")
+        net.drop(3, 0, "in")
+        rcs = job.wait([2, 3], 60)
+        check(rcs == {2: 1, 3: 1}, f"exit codes {rcs}", c.logs)
+        for i in (2, 3):
+            fault_line(job, i, f"cut off from the rendezvous store: store {STORE}")
+        check(job.wait([0, 1], 120) == {0: 0, 1: 0}, "the others finish", c.logs)
+        for i in (2, 3):
+            no_overlap(job, i, [0, 1])
+        job.nothing_left()
+    finally:
+        c.close()
+        net.close()
+
+
+def store_connections(net):
+    """Established TCP connections to the store's port, as its host's kernel sees them."""
+    out = subprocess.run(net.prefix(0) + ["ss", "-tnH", "state", "established", "sport", "=",
+                                          ":29400"], capture_output=True, text=True).stdout
+    return len(out.splitlines())
+
+
+@test
+def rebooted_node_rejoins(c):
+    """2:3; node 2 reboots mid-run (everything on it killed without a word, its namespace
+    re-created with the same address) and a new agent starts there: it joins the next
+    round, the job finishes in a world of 3, and the store host's count of connections
+    comes back to where it was (the dead node's half-open ones reclaimed)."""
+    net = hosts(3)
+    try:
+        worker = ["--until-world", "3", "--steps", "200"]  # 10 s in a world of 3
+        job = Job(c, net, "2:3", "reboot", worker)
+        job.running()
+        before = store_connections(net)
+        check(before >= 6, f"{before} connections before (2 per agent at least)", c.logs)
+        net.reboot(2)
+        job.agents[2] = c.start("node2b", args("2:3", "reboot"), worker, prefix=net.prefix(2))
+        poll(lambda: any(r["TORCHELASTIC_RUN_ID"] and r["dist_world"] == 3
+                         for r in job.agents[2].records()), 90,
+             "the rebooted node runs in a world of 3", c.logs)
+        # Its old connections (half-open: nobody told the store) are probed and gone.
+        poll(lambda: store_connections(net) == before, BUDGET + 3,
+             f"the store's connections back to {before} (now {store_connections(net)})", c.logs)
+        check(job.wait([0, 1, 2], 150) == {0: 0, 1: 0, 2: 0}, "every node finishes", c.logs)
+        job.nothing_left()
+    finally:
+        c.close()
+        net.close()
+
+
+if __name__ == "__main__":
+    sys.exit(suite.main(sys.argv, Cluster))
