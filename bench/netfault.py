@@ -6,7 +6,8 @@ node's part of the job, ddprun beside the real torchrun 2.14, at default setting
     bench/netfault.py [--ddprun build/bench/launcher/ddprun] [--limit 240] [--only ddprun]
 
 Three hosts (network namespaces, tests/support/netns.py), a c10d job `--nnodes 2:3` with
-no --rdzv-conf (keep_alive_interval 5 s x keep_alive_max_attempt 3, join_timeout 600 s),
+default settings (keep_alive_interval 5 s x keep_alive_max_attempt 3, join_timeout 600 s;
+only is_host and --local-addr given, which torchrun cannot tell in a namespace),
 one gloo worker per node (netfault_worker.py: an all_reduce every 0.1 s for 300 s). Once
 every worker runs, one fault (silent nft drops, tests/support/netns.py): the worker node
 2 isolated for good, or the store's host (node 0) isolated. For each node: the time from
@@ -53,14 +54,16 @@ def run(name, ddprun, victim, limit):
             logs.append(log)
             argv = [*net.prefix(i), *launcher_argv(name, ddprun), "--nnodes=2:3",
                     "--nproc-per-node=1", "--rdzv-id=netfault", "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint={Netns.addr(0)}:29400", WORKER]
+                    f"--rdzv-endpoint={Netns.addr(0)}:29400", f"--local-addr={Netns.addr(i)}",
+                    # torchrun does not see 10.213.0.1 as node 0's own: say who hosts.
+                    f"--rdzv-conf=is_host={int(i == 0)}", WORKER]
             procs.append(ws.start_process(argv, env, log=log, new_session=True))
         ready = lambda: all(os.path.exists(os.path.join(ws.dir, f"running{i}")) for i in range(3))
         deadline = time.monotonic() + 120
         while not ready():
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 return None, "the job did not start:\n" + "\n".join(
-                    blackbox.read_text(f)[-1500:] for f in logs)
+                    blackbox.read_text(f)[:2500] for f in logs)
             time.sleep(0.1)
         time.sleep(2)
         seen = [len(blackbox.read_text(f)) for f in logs]

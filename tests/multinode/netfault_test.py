@@ -224,5 +224,53 @@ def rebooted_node_rejoins(c):
         net.close()
 
 
+@test
+def flapping_link(c):
+    """A worker node's link goes down and up every 1 s for 8 s during training, each
+    outage below the fence: the job finishes as if nothing happened (TCP retransmits
+    across each outage; no node cut off, none declared dead, no restart)."""
+    net = hosts(3)
+    try:
+        conf = "keep_alive_interval=1,keep_alive_max_attempt=8,last_call_timeout=1.5,join_timeout=30"
+        job = Job(c, net, 3, "flap", ["--steps", "150", "--step-sleep", "0.1"], conf)
+        job.running()
+        net.flap(2, 1, 8)
+        net.wait_flap()
+        rcs = job.wait([0, 1, 2], 120)
+        check(rcs == {0: 0, 1: 0, 2: 0}, f"exit codes {rcs}", c.logs)
+        for a in job.agents:
+            check(len(a.records()) == 1, f"{a.name}: one round only", c.logs)
+            check("new round" not in a.text() and "cut off" not in a.text(),
+                  f"{a.name}: nothing visible", c.logs)
+        job.nothing_left()
+    finally:
+        c.close()
+        net.close()
+
+
+@test(needs_torch=False)
+def rendezvous_over_a_slow_link(c):
+    """16 agents (4 hosts x 4 agents, one per GPU as under Slurm) form one round while the
+    store's host has a 1 Mbit/s link (tc tbf both ways); their workers (no Python) run and
+    every agent exits 0."""
+    net = hosts(4)
+    try:
+        net.rate_limit(0, "1mbit")
+        shown = subprocess.run(net.prefix(0) + ["tc", "qdisc", "show", "dev", "mn0"],
+                               capture_output=True, text=True).stdout
+        check("tbf" in shown and "1Mbit" in shown, f"the link is shaped: {shown}")
+        agents = [c.start(f"node{i}a{k}", args(16, "slow") + ["--no-python"],
+                          ["-c", 'touch "$MN_OUT/w.$RANK"'], prefix=net.prefix(i),
+                          script="/bin/sh")
+                  for i in range(4) for k in range(4)]
+        for a in agents:
+            check(a.wait(120) == 0, f"{a.name} failed", c.logs)
+        ranks = sorted(int(f[2:]) for a in agents for f in os.listdir(a.out) if f.startswith("w."))
+        check(ranks == list(range(16)), f"ranks {ranks}: one round of 16", c.logs)
+    finally:
+        c.close()
+        net.close()
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, Cluster))
