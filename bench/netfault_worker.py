@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/netfault_worker.py: the gloo worker of bench/netfault.py. Joins the process
 group (env://), marks $NF_OUT/running<RANK> once its first all_reduce is done, then runs
-an all_reduce every 0.1 s for 300 s, then exits 0. Its TCPStore defaults to
+an all_reduce every 0.1 s for 300 s, then exits 0. Its TCPStore (2.x) defaults to
 use_libuv=False (as bench/torchrun26.py's): sid's PyTorch 2.14 has no libuv, and a client
 of torchrun's agent store is made without the argument."""
 import importlib
@@ -21,7 +21,8 @@ class _NoLibuvTCPStore(_TCPStore):
         super().__init__(*args, use_libuv=use_libuv, **kwargs)
 
 
-rdzv.TCPStore = _NoLibuvTCPStore
+if int(torch.__version__.split(".")[0]) >= 2:  # 1.13 has no use_libuv
+    rdzv.TCPStore = _NoLibuvTCPStore
 
 dist.init_process_group("gloo")
 x = torch.ones(1)

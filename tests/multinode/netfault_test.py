@@ -48,9 +48,9 @@ def hosts(n):
 class Job:
     """n agents, one per namespaced host, running the shared gloo worker."""
 
-    def __init__(self, c, net, nnodes, run_id, worker_args, conf=FAST, count=None):
+    def __init__(self, c, net, nnodes, run_id, worker_args, conf=FAST, count=None, extra=()):
         self.c, self.net = c, net
-        self.agents = [c.start(f"node{i}", args(nnodes, run_id, conf), worker_args,
+        self.agents = [c.start(f"node{i}", args(nnodes, run_id, conf) + list(extra), worker_args,
                                prefix=net.prefix(i)) for i in range(count or len(net.nodes))]
         self.exited = {}  # node -> (rc, time.time() when seen exited)
 
@@ -117,17 +117,19 @@ def partition_healed_below_fence(c):
 
 @test
 def worker_node_isolated(c):
-    """2:3, node 2 isolated for good: it stops its workers and exits 1 within the fence,
-    naming the store; the others declare it dead within the budget and finish in a world
-    of 2, whose workers start only after node 2's are gone; no process left anywhere."""
+    """2:3, node 2 isolated for good: it stops its workers and exits within the fence
+    (3, infrastructure, with --exit-codes classes), naming the store; the others declare
+    it dead within the budget and finish in a world of 2, whose workers start only after
+    node 2's are gone; no process left anywhere."""
     net = hosts(3)
     try:
-        job = Job(c, net, "2:3", "isolated", ["--until-world", "2", "--steps", "20"])
+        job = Job(c, net, "2:3", "isolated", ["--until-world", "2", "--steps", "20"],
+                  extra=["--exit-codes=classes"])
         job.running()
         t0 = time.time()
         net.isolate(2)
         rc = job.wait([2], 60)[2]
-        check(rc == 1, f"the cut node exits 1, not {rc}", c.logs)
+        check(rc == 3, f"the cut node exits 3 (infrastructure), not {rc}", c.logs)
         took = job.exited[2][1] - t0
         check(took < FENCE + 1 + 2 + 2, f"the cut node took {took:.1f} s", c.logs)
         fault_line(job, 2, f"cut off from the rendezvous store: store {STORE}: no answer")
