@@ -70,11 +70,20 @@ void EtcdRendezvous::check_closed() {
 
 int EtcdRendezvous::num_nodes_waiting() { return session_.waiting(); }
 
-bool EtcdRendezvous::needs_new_round() { return session_.needs_new_round(); }
+bool EtcdRendezvous::needs_new_round() {
+  session_.check_fence();
+  return session_.needs_new_round();
+}
+
+std::string EtcdRendezvous::cut_off() {
+  const std::string why = session_.check_fence();
+  return why.empty() ? why : where() + ": " + why;
+}
 
 std::string EtcdRendezvous::new_round_reason() { return session_.reason(); }
 
 bool EtcdRendezvous::needs_new_round_now() {
+  if (!session_.check_fence().empty()) return true;  // etcd is out of reach: do not ask it
   const std::optional<EtcdSession::Round> r = session_.current_round();
   if (!r) return false;
   if (!session_.reason().empty()) return true;
@@ -90,12 +99,13 @@ bool EtcdRendezvous::needs_new_round_now() {
 bool EtcdRendezvous::is_closed() { return closed_seen(); }
 
 void EtcdRendezvous::set_closed() {
-  client_.put(keys_.key("closed"), "1");
+  if (!session_.is_cut_off()) client_.put(keys_.key("closed"), "1");
   mark_closed();
 }
 
 bool EtcdRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   board_.reset();
+  if (session_.is_cut_off()) return false;
   const std::optional<EtcdSession::Round> r = session_.current_round();
   if (!r) return true;
   const int round = r->round;

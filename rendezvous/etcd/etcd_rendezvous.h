@@ -50,7 +50,8 @@ class EtcdRendezvous final : public RoundHandlerBase {
   bool needs_new_round() override;
   bool needs_new_round_now() override;
   // The round's r<R>/view/ keys (EtcdJobBoard), until the exit barrier.
-  JobBoard* job_board() override { return board_.get(); }
+  JobBoard* job_board() override { return session_.is_cut_off() ? nullptr : board_.get(); }
+  std::string cut_off() override;
   bool is_closed() override;
   void set_closed() override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;

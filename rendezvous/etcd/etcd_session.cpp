@@ -81,7 +81,10 @@ bool EtcdSession::ensure_lease(EtcdClient& client) {
   }
   const auto ttl_ms = s_.keep_alive_interval * s_.keep_alive_max_attempt;
   const std::int64_t ttl = std::max<std::int64_t>(2, (ttl_ms.count() + 999) / 1000);
+  const auto sent = Clock::now();
   const std::int64_t id = client.lease_grant(ttl);
+  kept_at_.store(sent.time_since_epoch().count());
+  ttl_ms_.store(ttl * 1000);
   {
     std::lock_guard lock(mu_);
     me_ = lease_hex(id);
@@ -161,7 +164,10 @@ void EtcdSession::background() {
       if (Clock::now() >= next_keepalive) {
         next_keepalive = Clock::now() + s_.keep_alive_interval;
         const std::int64_t lease = lease_.load();
-        if (client_->lease_keepalive(lease) == 0) {
+        const auto sent = Clock::now();
+        const std::int64_t kept = client_->lease_keepalive(lease);
+        if (kept != 0 && lease == lease_.load()) kept_at_.store(sent.time_since_epoch().count());
+        if (kept == 0) {
           std::lock_guard lock(mu_);
           if (lease == lease_.load() && !lease_lost_) {
             lease_lost_ = true;
@@ -215,6 +221,23 @@ void EtcdSession::background() {
   }
 }
 
+EtcdSession::Ms EtcdSession::fence(Ms ttl) { return std::max<Ms>(ttl - Ms(1500), Ms(500)); }
+
+std::string EtcdSession::check_fence() {
+  std::lock_guard lock(mu_);
+  if (cut_off_.load()) return reason_;
+  if (!in_round_ || finishing_ || lease_lost_ || lease_.load() == 0) return {};
+  const Ms ttl(ttl_ms_.load());
+  const auto kept = Clock::time_point(Clock::duration(kept_at_.load()));
+  const auto silent = std::chrono::duration_cast<Ms>(Clock::now() - kept);
+  if (silent <= fence(ttl)) return {};
+  cut_off_.store(true);
+  reason_ = "cut off from etcd: no keepalive of lease " + me_ + " answered for " +
+            std::to_string(silent.count() / 1000.0).substr(0, 5) + " s (its TTL is " +
+            std::to_string(ttl.count() / 1000) + " s, after which the others count this node gone)";
+  return reason_;
+}
+
 void EtcdSession::shutdown() {
   {
     std::lock_guard lock(mu_);
@@ -230,7 +253,8 @@ void EtcdSession::shutdown() {
     std::lock_guard lock(mu_);
     fatal = fatal_;
   }
-  if (lease_.load() != 0 && fatal.empty()) {
+  // Cut off: etcd is out of reach (a revoke would wait out request_timeout for nothing).
+  if (lease_.load() != 0 && fatal.empty() && !cut_off_.load()) {
     try {
       // The descriptor and join key go now, not at the TTL; also after interrupt(), which
       // cancels the agent thread's calls: a client of its own, bounded by one

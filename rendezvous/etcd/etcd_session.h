@@ -83,6 +83,16 @@ class EtcdSession {
   std::string reason();    // "" while the round can go on
   // Sets the reason unless one is set; true when there is one now.
   bool add_reason(const std::string& reason);
+  // The fence (issue 33): in a round, when no keepalive sent in the last fence(ttl) was
+  // answered, this node is cut off from etcd: its lease may expire any moment (etcd
+  // counts the TTL from a keepalive's arrival, after its sending), and the others then
+  // count it gone. Sets the reason ("cut off from etcd: ...") and returns it, "" while
+  // the lease is kept. Cheap: the agent asks once a second, whatever the background
+  // thread is blocked in. Later calls return the same.
+  std::string check_fence();
+  bool is_cut_off() const { return cut_off_.load(); }
+  // TTL - 1.5 s (the agent's one-second look, and slack), 0.5 s at least.
+  static Ms fence(Ms ttl);
   void set_nodes_seen(int n) { nodes_seen_.store(n); }
   int nodes_seen() const { return nodes_seen_.load(); }
 
@@ -99,6 +109,10 @@ class EtcdSession {
   std::atomic<bool> stop_{false};
   std::atomic<std::int64_t> lease_{0};
   std::atomic<int> nodes_seen_{0};  // the round's size at the last look (settle())
+  // When the newest keepalive (or grant) that etcd answered was sent, and the lease's TTL.
+  std::atomic<Clock::rep> kept_at_{0};
+  std::atomic<Ms::rep> ttl_ms_{0};
+  std::atomic<bool> cut_off_{false};
   std::thread thread_;
 
   mutable std::mutex mu_;  // guards what follows; with cv_ for the background thread's waits

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import Skip, check, poll  # noqa: E402
 from cluster import Cluster  # noqa: E402
+from etcd_cluster import EtcdCluster  # noqa: E402
 from netns import Netns, netns_or_skip  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
@@ -39,18 +40,20 @@ def args(nnodes, run_id, conf=FAST):
             "--rdzv-backend=c10d", f"--rdzv-endpoint={STORE}", f"--rdzv-conf={conf}"]
 
 
-def hosts(n):
+def hosts(n, hub_address=False):
     if shutil.which("nft") is None:
         raise Skip("the faults need nft (Debian's nftables)")
-    return netns_or_skip(n)
+    return netns_or_skip(n, hub_address=hub_address)
 
 
 class Job:
     """n agents, one per namespaced host, running the shared gloo worker."""
 
-    def __init__(self, c, net, nnodes, run_id, worker_args, conf=FAST, count=None, extra=()):
+    def __init__(self, c, net, nnodes, run_id, worker_args, conf=FAST, count=None, extra=(),
+                 launch=None):
         self.c, self.net = c, net
-        self.agents = [c.start(f"node{i}", args(nnodes, run_id, conf) + list(extra), worker_args,
+        launch = launch or args(nnodes, run_id, conf)
+        self.agents = [c.start(f"node{i}", launch + list(extra), worker_args,
                                prefix=net.prefix(i)) for i in range(count or len(net.nodes))]
         self.exited = {}  # node -> (rc, time.time() when seen exited)
 
@@ -269,6 +272,37 @@ def rendezvous_over_a_slow_link(c):
             check(a.wait(120) == 0, f"{a.name} failed", c.logs)
         ranks = sorted(int(f[2:]) for a in agents for f in os.listdir(a.out) if f.startswith("w."))
         check(ranks == list(range(16)), f"ranks {ranks}: one round of 16", c.logs)
+    finally:
+        c.close()
+        net.close()
+
+
+@test
+def etcd_node_cut_off(c):
+    """etcd-v3, 2:3, etcd on the hub's address (outside every node); node 2 isolated for
+    good: it stops its workers and exits naming etcd before its lease can expire; the
+    others go on in a world of 2 once it has (keep_alive_interval x keep_alive_max_attempt),
+    whose workers start only after node 2's are gone."""
+    net = hosts(3, hub_address=True)
+    try:
+        etcd = EtcdCluster(c, members=1, host=Netns.HUB_ADDR, prefix=net.hub_prefix())
+        launch = ["--nnodes=2:3", "--nproc-per-node=1", "--rdzv-id=etcd_cut",
+                  "--rdzv-backend=etcd-v3", f"--rdzv-endpoint={etcd.url(0)}",
+                  f"--rdzv-conf={FAST}"]
+        job = Job(c, net, "2:3", "etcd_cut", ["--until-world", "2", "--steps", "20"],
+                  launch=launch)
+        job.running()
+        t0 = time.time()
+        net.isolate(2)
+        rc = job.wait([2], 60)[2]
+        check(rc == 1, f"the cut node exits 1, not {rc}", c.logs)
+        took = job.exited[2][1] - t0
+        check(took < BUDGET + 2, f"the cut node took {took:.1f} s (its lease: {BUDGET} s)",
+              c.logs)
+        fault_line(job, 2, "cut off from etcd")
+        check(job.wait([0, 1], 120) == {0: 0, 1: 0}, "the survivors finish", c.logs)
+        no_overlap(job, 2, [0, 1])
+        job.nothing_left()
     finally:
         c.close()
         net.close()

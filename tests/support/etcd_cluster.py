@@ -5,6 +5,11 @@ timeouts; members killed with the workspace (they are its processes). A few help
 etcd's v3 JSON gateway with urllib (the leader, a key, a prefix) so that tests observe the
 rendezvous through etcd itself; etcdctl() runs the real `etcdctl`.
 
+With host= and prefix= the members listen on that address inside a network namespace
+(prefix: the command prefix that enters it, tests/support/netns.py): the agents of the
+namespaced hosts reach them there, this process does not, so readiness and etcdctl() go
+through the prefix and the HTTP helpers are not for such a cluster.
+
 With tls=True the members serve https client URLs with certificates made by make_tls()
 (the `openssl` CLI, EC P-256 keys) and require client certificates (--client-cert-auth);
 peer URLs stay plain.
@@ -63,10 +68,11 @@ def _b64(s):
 
 
 class EtcdCluster:
-    def __init__(self, ws, members=3, tls=False):
+    def __init__(self, ws, members=3, tls=False, host="127.0.0.1", prefix=()):
         if not os.access(ETCD, os.X_OK):
             raise blackbox.Failed(f"{ETCD} missing (scripts/install-deps installs etcd-server)")
         self.ws = ws
+        self.host, self.prefix = host, list(prefix)
         self.tls = make_tls(os.path.join(ws.dir, "tls")) if tls else None
         tls_flags = [f"--cert-file={self.tls.server_pem}", f"--key-file={self.tls.server_key}",
                      f"--trusted-ca-file={self.tls.ca_pem}", "--client-cert-auth"] if tls else []
@@ -76,25 +82,32 @@ class EtcdCluster:
             self._ssl.load_cert_chain(self.tls.client_pem, self.tls.client_key)
         self.client = [ws.reserve_port() for _ in range(members)]
         peer = [ws.reserve_port() for _ in range(members)]
-        initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, p in enumerate(peer))
+        initial = ",".join(f"m{i}=http://{host}:{p}" for i, p in enumerate(peer))
         self.procs = []
         for i in range(members):
             d = os.path.join(ws.dir, f"etcd{i}")
             self.procs.append(ws.start_process([
-                ETCD, f"--name=m{i}", f"--data-dir={d}",
+                *self.prefix, ETCD, f"--name=m{i}", f"--data-dir={d}",
                 f"--listen-client-urls={self.url(i)}", f"--advertise-client-urls={self.url(i)}",
-                f"--listen-peer-urls=http://127.0.0.1:{peer[i]}",
-                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer[i]}",
+                f"--listen-peer-urls=http://{host}:{peer[i]}",
+                f"--initial-advertise-peer-urls=http://{host}:{peer[i]}",
                 f"--initial-cluster={initial}", "--initial-cluster-state=new",
                 "--initial-cluster-token=ddprun-test", "--heartbeat-interval=100",
                 "--election-timeout=1000", *tls_flags], os.environ.copy(), log=d + ".log"))
         for i in range(members):
-            blackbox.poll(lambda: self._try(i, "/v3/kv/put",
-                                            {"key": _b64("/ready"), "value": _b64("1")}),
-                          60, f"etcd member {i} accepts writes", self.logs)
+            blackbox.poll(lambda: self._ready(i), 60, f"etcd member {i} accepts writes",
+                          self.logs)
+
+    def _ready(self, i):
+        if not self.prefix:
+            return self._try(i, "/v3/kv/put", {"key": _b64("/ready"), "value": _b64("1")})
+        r = subprocess.run([*self.prefix, ETCDCTL, f"--endpoints={self.url(i)}", "put", "/ready",
+                            "1"], capture_output=True, text=True, timeout=30,
+                           env={**os.environ, "ETCDCTL_API": "3"})
+        return r.returncode == 0
 
     def url(self, i):
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client[i]}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.client[i]}"
 
     def endpoints(self):
         return ",".join(self.url(i) for i in range(len(self.client)))
@@ -150,7 +163,7 @@ class EtcdCluster:
         if self.tls:
             argv += [f"--cacert={self.tls.ca_pem}", f"--cert={self.tls.client_pem}",
                      f"--key={self.tls.client_key}"]
-        r = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30,
+        r = subprocess.run([*self.prefix, *argv, *args], capture_output=True, text=True, timeout=30,
                            env={**os.environ, "ETCDCTL_API": "3"})
         if r.returncode != 0:
             raise blackbox.Failed(f"etcdctl {' '.join(args)}: exit {r.returncode}", r.stderr)

@@ -247,8 +247,9 @@ class Netns:
         """Runs a command as host `name` in node i's namespace (see the module doc)."""
         return self._enter(self.nodes[i], name, hosts)
 
-    def hub_prefix(self, name, hosts):
-        """Runs a command as host `name` in the hub namespace (Netns(hub_address=True))."""
+    def hub_prefix(self, name=None, hosts=None):
+        """Runs a command as host `name` (None: the machine's name and hosts file) in the hub
+        namespace (Netns(hub_address=True))."""
         return self._enter(self.hub, name, hosts)
 
     def pids(self, i):
