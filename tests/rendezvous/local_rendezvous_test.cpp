@@ -80,8 +80,8 @@ TEST_CASE("one node / any backend: no rendezvous traffic / --master-port honoure
 }
 
 TEST_CASE("one node: --local-addr is what MASTER_ADDR advertises and where it binds", "[local]") {
-  RendezvousParams p;
-  p.local_addr.emplace("127.0.0.2");  // not `= "..."`: GCC 12 -O3 warns (maybe-uninitialized)
+  RendezvousParams p{};  // value-initialized: GCC 12 at -O3 (unity) warns otherwise
+  p.local_addr = "127.0.0.2";
   auto h = make_rendezvous_handler(p);
   auto info = h->next_rendezvous();
   CHECK(info.master_addr == "127.0.0.2");
