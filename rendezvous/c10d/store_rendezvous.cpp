@@ -112,6 +112,9 @@ RendezvousInfo StoreRendezvous::next_rendezvous() {
     try {
       ensure_connected(deadline);
       return join(deadline);
+    } catch (const store::StoreSilentError& e) {
+      // Silence, not a close: the store's host did not end the job, it is out of reach.
+      throw RendezvousConnectionError(where() + ": cut off from the rendezvous store: " + e.what());
     } catch (const store::StoreConnectionError& e) {
       throw RendezvousConnectionError(where() + ": lost the rendezvous store: " + e.what());
     } catch (const store::StoreTimeoutError& e) {

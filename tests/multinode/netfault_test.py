@@ -308,5 +308,31 @@ def etcd_node_cut_off(c):
         net.close()
 
 
+@test(needs_torch=False)
+def store_host_isolated_while_forming(c):
+    """--nnodes 3 with two agents waiting in round 0 for a third; the store's host is
+    isolated: the other agent exits 1 within the fence with the line "cut off from the
+    rendezvous store" naming it (not "the job ended on the node hosting the rendezvous
+    store", which a closed store means)."""
+    net = hosts(2)
+    try:
+        agents = [c.start(f"node{i}", args(3, "forming") + ["--no-python"], ["-c", "true"],
+                          prefix=net.prefix(i), script="/bin/sh") for i in range(2)]
+        poll(lambda: "waiting for 1 more" in agents[0].text(), 60, "the round waits for a third",
+             c.logs)
+        t0 = time.time()
+        net.isolate(0)
+        rc = poll(lambda: agents[1].proc.poll(), 60, "node1 exits", c.logs)
+        took = time.time() - t0
+        check(rc == 1, f"node1 exits 1, not {rc}", c.logs)
+        check(took < FENCE + 1 + 2 + 2, f"node1 took {took:.1f} s", c.logs)
+        text = agents[1].text()
+        check(f"cut off from the rendezvous store: store {STORE}" in text, "the line", text)
+        check("the job ended on the node hosting" not in text, "not a closed store", text)
+    finally:
+        c.close()
+        net.close()
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, Cluster))
