@@ -32,7 +32,7 @@ void JobView::tick(Clock::time_point now) {
   if (stall_) stall_->tick(now);
 }
 
-std::optional<ExitClass> JobView::log_root_cause(const std::vector<Failure>& failures) {
+std::optional<ExitClass> JobView::log_root_cause(std::vector<Failure>& failures) {
   if (board_ == nullptr || failures.empty()) return std::nullopt;
   if (std::vector<std::string> verdict = stall_ ? stall_->verdict() : std::vector<std::string>();
       !verdict.empty()) {
@@ -43,6 +43,15 @@ std::optional<ExitClass> JobView::log_root_cause(const std::vector<Failure>& fai
         "root cause (job-wide): the job stalled: " +
         (head.rfind(kVerdictPrefix, 0) == 0 ? head.substr(kVerdictPrefix.size()) : head);
     spdlog::error("{}", line);
+    // A rank that failed before this node's watchdog stopped it (a peer node stopped its
+    // ranks first: the collective broke) gets the same headline as the ranks it stopped.
+    for (Failure& f : failures) {
+      if (f.message.rfind(head, 0) == 0) continue;
+      f.message = head +
+                  "; stalled: no progress in the job; this rank failed on its own while the "
+                  "job's ranks were being stopped\n  " +
+                  f.message;
+    }
     history_.job_cause(line, std::move(verdict));
     return ExitClass::kStall;
   }

@@ -44,7 +44,9 @@ class JobView {
   // Returns the class the job's cause gives this node's failure (exit_status.h): a stall,
   // or infrastructure when the job's first failure is itself a consequence (a peer went
   // away without a failure of its own: a node or a link lost); nullopt: this node's own.
-  std::optional<ExitClass> log_root_cause(const std::vector<Failure>& failures);
+  // After a stall, each failure whose report entry does not start with the verdict's
+  // headline (a rank that failed before this node stopped it) gets it.
+  std::optional<ExitClass> log_root_cause(std::vector<Failure>& failures);
 
  private:
   RunHistory& history_;
