@@ -316,7 +316,7 @@ void TcpStore::Connection::fill(std::size_t n, Deadline deadline) {
     if (got == 0) fail(closed_message(0));
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!poll_fd(POLLIN, deadline)) fail_timeout("waiting for a reply");
+      if (!poll_fd(POLLIN, deadline)) fail_timeout("waiting for a reply to " + awaiting_);
       continue;
     }
     if (errno == ECONNRESET) fail(closed_message(errno));
