@@ -45,22 +45,19 @@ std::string what_of(const std::exception_ptr& error) {
   }
 }
 
-// Why the rendezvous failed, for its error line. A store closed under this node (its
-// connection broken or refused, not timed out) after a round had formed means the agent
-// hosting it exited: the job ended on that node (it failed for good, or was stopped),
-// which its own log reports; say that rather than the socket's errno.
+// Why the rendezvous failed, for its error line. A store that closed this node's
+// connection means the agent hosting it exited: the job ended on that node (it failed for
+// good, or was stopped), which its own log reports; say that rather than the socket's
+// errno.
 std::string rendezvous_failure(const std::exception_ptr& error) {
   std::string what = what_of(error);
   try {
     std::rethrow_exception(error);
-  } catch (const rdzv::RendezvousConnectionError&) {
-    const auto lost = what.find(": lost the rendezvous store: ");
-    if (lost != std::string::npos && what.find("timed out") == std::string::npos) {
-      spdlog::info("rendezvous: {}", what);
-      return what.substr(0, lost) +
-             ": the job ended on the node hosting the rendezvous store (its agent closed the "
-             "store: it failed for good or was stopped; its log says why)";
-    }
+  } catch (const rdzv::RendezvousStoreClosedError& e) {
+    spdlog::info("rendezvous: {}", what);
+    return e.where() +
+           ": the job ended on the node hosting the rendezvous store (its agent closed the "
+           "store: it failed for good or was stopped; its log says why)";
   } catch (...) {
   }
   return what;

@@ -90,6 +90,17 @@ class RendezvousConnectionError : public RendezvousError {
  public:
   using RendezvousError::RendezvousError;
 };
+// The rendezvous store closed this node's connection (its host's agent exited: the job
+// ended there), as opposed to a store that cannot be reached or does not answer.
+class RendezvousStoreClosedError : public RendezvousConnectionError {
+ public:
+  RendezvousStoreClosedError(const std::string& where, const std::string& why)
+      : RendezvousConnectionError(where + ": lost the rendezvous store: " + why), where_(where) {}
+  const std::string& where() const { return where_; }  // rendezvous_where(): run id, backend
+
+ private:
+  std::string where_;
+};
 class RendezvousStateError : public RendezvousError {
  public:
   using RendezvousError::RendezvousError;

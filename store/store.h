@@ -38,6 +38,22 @@ class StoreSilentError : public StoreConnectionError {
  public:
   using StoreConnectionError::StoreConnectionError;
 };
+// The store closed or reset an established connection before answering (its process
+// exited, or it refused the request): not a timeout, not silence.
+class StoreClosedError : public StoreConnectionError {
+ public:
+  using StoreConnectionError::StoreConnectionError;
+};
+// Connecting gave up and the last try was refused: nothing listens at host:port.
+class StoreRefusedError : public StoreConnectionError {
+ public:
+  using StoreConnectionError::StoreConnectionError;
+};
+// A server cannot listen on its port because another socket holds it (EADDRINUSE).
+class StoreAddressInUseError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
 // The other side sent something this client cannot accept, or the store refused the
 // request (e.g. ADD on a value that is not a decimal integer, in-process).
 class StoreProtocolError : public StoreError {

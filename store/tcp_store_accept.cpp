@@ -207,6 +207,9 @@ void ServerState::listen_or_throw() {
     ::freeaddrinfo(results);
     if (ok) return;
   }
+  if (err == EADDRINUSE) {
+    throw StoreAddressInUseError("cannot listen on " + shown + ": " + errno_text(err));
+  }
   throw StoreError("cannot listen on " + shown + ": " + errno_text(err));
 }
 

@@ -4,6 +4,7 @@
 #include "store/tcp_store_client.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -59,9 +60,11 @@ TcpStore::TcpStore(TcpStoreOptions options) : Store(options.timeout), options_(s
       auto left = deadline ? std::chrono::duration_cast<Duration>(*deadline - Clock::now())
                            : Duration::max();
       if (left <= Duration::zero()) {
-        throw StoreConnectionError("cannot connect to store " + addr + " within " +
-                                   std::to_string(options_.connect_timeout.count()) +
-                                   " ms: " + e.what());
+        const std::string what = "cannot connect to store " + addr + " within " +
+                                 std::to_string(options_.connect_timeout.count()) +
+                                 " ms: " + e.what();
+        if (e.err == ECONNREFUSED) throw StoreRefusedError(what);
+        throw StoreConnectionError(what);
       }
       backoff.sleep_backoff(left);
     }

@@ -86,13 +86,15 @@ void TcpStore::Connection::connect_once(const std::string& host, std::uint16_t p
     throw AttemptFailed("name resolution failed: " + std::string(::gai_strerror(rc)));
   }
   std::string last = "no address";
+  int last_err = 0;
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
     int err = connect_addr(ai, deadline);
     if (err == 0) break;
     last = err == ETIMEDOUT ? "connect timed out" : errno_text(err);
+    last_err = err;
   }
   ::freeaddrinfo(found);
-  if (fd_ < 0) throw AttemptFailed(last);
+  if (fd_ < 0) throw AttemptFailed(last, last_err);
   handshake(deadline);
 }
 
@@ -109,7 +111,7 @@ void TcpStore::Connection::send(std::string_view bytes, Deadline deadline) {
       if (!poll_fd(POLLOUT, deadline)) fail_timeout("sending a request");
       continue;
     }
-    if (errno == EPIPE || errno == ECONNRESET) fail(closed_message(errno));
+    if (errno == EPIPE || errno == ECONNRESET) fail_closed(errno);
     if (errno == ETIMEDOUT) fail_silent();
     fail("send failed: " + errno_text(errno) + " (" + awaiting_ + ")");
   }
@@ -153,6 +155,14 @@ void TcpStore::Connection::fail_silent() {
   throw StoreSilentError("store " + addr_ + ": no answer, not even TCP acknowledgements, for " +
                          std::to_string(silent_peer_timeout_.count() / 1000.0).substr(0, 5) +
                          " s (" + awaiting_ + "): the link or the host is down");
+}
+
+void TcpStore::Connection::fail_closed(int err) {
+  const std::string reason = closed_message(err);
+  close_fd();
+  broken_ = reason;
+  closed_by_peer_ = true;
+  throw StoreClosedError("store " + addr_ + ": " + reason);
 }
 
 void TcpStore::Connection::fail_protocol(const std::string& reason) {
@@ -251,8 +261,10 @@ void TcpStore::Connection::handshake(Deadline deadline) {
 
 void TcpStore::Connection::check_open() {
   if (fd_ < 0) {
-    throw StoreConnectionError("store " + addr_ + ": connection unusable since an earlier error (" +
-                               broken_ + ")");
+    const std::string what =
+        "store " + addr_ + ": connection unusable since an earlier error (" + broken_ + ")";
+    if (closed_by_peer_) throw StoreClosedError(what);
+    throw StoreConnectionError(what);
   }
 }
 
@@ -313,13 +325,13 @@ void TcpStore::Connection::fill(std::size_t n, Deadline deadline) {
       rlen_ += static_cast<std::size_t>(got);
       continue;
     }
-    if (got == 0) fail(closed_message(0));
+    if (got == 0) fail_closed(0);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!poll_fd(POLLIN, deadline)) fail_timeout("waiting for a reply to " + awaiting_);
       continue;
     }
-    if (errno == ECONNRESET) fail(closed_message(errno));
+    if (errno == ECONNRESET) fail_closed(errno);
     if (errno == ETIMEDOUT) fail_silent();
     fail("recv failed: " + errno_text(errno));
   }

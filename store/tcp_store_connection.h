@@ -34,7 +34,9 @@ Deadline deadline_after(Store::Duration d);
 // One failed connection attempt that is worth retrying (refused, timed out, reset,
 // name resolution); carries the reason for the final error message.
 struct AttemptFailed : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit AttemptFailed(const std::string& what, int error = 0)
+      : std::runtime_error(what), err(error) {}
+  int err;  // the connect's errno (ECONNREFUSED: nothing listens), else 0
 };
 
 }  // namespace tcp_client
@@ -75,6 +77,7 @@ class TcpStore::Connection {
   // Closes the connection for good and throws StoreConnectionError with `reason`
   // (StoreProtocolError, StoreTimeoutError "timed out <what>" for the others).
   [[noreturn]] void fail(const std::string& reason);
+  [[noreturn]] void fail_closed(int err);  // StoreClosedError (closed_message)
   [[noreturn]] void fail_protocol(const std::string& reason);
   [[noreturn]] void fail_timeout(const std::string& what);
   // Closes for good; throws StoreSilentError (the kernel gave the silent peer up).
@@ -99,7 +102,8 @@ class TcpStore::Connection {
   const std::atomic<bool>* cancel_ = nullptr;  // during connect_once only
   std::string addr_;
   std::chrono::milliseconds silent_peer_timeout_;
-  std::string broken_;  // why the connection was given up
+  std::string broken_;           // why the connection was given up
+  bool closed_by_peer_ = false;  // ... by fail_closed: later uses throw StoreClosedError too
   // The request whose reply is awaited (awaiting()), for error messages.
   std::string awaiting_ = "the handshake";
   Op awaiting_op_ = Op::kValidate;

@@ -115,6 +115,8 @@ RendezvousInfo StoreRendezvous::next_rendezvous() {
     } catch (const store::StoreSilentError& e) {
       // Silence, not a close: the store's host did not end the job, it is out of reach.
       throw RendezvousConnectionError(where() + ": cut off from the rendezvous store: " + e.what());
+    } catch (const store::StoreClosedError& e) {
+      throw RendezvousStoreClosedError(where(), e.what());
     } catch (const store::StoreConnectionError& e) {
       throw RendezvousConnectionError(where() + ": lost the rendezvous store: " + e.what());
     } catch (const store::StoreTimeoutError& e) {

@@ -4,10 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cerrno>
 #include <thread>
 
-#include "base/sys_error.h"
 #include "rendezvous/progress.h"
 #include "rendezvous/rendezvous.h"
 #include "rendezvous/round_member.h"
@@ -63,7 +61,7 @@ void TcpRendezvousStore::maybe_host() {
     // Any reason but a taken port (an address this machine cannot bind, a privileged
     // port) stops every agent of this machine alike, and no other machine has this
     // address: nobody can host it, so say so now rather than at the join timeout.
-    if (std::string(e.what()).find(errno_text(EADDRINUSE)) == std::string::npos) {
+    if (dynamic_cast<const store::StoreAddressInUseError*>(&e) == nullptr) {
       throw RendezvousError(where() +
                             ": the endpoint is this machine but it cannot host the "
                             "rendezvous store there (" +
@@ -158,7 +156,7 @@ std::shared_ptr<store::Store> TcpRendezvousStore::connect_raw(
       return tcp;
     } catch (const store::StoreConnectionError& e) {
       last_error = e.what();
-      if (last_error.find(errno_text(ECONNREFUSED)) == std::string::npos) {
+      if (dynamic_cast<const store::StoreRefusedError*>(&e) == nullptr) {
         refused_since = kNone;
       } else if (refused_since == kNone) {
         refused_since = Clock::now();

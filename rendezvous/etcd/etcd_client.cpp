@@ -78,7 +78,7 @@ struct EtcdClient::Impl {
       // gRPC Unavailable (14), DeadlineExceeded (4), Unknown (2, "leader changed"),
       // Canceled (1, the member gave up on it): this member cannot serve now; another may.
       if (code == 14 || code == 4 || code == 2 || code == 1) throw EtcdUnreachable{msg};
-      throw EtcdError(path + " failed: " + msg);
+      throw EtcdError(path + " failed: " + msg, code);
     }
     return j;
   }
@@ -230,7 +230,7 @@ void EtcdClient::lease_revoke(std::int64_t id) {
   try {
     impl_->call("/v3/lease/revoke", {{"ID", std::to_string(id)}});
   } catch (const EtcdError& e) {
-    if (std::string(e.what()).find("lease not found") == std::string::npos) throw;
+    if (e.grpc_code() != EtcdError::kNotFound) throw;  // a lease already gone is revoked
   }
 }
 

@@ -33,7 +33,14 @@ struct EtcdOptions {
 // before the failover deadline: one line naming the endpoints and the last cause.
 class EtcdError : public RendezvousConnectionError {
  public:
-  using RendezvousConnectionError::RendezvousConnectionError;
+  static constexpr std::int64_t kNotFound = 5;  // gRPC NOT_FOUND (e.g. a lease gone)
+  explicit EtcdError(const std::string& what, std::int64_t grpc_code = 0)
+      : RendezvousConnectionError(what), grpc_code_(grpc_code) {}
+  // The gRPC status code etcd answered with; 0 when none (no member reached, no JSON).
+  std::int64_t grpc_code() const { return grpc_code_; }
+
+ private:
+  std::int64_t grpc_code_;
 };
 
 struct EtcdKv {

@@ -568,7 +568,7 @@ TEST_CASE("server: start() names host:port and the reason when binding fails", "
   try {
     second.start();
     FAIL("second server bound a port in use");
-  } catch (const StoreError& e) {
+  } catch (const StoreAddressInUseError& e) {  // typed: the c10d agent joins as a client
     std::string msg = e.what();
     CHECK(msg.find("127.0.0.1:" + std::to_string(first.port)) != std::string::npos);
     CHECK(msg.find("in use") != std::string::npos);
