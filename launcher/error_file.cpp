@@ -11,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -21,7 +23,7 @@ std::optional<std::int64_t> as_timestamp(const json& v) {
   try {
     if (v.is_number_integer()) return v.get<std::int64_t>();
     if (v.is_number()) return static_cast<std::int64_t>(v.get<double>());
-    if (v.is_string()) return std::stoll(v.get<std::string>());
+    if (v.is_string()) return parse_int<std::int64_t>(v.get<std::string>());
   } catch (const std::exception&) {
   }
   return std::nullopt;

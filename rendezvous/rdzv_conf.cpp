@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -41,12 +40,11 @@ Ms positive_seconds(const std::string& key, const std::string& v) {
 }
 
 int integer(const std::string& key, const std::string& v, int min, int max) {
-  int out = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || out < min || out > max) {
+  const std::optional<int> out = parse_int<int>(v);
+  if (!out || *out < min || *out > max) {
     bad(key, v, "is not an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
   }
-  return out;
+  return *out;
 }
 
 bool boolean(const std::string& key, const std::string& value) {

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "base/text.h"
 #include "ddprun_version.h"
 #include "launcher/options/accelerators.h"
 #include "launcher/options/nproc.h"
@@ -310,16 +311,15 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
           raw.flags.insert(def->dest);
         } else if (env != host.env.end()) {
           // torchrun reads PET_ flags as an int; non-zero means on.
-          long long v = 0;
-          try {
-            std::size_t used = 0;
-            v = std::stoll(env->second, &used);
-            if (used != env->second.size()) throw std::invalid_argument("trailing");
-          } catch (const std::exception&) {
+          // As Python's int(): blanks around it and a leading '+' are allowed.
+          std::string_view text = trim(env->second);
+          if (text.size() > 1 && text.front() == '+') text.remove_prefix(1);
+          const auto v = parse_int<long long>(text);
+          if (!v) {
             throw UsageError(
                 fmt::format("{}={}: expected an integer (0 or 1)", env_name, env->second));
           }
-          if (v != 0) raw.flags.insert(def->dest);
+          if (*v != 0) raw.flags.insert(def->dest);
         }
       } else if (opt->count() > 0) {
         raw.values[def->dest] = storage[def->dest];

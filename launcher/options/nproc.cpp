@@ -9,6 +9,8 @@
 #include <set>
 #include <system_error>
 
+#include "base/text.h"
+
 namespace ddprun::launcher {
 
 int count_physical_gpus(const std::string& root) {
@@ -58,7 +60,7 @@ int visible_gpu_count(int physical, const std::optional<std::string>& cuda_visib
     } else if (!entry.empty() && entry.size() < 9) {
       valid = true;
       for (char ch : entry) valid = valid && std::isdigit(static_cast<unsigned char>(ch));
-      valid = valid && std::stoi(entry) < physical;
+      valid = valid && parse_int<int>(entry).value_or(physical) < physical;
     }
     // The CUDA runtime stops at the first invalid entry and rejects duplicates there too.
     if (!valid || !seen.insert(entry).second) break;

@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <set>
 #include <string>
 
+#include "base/text.h"
 #include "launcher/process/descendants.h"
 
 namespace ddprun::launcher {
@@ -23,14 +23,11 @@ std::string_view next_field(std::string_view& rest) {
   return field;
 }
 
-bool to_number(std::string_view text, std::uint64_t& out) {
-  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && p == text.data() + text.size() && !text.empty();
-}
-
-bool to_signed(std::string_view text, std::int64_t& out) {
-  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && p == text.data() + text.size() && !text.empty();
+template <typename T>
+bool to_number(std::string_view text, T& out) {
+  const std::optional<T> v = parse_int<T>(text);
+  if (v) out = *v;
+  return v.has_value();
 }
 
 }  // namespace
@@ -53,7 +50,7 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
       st.state = f[0];
     } else if (field == 4) {
       std::int64_t ppid = 0;
-      if (!to_signed(f, ppid)) return std::nullopt;
+      if (!to_number(f, ppid)) return std::nullopt;
       st.ppid = static_cast<pid_t>(ppid);
     } else if (field == 14 || field == 15) {
       std::uint64_t v = 0;
@@ -62,7 +59,7 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
       own += v;
     } else if (field == 16 || field == 17) {
       std::int64_t v = 0;
-      if (!to_signed(f, v)) return std::nullopt;
+      if (!to_number(f, v)) return std::nullopt;
       if (v > 0) sum += static_cast<std::uint64_t>(v);
     }
   }

@@ -3,6 +3,7 @@
 
 #include <exception>
 
+#include "base/text.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::rdzv::keys {
@@ -50,12 +51,7 @@ std::vector<std::string> nodes(int round, int n) { return slot_keys(round, "node
 std::vector<std::string> heartbeats(int round, int n) { return slot_keys(round, "hb", n); }
 
 int parse_count(const std::string& value, const std::string& key) {
-  try {
-    std::size_t used = 0;
-    int n = std::stoi(value, &used);
-    if (used == value.size() && n >= 0) return n;
-  } catch (const std::exception&) {
-  }
+  if (const auto n = parse_int<int>(value); n && *n >= 0) return *n;
   throw RendezvousStateError("corrupt rendezvous key " + key + " = '" + value + "'");
 }
 

@@ -158,7 +158,15 @@ std::string RoundWatch::look(store::Store& s, bool count_waiting) {
   // Every member reads the one round-level reason: the first writer's.
   if (!known) reason = break_round(s, round_, reason);
   std::lock_guard lock(mu_);
-  if (reason_.empty()) reason_ = reason;
+  if (reason_.empty()) {
+    reason_ = reason;
+    // Once per round on every node, whichever look finds it first (this thread's, or the
+    // agent's when a worker failed): each node's log says why its round ended. The exit
+    // barrier's look (not counting waiters) says it in its own words.
+    if (count_waiting) {
+      spdlog::warn("{}: round {}: {}; a new round is needed", settings_.where, round_, reason);
+    }
+  }
   needs_new_round_.store(true);
   return reason;
 }
@@ -185,7 +193,6 @@ void RoundWatch::cut_off(const std::string& why) {
 void RoundWatch::run() {
   const Ms tick_interval = tick(settings_.keep_alive_interval, settings_.max_nodes);
   auto next_beat = settings_.now();
-  bool reported = false;
   if (nodes_ > 64) {
     // A large round's members enter it at the same moment: spread their first looks
     // over one tick (by slot), not all at once on the store host busy starting the
@@ -200,11 +207,7 @@ void RoundWatch::run() {
         store_->add(keys::heartbeat(round_, slot_), 1);
         next_beat = now + settings_.keep_alive_interval;
       }
-      std::string reason = look(*store_, true);
-      if (!reason.empty() && !reported) {
-        reported = true;
-        spdlog::warn("{}: round {}: {}; a new round is needed", settings_.where, round_, reason);
-      }
+      look(*store_, true);
     } catch (const store::StoreSilentError& e) {
       cut_off(e.what());  // the agent says it, as it stops its workers
       return;

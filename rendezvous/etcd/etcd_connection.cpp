@@ -15,6 +15,7 @@
 #include <boost/beast/ssl.hpp>
 #include <fstream>
 
+#include "base/text.h"
 #include "rendezvous/endpoint.h"
 
 namespace ddprun::rdzv {
@@ -29,13 +30,7 @@ std::int64_t etcd_number(const json& j, const char* field) {
   auto it = j.find(field);
   if (it == j.end() || it->is_null()) return 0;
   if (it->is_number_integer()) return it->get<std::int64_t>();
-  if (it->is_string()) {
-    try {
-      return std::stoll(it->get<std::string>());
-    } catch (const std::exception&) {
-      return 0;
-    }
-  }
+  if (it->is_string()) return parse_int<std::int64_t>(it->get<std::string>()).value_or(0);
   return 0;
 }
 
