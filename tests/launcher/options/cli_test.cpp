@@ -206,6 +206,16 @@ TEST_CASE("PET_ environment fallbacks - the command line wins", "[cli]") {
   CHECK(d.nproc_per_node == 4);
   CHECK(d.max_restarts == 0);
   CHECK(ok({"train.py"}, {{"PET_STANDALONE", "7"}, {"PET_RDZV_ID", "x"}}).rdzv_id != "x");
+  // A PET_ flag is read as Python's int() reads it: blanks around, a leading '+'.
+  CHECK(ok({"train.py"}, {{"PET_VIRTUAL_LOCAL_RANK", " +1 "}}).virtual_local_rank);
+  CHECK_FALSE(ok({"train.py"}, {{"PET_VIRTUAL_LOCAL_RANK", "0"}}).virtual_local_rank);
+  for (const char* bad : {"yes", "1x", "", "+", "0x1"}) {
+    const CliOutcome out = parse({"train.py"}, {{"PET_VIRTUAL_LOCAL_RANK", bad}});
+    CAPTURE(bad, out.text);
+    CHECK(out.kind == CliOutcome::Kind::kError);
+    CHECK(out.text.find("PET_VIRTUAL_LOCAL_RANK=" + std::string(bad) +
+                        ": expected an integer (0 or 1)") != std::string::npos);
+  }
 }
 
 TEST_CASE("torchrun's own environment knobs", "[cli]") {
