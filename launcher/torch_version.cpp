@@ -1,21 +1,14 @@
 // torch_version.cpp: finding the workers' torch version on disk (see torch_version.h).
 #include "launcher/torch_version.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
 
 #include "base/text.h"
+#include "launcher/process/run_capture.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -139,59 +132,15 @@ std::optional<TorchVersion> find_torch_version(const std::string& python,
 std::optional<TorchVersion> ask_torch_version(const std::string& python,
                                               const std::map<std::string, std::string>& env,
                                               std::chrono::milliseconds timeout) {
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string exe = python;
-  std::string dash_c = "-c";
-  std::string code = "import importlib.metadata as m; print(m.version('torch'))";
-  char* argv[] = {exe.data(), dash_c.data(), code.data(), nullptr};
-  // posix_spawnp looks the name up in this process's PATH; the workers' PATH is env's,
-  // and for a bare name the two are the same environment in practice (ddprun's own).
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, exe.c_str(), &fa, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(out[1]);
-  std::string text;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (rc == 0 && text.size() < 256) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{out[0], POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    char buf[256];
-    const ssize_t got = ::read(out[0], buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    text.append(buf, static_cast<std::size_t>(got));
-  }
-  ::close(out[0]);
-  if (rc != 0) return std::nullopt;
-  int status = 0;
-  pid_t done = 0;
-  while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    ::usleep(2000);  // stdout closed; the exit follows at once
-  }
-  if (done != pid) {  // still running past the timeout (or not ours to reap)
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    return std::nullopt;
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return parse_torch_version(std::string(trim(text)));
+  // The name is looked up in this process's PATH; the workers' PATH is env's, and for a
+  // bare name the two are the same environment in practice (ddprun's own).
+  const auto text =
+      run_capture({python, "-c", "import importlib.metadata as m; print(m.version('torch'))"},
+                  env_strings, timeout, 256);
+  if (!text) return std::nullopt;
+  return parse_torch_version(std::string(trim(*text)));
 }
 
 std::vector<std::string> nccl_async_error_handling_names(const std::optional<TorchVersion>& v) {
