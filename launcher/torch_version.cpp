@@ -1,6 +1,8 @@
 // torch_version.cpp: finding the workers' torch version on disk (see torch_version.h).
 #include "launcher/torch_version.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
