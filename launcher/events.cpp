@@ -7,10 +7,9 @@
 #include <sys/stat.h>
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "base/file.h"
 #include "launcher/error_file.h"
 
 namespace ddprun::launcher {
@@ -101,10 +100,8 @@ std::string raw_error_of(const std::string& error_file_path, bool written, int e
   struct stat st {};
   if (written && ::stat(error_file_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
       st.st_size <= static_cast<off_t>(kMaxErrorFileBytes)) {
-    std::ifstream in(error_file_path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    const ordered_json doc = ordered_json::parse(text.str(), nullptr, false);
+    const ordered_json doc =
+        ordered_json::parse(read_file(error_file_path).value_or(""), nullptr, false);
     if (!doc.is_discarded()) return dumps(doc);
   }
   if (exitcode < 0) return R"({"message": "<NONE>"})";

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
+#include "base/file.h"
 #include "base/text.h"
 
 namespace ddprun::launcher {
@@ -19,11 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::optional<std::string> read_text(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  std::optional<std::string> read = read_file(path);
+  if (!read) return std::nullopt;
+  std::string text = *std::move(read);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text;
 }

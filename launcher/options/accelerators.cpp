@@ -2,12 +2,12 @@
 #include "launcher/options/accelerators.h"
 
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <system_error>
 
+#include "base/file.h"
 #include "base/text.h"
 #include "launcher/options/nproc.h"
 
@@ -15,14 +15,6 @@ namespace ddprun::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::optional<std::string> read_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool is_kfd_gpu(const fs::path& node) {
   if (const auto id = read_file(node / "gpu_id")) {

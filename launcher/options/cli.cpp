@@ -11,11 +11,10 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string_view>
 
+#include "base/file.h"
 #include "base/text.h"
 #include "ddprun_version.h"
 #include "launcher/options/accelerators.h"
@@ -168,10 +167,7 @@ std::string completion_script(const std::string& shell) {
                                               dir / "../packaging/zsh/_ddprun"};
   for (const auto& path : shell == "tcsh" ? std::vector<fs::path>{} : candidates) {
     if (!fs::is_regular_file(path, ec)) continue;
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
+    if (auto text = read_file(path)) return *std::move(text);
   }
   throw UsageError(fmt::format("--print-completion {}: {}", shell,
                                shell == "tcsh"

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <map>
 #include <sstream>
 
+#include "base/file.h"
 #include "base/text.h"
 #include "launcher/options/usage_error.h"
 
@@ -155,11 +155,9 @@ std::vector<HostEntry> parse_hostfile(std::string_view text, const std::string& 
 }
 
 std::vector<HostEntry> read_hostfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(fmt::format("--hostfile {}: cannot read the file", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_hostfile(text.str(), path);
+  const std::optional<std::string> text = read_file(path);
+  if (!text) throw UsageError(fmt::format("--hostfile {}: cannot read the file", path));
+  return parse_hostfile(*text, path);
 }
 
 std::vector<HostEntry> parse_hosts_list(const std::string& text) {
