@@ -141,40 +141,38 @@ std::string TcpStore::Connection::read_bytes(Deadline deadline) {
   return value;
 }
 
-// Closes the connection for good and throws StoreConnectionError with `reason`.
-void TcpStore::Connection::fail(const std::string& reason) {
+// Closes the connection for good: later uses say `broken`; throws E with the address and
+// `detail`. Every way a connection is given up goes through here.
+template <typename E>
+void TcpStore::Connection::give_up(std::string broken, const std::string& detail) {
   close_fd();
-  broken_ = reason;
-  throw StoreConnectionError("store " + addr_ + ": " + reason);
+  broken_ = std::move(broken);
+  throw E("store " + addr_ + ": " + detail);
+}
+
+void TcpStore::Connection::fail(const std::string& reason) {
+  give_up<StoreConnectionError>(reason, reason);
 }
 
 void TcpStore::Connection::fail_silent() {
-  close_fd();
-  broken_ =
-      "silent past " + std::to_string(silent_peer_timeout_.count() / 1000.0).substr(0, 5) + " s";
-  throw StoreSilentError("store " + addr_ + ": no answer, not even TCP acknowledgements, for " +
-                         std::to_string(silent_peer_timeout_.count() / 1000.0).substr(0, 5) +
-                         " s (" + awaiting_ + "): the link or the host is down");
+  const std::string secs = std::to_string(silent_peer_timeout_.count() / 1000.0).substr(0, 5);
+  give_up<StoreSilentError>("silent past " + secs + " s",
+                            "no answer, not even TCP acknowledgements, for " + secs + " s (" +
+                                awaiting_ + "): the link or the host is down");
 }
 
 void TcpStore::Connection::fail_closed(int err) {
-  const std::string reason = closed_message(err);
-  close_fd();
-  broken_ = reason;
   closed_by_peer_ = true;
-  throw StoreClosedError("store " + addr_ + ": " + reason);
+  const std::string reason = closed_message(err);
+  give_up<StoreClosedError>(reason, reason);
 }
 
 void TcpStore::Connection::fail_protocol(const std::string& reason) {
-  close_fd();
-  broken_ = reason;
-  throw StoreProtocolError("store " + addr_ + ": " + reason);
+  give_up<StoreProtocolError>(reason, reason);
 }
 
 void TcpStore::Connection::fail_timeout(const std::string& what) {
-  close_fd();
-  broken_ = "timed out " + what;
-  throw StoreTimeoutError("store " + addr_ + ": timed out " + what + " (connection closed)");
+  give_up<StoreTimeoutError>("timed out " + what, "timed out " + what + " (connection closed)");
 }
 
 // The reusable request, cleared, for `op` (and its one key).

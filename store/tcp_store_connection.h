@@ -76,6 +76,8 @@ class TcpStore::Connection {
 
   // Closes the connection for good and throws StoreConnectionError with `reason`
   // (StoreProtocolError, StoreTimeoutError "timed out <what>" for the others).
+  template <typename E>
+  [[noreturn]] void give_up(std::string broken, const std::string& detail);
   [[noreturn]] void fail(const std::string& reason);
   [[noreturn]] void fail_closed(int err);  // StoreClosedError (closed_message)
   [[noreturn]] void fail_protocol(const std::string& reason);
