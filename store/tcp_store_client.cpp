@@ -145,15 +145,18 @@ bool TcpStore::wait_locked(const std::vector<std::string>& keys, Duration timeou
 // the wait slice never let a polling waiter see a key that was set: each WAIT's answer
 // came after its CANCEL_WAIT, slice after slice, and the waits kept the store slow.)
 bool TcpStore::await_release(Duration timeout, const char* what) {
-  Deadline grace = reply_deadline(timeout);
   if (conn_->wait_readable(deadline_after(timeout))) {
-    std::uint8_t reply = conn_->read_u8(grace);
+    std::uint8_t reply = conn_->read_u8(reply_deadline(timeout));
     if (reply != kStopWaiting) {
       conn_->fail_protocol(std::string(what) + ": expected STOP_WAITING, got " +
                            std::to_string(reply));
     }
     return true;
   }
+  // The store answers CANCEL_WAIT like any request: within its reply timeout from now, not
+  // within the wait's own slice (a busy store answered a polling waiter's cancel after
+  // 5 s, and the waiter gave the store up: issue 35's and the starved client's failures).
+  const Deadline grace = reply_deadline(std::max(timeout, this->timeout()));
   Request& cancel = conn_->request(Op::kCancelWait);
   conn_->send(cancel, grace);
   std::uint8_t reply = conn_->read_u8(grace);
