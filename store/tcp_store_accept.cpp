@@ -75,9 +75,9 @@ void ServerState::accept_all() {
   for (int accepted = 0; !stopping && !accept_retry_at && accepted < kAcceptsPerTurn; ++accepted) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
+    UniqueFd fd(::accept4(listen_fd.get(), reinterpret_cast<sockaddr*>(&addr), &len,
+                          SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd) {
       const int err = errno;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
       if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
@@ -90,7 +90,7 @@ void ServerState::accept_all() {
               errno_text(err), connections.load(), kAcceptRetryDelay.count());
           accept_error_logged = true;
         }
-        epoll_set(epfd, EPOLL_CTL_MOD, listen_fd, 0, kListenTag);
+        epoll_set(epfd.get(), EPOLL_CTL_MOD, listen_fd.get(), 0, kListenTag);
         accept_retry_at = Clock::now() + kAcceptRetryDelay;
         return;
       }
@@ -101,18 +101,17 @@ void ServerState::accept_all() {
       spdlog::info("store: accepting connections again");
       accept_error_logged = false;
     }
-    accept_one(fd, format_peer(addr));
+    accept_one(std::move(fd), format_peer(addr));
   }
 }
 
-void ServerState::accept_one(int fd, const std::string& peer) {
+void ServerState::accept_one(UniqueFd fd, const std::string& peer) {
   if (connections.load(std::memory_order_relaxed) >= options.max_connections) {
     if (refused_in_burst++ == 0) {
       spdlog::warn("store: {} connections open (--max-connections); refusing new ones",
                    options.max_connections);
     }
-    ::close(fd);
-    return;
+    return;  // fd closes here
   }
   if (refused_in_burst > 0) {
     spdlog::warn("store: refused {} connections over the limit of {}", refused_in_burst,
@@ -120,18 +119,17 @@ void ServerState::accept_one(int fd, const std::string& peer) {
     refused_in_burst = 0;
   }
   const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // small replies
-  bound_silent_peer(fd, options.silent_peer_timeout);
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // small replies
+  bound_silent_peer(fd.get(), options.silent_peer_timeout);
   const KvState::ClientId id = next_id++;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = id;
-  if (::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+  if (::epoll_ctl(epfd.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) {
     spdlog::warn("store: cannot watch the connection from {}: {}", peer, errno_text(errno));
-    ::close(fd);
-    return;
+    return;  // fd closes here
   }
-  sessions.emplace(id, std::make_shared<Session>(*this, fd, id, peer));
+  sessions.emplace(id, std::make_shared<Session>(*this, std::move(fd), id, peer));
   connections.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -139,8 +137,8 @@ bool ServerState::try_listen(const sockaddr* addr, socklen_t len, bool dual_stac
   const int somaxconn = read_somaxconn();
   // The kernel caps the backlog at net.core.somaxconn; ask for the most it allows.
   const int backlog = std::max({SOMAXCONN, somaxconn, 65535});
-  const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
+  UniqueFd fd(::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) {
     err = errno;
     return false;
   }
@@ -148,18 +146,17 @@ bool ServerState::try_listen(const sockaddr* addr, socklen_t len, bool dual_stac
   const int one = 1;
   bool ok = true;
   if (dual_stack) {  // IPv4 clients too
-    ok = ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0;
+    ok = ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0;
   }
-  ok = ok && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0;
-  ok = ok && ::bind(fd, addr, len) == 0;
-  ok = ok && ::listen(fd, backlog) == 0;
+  ok = ok && ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0;
+  ok = ok && ::bind(fd.get(), addr, len) == 0;
+  ok = ok && ::listen(fd.get(), backlog) == 0;
   sockaddr_storage bound{};
   socklen_t bound_len = sizeof bound;
-  ok = ok && ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_len) == 0;
+  ok = ok && ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &bound_len) == 0;
   if (!ok) {
     err = errno;
-    ::close(fd);
-    return false;
+    return false;  // fd closes here, after errno is read
   }
   if (somaxconn >= 0 && somaxconn < kLowSomaxconn) {
     spdlog::warn(
@@ -167,7 +164,7 @@ bool ServerState::try_listen(const sockaddr* addr, socklen_t len, bool dual_stac
         "SYN retries; raise it (sysctl -w net.core.somaxconn=4096)",
         somaxconn);
   }
-  listen_fd = fd;
+  listen_fd = std::move(fd);
   const auto& b = reinterpret_cast<const sockaddr_in&>(bound);  // the port is where v6 has it
   port.store(ntohs(b.sin_port));
   return true;

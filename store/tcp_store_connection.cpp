@@ -94,14 +94,14 @@ void TcpStore::Connection::connect_once(const std::string& host, std::uint16_t p
     last_err = err;
   }
   ::freeaddrinfo(found);
-  if (fd_ < 0) throw AttemptFailed(last, last_err);
+  if (!fd_) throw AttemptFailed(last, last_err);
   handshake(deadline);
 }
 
 void TcpStore::Connection::send(std::string_view bytes, Deadline deadline) {
   check_open();
   while (!bytes.empty()) {
-    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n > 0) {
       bytes.remove_prefix(static_cast<std::size_t>(n));
       continue;
@@ -199,32 +199,30 @@ void TcpStore::Connection::send(const Request& req, Deadline deadline) {
 
 // Returns 0 on success (fd_ set) or an errno value.
 int TcpStore::Connection::connect_addr(const addrinfo* ai, Deadline deadline) {
-  int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-  if (fd < 0) return errno;
+  UniqueFd fd(
+      ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+  if (!fd) return errno;
   int err = 0;
-  if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+  if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
     err = errno;
     if (err == EINPROGRESS || err == EINTR) {
-      pollfd p{fd, POLLOUT, 0};
+      pollfd p{fd.get(), POLLOUT, 0};
       bool cancelled = false;
       const int n = poll_one(p, deadline, cancel_, &cancelled);
       socklen_t len = sizeof(err);
       if (n == 0) {
         err = cancelled ? ECANCELED : ETIMEDOUT;
-      } else if (n < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+      } else if (n < 0 || ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
         err = errno;
       }
     }
   }
-  if (err != 0) {
-    ::close(fd);
-    return err;
-  }
+  if (err != 0) return err;  // fd closes here
   int one = 1;
   // Requests are small and strictly alternate with replies: Nagle would only add delay.
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  bound_silent_peer(fd, silent_peer_timeout_);
-  fd_ = fd;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  bound_silent_peer(fd.get(), silent_peer_timeout_);
+  fd_ = std::move(fd);
   return 0;
 }
 
@@ -258,7 +256,7 @@ void TcpStore::Connection::handshake(Deadline deadline) {
 }
 
 void TcpStore::Connection::check_open() {
-  if (fd_ < 0) {
+  if (!fd_) {
     const std::string what =
         "store " + addr_ + ": connection unusable since an earlier error (" + broken_ + ")";
     if (closed_by_peer_) throw StoreClosedError(what);
@@ -272,7 +270,7 @@ void TcpStore::Connection::check_open() {
 // starved alike) has no evidence against it. Polled in slices; a slice that returns
 // `late` past its end (a monotonic clock jump) gives that much time back from now.
 bool TcpStore::Connection::poll_fd(short events, Deadline deadline) {
-  pollfd p{fd_, events, 0};
+  pollfd p{fd_.get(), events, 0};
   for (;;) {
     int ms = deadline ? std::min(poll_ms(deadline), kPollSliceMs) : -1;
     // A cancellable wait (a connect that SIGTERM may end) looks at the flag every 20 ms.
@@ -318,7 +316,7 @@ void TcpStore::Connection::fill(std::size_t n, Deadline deadline) {
     if (rbuf_.size() < std::max(n, kReadChunk)) rbuf_.resize(std::max(n, kReadChunk));
   }
   while (rlen_ - rpos_ < n) {
-    ssize_t got = ::recv(fd_, rbuf_.data() + rlen_, rbuf_.size() - rlen_, 0);
+    ssize_t got = ::recv(fd_.get(), rbuf_.data() + rlen_, rbuf_.size() - rlen_, 0);
     if (got > 0) {
       rlen_ += static_cast<std::size_t>(got);
       continue;
@@ -365,9 +363,6 @@ void TcpStore::Connection::awaiting(const Request& req) {
   }
 }
 
-void TcpStore::Connection::close_fd() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
+void TcpStore::Connection::close_fd() { fd_.reset(); }
 
 }  // namespace ddprun::store

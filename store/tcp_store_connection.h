@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/unique_fd.h"
 #include "store/core/protocol.h"
 #include "store/core/reply.h"
 #include "store/tcp_store_client.h"
@@ -48,7 +49,6 @@ class TcpStore::Connection {
   // `silent_peer_timeout`: TcpStoreOptions's (base/silent_peer.h), applied on connect.
   Connection(std::string addr, std::chrono::milliseconds silent_peer_timeout)
       : addr_(std::move(addr)), silent_peer_timeout_(silent_peer_timeout) {}
-  ~Connection() { close_fd(); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
@@ -100,7 +100,7 @@ class TcpStore::Connection {
   void awaiting(const Request& req);  // notes the request whose reply comes next
   void close_fd();
 
-  int fd_ = -1;
+  UniqueFd fd_;
   const std::atomic<bool>* cancel_ = nullptr;  // during connect_once only
   std::string addr_;
   std::chrono::milliseconds silent_peer_timeout_;

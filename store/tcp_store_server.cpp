@@ -52,9 +52,7 @@ ServerState::~ServerState() {
   all.clear();
   closed_sessions.clear();
   deferred.clear();
-  for (int fd : {listen_fd, wake_fd, epfd}) {
-    if (fd >= 0) ::close(fd);
-  }
+  // listen_fd, wake_fd and epfd close after this (UniqueFd members).
 }
 
 std::shared_ptr<Session> ServerState::find(KvState::ClientId id) const {
@@ -65,7 +63,7 @@ std::shared_ptr<Session> ServerState::find(KvState::ClientId id) const {
 void ServerState::run() {
   std::array<epoll_event, kMaxEvents> events{};
   while (!quit) {
-    const int n = ::epoll_wait(epfd, events.data(), kMaxEvents, epoll_timeout_ms());
+    const int n = ::epoll_wait(epfd.get(), events.data(), kMaxEvents, epoll_timeout_ms());
     if (n < 0 && errno != EINTR) throw_errno("epoll_wait");
     for (int i = 0; i < n; ++i) {
       const std::uint64_t tag = events[i].data.u64;
@@ -73,7 +71,7 @@ void ServerState::run() {
         accept_all();
       } else if (tag == kWakeTag) {
         std::uint64_t count = 0;
-        [[maybe_unused]] ssize_t r = ::read(wake_fd, &count, sizeof count);
+        [[maybe_unused]] ssize_t r = ::read(wake_fd.get(), &count, sizeof count);
         std::vector<std::function<void()>> tasks;
         {
           std::lock_guard lock(remote_mu);
@@ -117,7 +115,7 @@ void ServerState::run_timers() {
   if (accept_retry_at && *accept_retry_at <= now) {
     accept_retry_at.reset();
     if (!stopping) {
-      epoll_set(epfd, EPOLL_CTL_MOD, listen_fd, EPOLLIN, kListenTag);
+      epoll_set(epfd.get(), EPOLL_CTL_MOD, listen_fd.get(), EPOLLIN, kListenTag);
       accept_all();
     }
   }
@@ -140,7 +138,7 @@ void ServerState::run_on_loop(std::function<void()> fn) {
     remote.push_back(std::move(fn));
   }
   const std::uint64_t one = 1;
-  [[maybe_unused]] ssize_t r = ::write(wake_fd, &one, sizeof one);
+  [[maybe_unused]] ssize_t r = ::write(wake_fd.get(), &one, sizeof one);
 }
 
 void ServerState::deliver(KvState::Effects& effects) {
@@ -252,12 +250,14 @@ std::uint16_t TcpStoreServer::start() {
   if (impl_->stopping) throw std::logic_error("TcpStoreServer::start after stop");
   Impl& s = *impl_;
   s.listen_or_throw();
-  s.epfd = ::epoll_create1(EPOLL_CLOEXEC);
-  if (s.epfd < 0) throw_errno("epoll_create1");
-  s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (s.wake_fd < 0) throw_errno("eventfd");
-  server_detail::epoll_set(s.epfd, EPOLL_CTL_ADD, s.listen_fd, EPOLLIN, server_detail::kListenTag);
-  server_detail::epoll_set(s.epfd, EPOLL_CTL_ADD, s.wake_fd, EPOLLIN, server_detail::kWakeTag);
+  s.epfd.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!s.epfd) throw_errno("epoll_create1");
+  s.wake_fd.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!s.wake_fd) throw_errno("eventfd");
+  server_detail::epoll_set(s.epfd.get(), EPOLL_CTL_ADD, s.listen_fd.get(), EPOLLIN,
+                           server_detail::kListenTag);
+  server_detail::epoll_set(s.epfd.get(), EPOLL_CTL_ADD, s.wake_fd.get(), EPOLLIN,
+                           server_detail::kWakeTag);
   s.next_id = server_detail::kFirstSessionId;
   s.running = true;
   s.thread = std::thread([impl = impl_.get()] {
@@ -284,8 +284,7 @@ void TcpStoreServer::stop() {
   Impl* impl = impl_.get();
   impl->run_on_loop([impl] {
     impl->stopping = true;
-    ::close(impl->listen_fd);
-    impl->listen_fd = -1;
+    impl->listen_fd.reset();
     impl->accept_retry_at.reset();
     impl->trim_at.reset();
     impl->reject_summary_at.reset();

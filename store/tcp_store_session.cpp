@@ -17,10 +17,7 @@
 namespace ddprun::store::server_detail {
 
 Session::~Session() {
-  if (!closed_) {
-    server_.session_closed(id_);
-    ::close(fd_);
-  }
+  if (!closed_) server_.session_closed(id_);  // fd_ closes after this
   account(0);
 }
 
@@ -56,7 +53,7 @@ void Session::close(std::string_view reason) {
   if (closed_) return;
   closed_ = true;
   if (!reason.empty()) server_.log_rejected(peer_, reason);
-  ::close(fd_);  // also leaves the epoll set
+  fd_.reset();  // also leaves the epoll set
   server_.session_closed(id_);
   stream_.reset();  // lets go of the values it still held
   out_.clear();
@@ -91,7 +88,7 @@ void Session::read_more() {
 void Session::do_read() {
   if (!readable_ || closed_ || paused_) return;
   std::string& chunk = server_.read_buf;
-  ssize_t n = ::recv(fd_, chunk.data(), chunk.size(), 0);
+  ssize_t n = ::recv(fd_.get(), chunk.data(), chunk.size(), 0);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       readable_ = false;
@@ -267,7 +264,7 @@ void Session::do_write() {
   // for the next event to report: never close here, where a caller may be delivering
   // to several sessions.
   while (writable_ && !closed_ && unsent() > 0) {
-    ssize_t n = ::send(fd_, out_.data() + out_pos_, unsent(), MSG_NOSIGNAL);
+    ssize_t n = ::send(fd_.get(), out_.data() + out_pos_, unsent(), MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "store/core/kv_state.h"
 #include "store/core/protocol.h"
 #include "store/core/reply_stream.h"
@@ -59,7 +60,7 @@ struct ServerState {
   void post(std::function<void()> fn) { posted.push_back(std::move(fn)); }
   // Accepts until the backlog is empty (EAGAIN) or the open-files limit stops it.
   void accept_all();
-  void accept_one(int fd, const std::string& peer);
+  void accept_one(UniqueFd fd, const std::string& peer);
   // Sends each released client its `00` and each watcher its notification.
   void deliver(KvState::Effects& effects);
   // Once kv has freed kTrimAfterBytes since the last trim, arms trim_at: memory goes
@@ -122,9 +123,9 @@ struct ServerState {
   }
   std::atomic<std::uint16_t> port{0};
 
-  int epfd = -1;
-  int listen_fd = -1;
-  int wake_fd = -1;  // eventfd: run_on_loop wakes the io thread
+  UniqueFd epfd;
+  UniqueFd listen_fd;
+  UniqueFd wake_fd;  // eventfd: run_on_loop wakes the io thread
   std::mutex remote_mu;
   std::vector<std::function<void()>> remote;  // guarded by remote_mu
   std::thread thread;
@@ -145,8 +146,8 @@ inline constexpr std::uint64_t kListenTag = 1, kWakeTag = 2, kFirstSessionId = 2
 // ServerState::sessions; a closed one lives to the end of the turn).
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(ServerState& server, int fd, KvState::ClientId id, std::string peer)
-      : server_(server), fd_(fd), id_(id), peer_(std::move(peer)) {}
+  Session(ServerState& server, UniqueFd fd, KvState::ClientId id, std::string peer)
+      : server_(server), fd_(std::move(fd)), id_(id), peer_(std::move(peer)) {}
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -185,7 +186,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_writable();
 
   ServerState& server_;
-  int fd_;
+  UniqueFd fd_;
   KvState::ClientId id_;
   std::string peer_;                // host:port, for log lines
   std::optional<Dialect> dialect_;  // decided by the first bytes

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "launcher/process/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace ddprun::launcher {
 std::string read_proc_file(const std::string& path) {

@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "launcher/process/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace ddprun::launcher {
 

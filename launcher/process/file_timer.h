@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "launcher/process/event_loop.h"
-#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "launcher/process/line_splitter.h"
-#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "launcher/process/descendants.h"
-#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "launcher/process/event_loop.h"
 #include "launcher/process/log_fanout.h"
 #include "launcher/process/supervisor_interface.h"
-#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 

@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "base/open_files.h"
-#include "launcher/process/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace ddprun::launcher {
 namespace {

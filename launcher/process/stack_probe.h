@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "launcher/process/event_loop.h"
-#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 

@@ -12,10 +12,10 @@
 #include <memory>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "launcher/process/event_loop.h"
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/supervisor_interface.h"
-#include "launcher/process/unique_fd.h"
 
 namespace ddprun::launcher {
 

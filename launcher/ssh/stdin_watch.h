@@ -10,7 +10,7 @@
 
 #include <thread>
 
-#include "launcher/process/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace ddprun::launcher {
 

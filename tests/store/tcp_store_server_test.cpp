@@ -1,6 +1,7 @@
 // tcp_store_server_test.cpp: TcpStoreServer on loopback with byte-level clients of both
 // dialects (raw_client.h) and the TcpStore client: framing, pipelining, waits and their
-// cancellation, bad input, limits, reset, and many connections at once.
+// cancellation, bad input, limits, reset, many connections at once, and every descriptor
+// the server and the client open closed again.
 #include "store/tcp_store_server.h"
 
 #include <dlfcn.h>
@@ -28,6 +29,7 @@
 #include "tests/support/eventually.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/raw_client.h"
+#include "tests/support/reserved_port.h"
 
 namespace ddprun::store {
 namespace {
@@ -371,6 +373,58 @@ TEST_CASE("server: connections over max_connections are closed at once", "[serve
   RawClient again(s.port);
   again.handshake();
   clients.front().expect_ping_echo(3);
+}
+
+// The descriptors this process has open (/proc/self/fd).
+std::size_t open_fd_count() {
+  std::size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+TEST_CASE("server and client: every descriptor they open is closed again", "[server][net]") {
+  {  // what a first server and client open once per process is open before counting
+    Server warm;
+    TcpStore c(client(warm.port));
+    c.set("k", "v");
+  }
+  const test::ReservedPort closed;  // bound, never listening
+  const std::size_t before = open_fd_count();
+  {
+    ServerOptions opts;
+    opts.max_connections = 2;
+    Server s(opts);  // listening, epoll and wake descriptors
+    TcpStore a(client(s.port));
+    a.set("k", "v");
+    {
+      RawClient bad(s.port);  // its session closes itself on bad input
+      bad.send(hex("7f 00 00"));
+      REQUIRE(bad.closed_by_server());
+    }
+    RawClient b(s.port);
+    b.handshake();
+    {
+      RawClient over(s.port);  // refused over max_connections: closed at once
+      CHECK(over.closed_by_server());
+    }
+    TcpStoreOptions refused = client(closed.number());
+    refused.connect_timeout = 300ms;
+    CHECK_THROWS_AS(TcpStore(refused), StoreRefusedError);  // each try's socket
+    s.server.stop();                                        // the listener, b's session
+    CHECK_THROWS_AS(a.num_keys(), StoreConnectionError);    // a gives its socket up
+  }
+  std::size_t after = 0;
+  const bool balanced = eventually(
+      [&] {
+        after = open_fd_count();
+        return after == before;
+      },
+      5s);
+  INFO("open descriptors before: " << before << ", after: " << after);
+  CHECK(balanced);
 }
 
 TEST_CASE("server: reset() closes every connection and empties the key space", "[server][net]") {

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "launcher/process/signals.h"
-#include "launcher/process/unique_fd.h"
 #include "tests/support/eventually.h"
 #include "tests/support/temp_dir.h"
 

@@ -12,6 +12,7 @@
 
 #include "tests/launcher/process/process_test_util.h"
 
+using ddprun::UniqueFd;
 using namespace ddprun::launcher;
 using namespace ddprun::launcher::test;
 

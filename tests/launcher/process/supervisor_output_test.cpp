@@ -17,6 +17,7 @@
 #include "launcher/process/supervisor.h"
 #include "tests/launcher/process/supervisor_harness.h"
 
+using ddprun::UniqueFd;
 using namespace ddprun::launcher;
 using namespace ddprun::launcher::test;
 using namespace std::chrono_literals;

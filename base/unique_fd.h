@@ -1,6 +1,7 @@
 // unique_fd.h: UniqueFd, a move-only owner of one file descriptor (and, for its users,
-// the errno helper base/sys_error.h).
-// Used by the process layer (spawn, supervisor, log fan-out, orphan guard).
+// the errno helper base/sys_error.h). Used by the process layer (spawn, supervisor, log
+// fan-out, orphan guard), the ssh launch's stdin watch and the store (its server's epoll,
+// listening and wake descriptors, each connection's socket; the client's socket).
 // Thread-safety: a UniqueFd is a plain value; one owner at a time.
 #pragma once
 
@@ -10,7 +11,7 @@
 
 #include "base/sys_error.h"
 
-namespace ddprun::launcher {
+namespace ddprun {
 
 class UniqueFd {
  public:
@@ -40,4 +41,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace ddprun::launcher
+}  // namespace ddprun
