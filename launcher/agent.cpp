@@ -410,9 +410,13 @@ RunResult Agent::run() {
     if (!config_.numa_binding.empty()) {
       numa_plan_ = plan_and_show(config_.numa_binding, config_.nproc_per_node, agent_env_);
     }
-    while (true) {
+    while (!blocked(result)) {  // read once: a later round's verdict does not list this node
       const auto info = rendezvous(result);
       if (!info) break;
+      if (const auto step = config_.preflight ? preflight(*info, result) : std::nullopt) {
+        if (*step == Step::kDone) break;
+        continue;
+      }
       try {
         supervisor_.start(prepare_attempt(*info));
       } catch (const SpawnError& e) {

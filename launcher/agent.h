@@ -134,6 +134,12 @@ class Agent {
   Step on_success(RunResult& result);
   // Ends the run: shuts the handler down (and the store it hosts) and sets the outcome.
   Step finish(RunResult& result, RunResult::Outcome outcome);
+  // --blocklist: true when this node's host is listed (it says so and finishes).
+  bool blocked(RunResult& result);
+  // --preflight (agent_preflight.cpp): checks the round before its workers start.
+  // kRendezvous when the round goes on without a bad node (or without this one: then
+  // kDone), nullopt when the workers may start.
+  std::optional<Step> preflight(const rdzv::RendezvousInfo& info, RunResult& result);
   // What the run history (torchrun's events, the run record) knows from the start.
   RunHistory::Facts history_facts() const;
 
@@ -153,6 +159,7 @@ class Agent {
   std::vector<RankPlacement> numa_plan_;       // by local rank; empty: no --numa-binding
   std::optional<RunHistory> history_;          // made when run() starts
   std::optional<rdzv::RendezvousInfo> round_;  // the last round formed (events)
+  bool preflight_passed_ = false;              // this node passed --preflight in a round
   // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT set: each attempt's D-state watch.
   std::optional<double> dstate_timeout_s_;
   std::optional<DStateWatch> dstate_watch_;

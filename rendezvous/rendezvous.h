@@ -37,6 +37,8 @@ struct RendezvousInfo {
   // host name does not resolve to one of its addresses) in a round spanning machines;
   // "" = leave it to PyTorch (and a user's value is always kept).
   std::string gloo_socket_ifname;
+  // This node's address as its peers reach it (what it published); "" for one node.
+  std::string node_address;
 };
 
 // The rendezvous backends (--rdzv-backend); parse_backend() in registry.h reads the name.
@@ -152,6 +154,10 @@ class RendezvousHandler {
   // budget and the watch's blind ticks); 0 where it has no peers to judge. A worker that
   // failed because a peer's went away may wait this long for needs_new_round_now().
   virtual std::chrono::milliseconds peer_loss_bound() { return std::chrono::milliseconds(0); }
+
+  // True when this agent hosts the rendezvous store itself (c10d's endpoint host): it
+  // cannot leave the job without ending it for every node (--preflight keeps it in).
+  virtual bool hosts_rendezvous_store() const { return false; }
 
   // The current round's job-wide channel (job_board.h), for the agent thread; nullptr
   // where there is none (one node: nothing to share) or no round runs. Valid until

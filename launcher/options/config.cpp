@@ -10,6 +10,7 @@
 
 #include "base/text.h"
 #include "launcher/options/option_values.h"
+#include "launcher/preflight/blocklist.h"
 #include "launcher/process/signals.h"
 #include "rendezvous/registry.h"
 
@@ -312,6 +313,28 @@ void read_watchdogs(const RawOptions& raw, const HostFacts& host, LaunchConfig& 
                        "' is neither 'torchrun' (every failure exits 1) nor 'classes'");
     }
     c.exit_code_classes = *e == "classes";
+  }
+  c.preflight = raw.flags.count("preflight") > 0;
+  if (const auto* f = find(raw.values, "preflight_slow_factor")) {
+    const auto v = to_double(*f);
+    if (!v || *v <= 1 || *v > 1e6) {
+      throw UsageError("--preflight-slow-factor: '" + *f +
+                       "' is not a number above 1 (how many times the median is slow)");
+    }
+    c.preflight_slow_factor = *v;
+  }
+  if (const auto* t = find(raw.values, "preflight_timeout")) {
+    c.preflight_timeout_s = std::min(seconds_value("--preflight-timeout", *t), 1e6);
+    if (c.preflight_timeout_s < 1) throw UsageError("--preflight-timeout: at least 1 second");
+  }
+  if (const auto* b = find(raw.values, "blocklist")) {
+    if (b->empty()) throw UsageError("--blocklist: an empty path");
+    try {
+      preflight::read_blocklist(*b);  // unreadable: say so before joining anything
+    } catch (const preflight::BlocklistError& e) {
+      throw UsageError(e.what());
+    }
+    c.blocklist_file = *b;
   }
   if (const auto* r = find(raw.values, "record_file")) {
     if (r->empty()) throw UsageError("--record-file: an empty path");

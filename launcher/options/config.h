@@ -108,6 +108,12 @@ struct LaunchConfig {
 
   // ddprun's watchdogs (docs/usage.md): --stall-timeout / PET_STALL_TIMEOUT, 0: off.
   double stall_timeout_s = 0;
+  // The pre-flight check (docs/preflight.md): --preflight, --preflight-slow-factor (> 1),
+  // --preflight-timeout; --blocklist FILE ("": none), read once at start.
+  bool preflight = false;
+  double preflight_slow_factor = 3;
+  double preflight_timeout_s = 120;
+  std::string blocklist_file;
   // --exit-codes classes (PET_EXIT_CODES): one exit status per class of failure
   // (exit_status.h); false: torchrun's (every failure exits 1).
   bool exit_code_classes = false;

@@ -92,6 +92,16 @@ constexpr OptionDef kOptions[] = {
     {"--stall-timeout,--stall_timeout", "stall_timeout", false, kLaunch,
      "Seconds without progress (CPU time or output) of every worker after which ddprun dumps "
      "their Python stacks and handles it as a failure (default 0: off)"},
+    // Bad nodes (issue 34): the pre-flight check and the block-list (docs/preflight.md).
+    {"--preflight", "preflight", true, kLaunch,
+     "Before the workers start, check every node (import torch, each device, a collective "
+     "with the other nodes); leave out or stop on a bad node (default: off)"},
+    {"--preflight-slow-factor,--preflight_slow_factor", "preflight_slow_factor", false, kLaunch,
+     "With --preflight: a node this many times slower than the median is bad (default 3)"},
+    {"--preflight-timeout,--preflight_timeout", "preflight_timeout", false, kLaunch,
+     "With --preflight: seconds the check may take on a node (default 120)"},
+    {"--blocklist", "blocklist", false, kLaunch,
+     "Keep the hosts --preflight finds bad in FILE; a host listed there does not join"},
     {"--record-file,--record_file", "record_file", false, kLogs,
      "Write the run record (JSON: rounds, attempts, failures, the job's root cause and "
      "stall verdict, exit class) to FILE when the run ends (default: none)"},
@@ -143,6 +153,9 @@ const char* metavar(const std::string& dest) {
       {"signals_to_handle", "SIG,..."},
       {"shutdown_timeout", "SECONDS"},
       {"stall_timeout", "SECONDS"},
+      {"preflight_slow_factor", "FACTOR"},
+      {"preflight_timeout", "SECONDS"},
+      {"blocklist", "FILE"},
       {"exit_codes", "torchrun|classes"},
       {"record_file", "FILE"},
       {"hostfile", "FILE"},

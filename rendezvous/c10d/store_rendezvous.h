@@ -103,6 +103,7 @@ class StoreRendezvous final : public RoundHandlerBase {
   std::string new_round_reason();
   std::string cut_off() override;
   std::chrono::milliseconds peer_loss_bound() override;
+  bool hosts_rendezvous_store() const override { return hosts_store(); }
 
  private:
   // RoundHandlerBase's parts: "rendezvous '<id>' (<backend> at <endpoint>)", the round

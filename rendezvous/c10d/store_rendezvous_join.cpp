@@ -133,6 +133,7 @@ std::optional<RendezvousInfo> StoreRendezvous::try_slot(int r, int slot,
                                std::to_string(r));
   }
   info.gloo_socket_ifname = gloo_socket_ifname(*plan);
+  info.node_address = config_.round.advertise_addr;
   info.master_addr = master->host;
   info.master_port = static_cast<std::uint16_t>(master->port);
   enter_round(r, slot, n, info);

@@ -296,6 +296,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
   info.master_addr = master->host;
   info.master_port = static_cast<std::uint16_t>(master->port);
   info.gloo_socket_ifname = gloo_socket_ifname(mine);
+  info.node_address = config_.round.advertise_addr;
   session_.enter_round(s.round, s.members);  // its thread starts watching the round
   board_ = std::make_unique<EtcdJobBoard>(client_, keys_, s.round,
                                           static_cast<int>(me - s.members.begin()),

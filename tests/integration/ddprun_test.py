@@ -1507,5 +1507,66 @@ def run_record_validates(job):
     check(rc == 0 and "cannot write the run record /nonexistent-dir/rec.json" in err,
           "an unwritable record path is a warning", out, err)
 
+
+def _slow_site(job):
+    """A sitecustomize that hangs every interpreter started with this PYTHONPATH at start
+    (as an import from a dead NFS mount does): the pre-flight check's hang fixture."""
+    site = os.path.join(job.dir, "hang_site")
+    os.makedirs(site)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write("import time\ntime.sleep(300)\n")
+    return {"PYTHONPATH": site}
+
+
+def _preflight_processes(job):
+    return [(pid, cmd) for pid, cmd in _processes_with(job.dir) if "preflight.py" in cmd]
+
+
+def _processes_with(text):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace").replace("\0", " ")
+        except OSError:
+            continue
+        if text in cmd and int(pid) != os.getpid():
+            found.append((int(pid), cmd))
+    return found
+
+
+@test()
+def preflight_check_that_hangs_is_bounded(job):
+    """Issue 34: the check's interpreter hangs at start; --preflight-timeout 3 bounds it:
+    ddprun names what happened and exits 1 within seconds, no worker started, nothing left."""
+    start = time.monotonic()
+    rc, out, err = job.run(["--preflight", "--preflight-timeout=3", "--nproc-per-node=1",
+                            *job.probe()], env=_slow_site(job), timeout=60)
+    took = time.monotonic() - start
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    check("BAD: the check found nothing within 3 s" in err, "the table says why", err)
+    check("the job stops before its workers start" in err, "one line says what ddprun does", err)
+    check(took < 30, f"bounded by the check's timeout: took {took:.1f} s", err)
+    check(not job.envs(), "no worker ran", job.envs())
+    poll(lambda: not _preflight_processes(job), 10, "no check process left")
+
+
+@test()
+def preflight_stopped_by_sigterm(job):
+    """Issue 34: SIGTERM while the check runs: the check is stopped at once, ddprun says so
+    and exits 1; nothing is left."""
+    p = job.start(["--preflight", "--nproc-per-node=1", *job.probe()], env=_slow_site(job))
+    poll(lambda: _preflight_processes(job), 30, "the check runs")
+    start = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    took = time.monotonic() - start
+    check(p.returncode == 1, f"ddprun exited {p.returncode}", err)
+    check("received SIGTERM during the pre-flight check" in err and "stopped by SIGTERM" in err,
+          "ddprun says so", err)
+    check(took < 10, f"stopped at once: took {took:.1f} s", err)
+    poll(lambda: not _preflight_processes(job), 10, "no check process left")
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, Job))

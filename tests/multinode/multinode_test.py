@@ -652,6 +652,98 @@ def exit_code_classes_node_lost(c):
     check(rc == 3, f"node 0 exited {rc}, expected 3 (infrastructure)", c.logs())
 
 
+def venv_without_torch(c):
+    """A virtual environment of the tier's interpreter without torch (no system site
+    packages): the python of an activated env that lacks it, as users meet it."""
+    path = os.path.join(c.dir, "venv_without_torch")
+    subprocess.run([blackbox.PYTHON, "-m", "venv", "--without-pip", path], check=True)
+    return os.path.join(path, "bin", "python")
+
+
+@test(every_tier=True)
+def preflight_passes_then_workers_run(c):
+    """Issue 34: 3 nodes, --preflight: the check runs once with the tier's torch (its
+    TCPStore client on the workers' store, gloo's all_reduce and ring transfers), node 0
+    prints the whole table (every node ok, a collective and link time each), and the
+    workers then train in the same round: one round, no restart."""
+    port = c.reserve_port()
+    agents = [c.start(f"node{i}", c10d_args(i, port, 3, "pf_ok", ["--preflight"]))
+              for i in range(3)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+        check(len(a.records()) == 1 and a.records()[0]["allreduce_ok"], "one round", c.logs())
+    tables = [a.text() for a in agents if "pre-flight check passed on 3 node(s)" in a.text()]
+    check(len(tables) == 1, "node 0 prints the table", c.logs())
+    rows = [l for l in tables[0].splitlines() if l[:1].isdigit()]
+    check(len(rows) == 3 and all(l.rstrip().endswith(" ok") for l in rows), "3 rows, all ok",
+          tables[0])
+    check(all(l.count(" s ") >= 4 for l in rows), "import, device, collective and link times",
+          tables[0])
+
+
+@test
+def preflight_bad_python_left_out_spare_takes_its_place(c):
+    """Issue 34: --nnodes 2:3 --preflight, three nodes form a round; node1's PYTHON_EXEC
+    cannot import torch. Every node's table names node1 (127.0.0.2) and why; node1 leaves
+    the job (exit 3 with --exit-codes classes), and the others go on in a new round that a
+    fourth node, started once the verdict is out, joins (at once or as a membership
+    change), its check run then: the workers run in a world of 3 on nodes 0, 2 and 3."""
+    port = c.reserve_port()
+    extra = ["--preflight", "--exit-codes=classes", "--max-restarts=0", "--log-dir", c.dir]
+    bad = {"PYTHON_EXEC": venv_without_torch(c)}
+    wargs = ["--until-world", "3"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "pf_spare", extra), wargs,
+                      env=bad if i == 1 else None) for i in range(3)]
+    poll(lambda: "pre-flight check found 1 bad node" in agents[0].text(), 90, "the verdict",
+         c.logs)
+    agents.append(c.start("node3", c10d_args(3, port, "2:3", "pf_spare", extra), wargs))
+    check(agents[1].wait(120) == 3, "node1 exits 3 (infrastructure)", c.logs())
+    for i in (0, 2, 3):
+        check(agents[i].wait(150) == 0, f"node{i} failed", c.logs())
+    for i in (0, 2):
+        text = agents[i].text()
+        check("BAD: import torch: ModuleNotFoundError: No module named 'torch'" in text
+              and "(127.0.0.2)" in text, f"node{i}'s table names node1 and why", text)
+        check("the job goes on without the bad node(s)" in text, f"node{i} goes on", text)
+    check("this node is left out of the job" in agents[1].text(), "node1 says it leaves",
+          agents[1].text())
+    check(not agents[1].records(), "node1 ran no worker", agents[1].records())
+    worlds = sorted((a.records()[-1]["WORLD_SIZE"], a.name) for i, a in enumerate(agents) if i != 1)
+    check([w for w, _ in worlds] == ["3", "3", "3"], f"a world of 3 without node1: {worlds}",
+          c.logs())
+    passed = [a.name for a in agents if "pre-flight check passed on 3 node(s)" in a.text()]
+    check(len(passed) == 1, f"the spare's round was checked; node 0 shows the table: {passed}",
+          c.logs())
+
+
+@test
+def preflight_fixed_nnodes_stops_and_blocklist_keeps_out(c):
+    """Issue 34: --nnodes 3 --preflight --blocklist FILE; node1 cannot import torch. No
+    room to leave it out: every node stops before its workers start, naming node1, and
+    exits 3; the block-list then lists 127.0.0.2, and node1's next launch does not join
+    (one line naming the file and why) while the two others wait as before."""
+    port = c.reserve_port()
+    blocklist = os.path.join(c.dir, "bad-hosts")
+    extra = ["--preflight", "--exit-codes=classes", f"--blocklist={blocklist}"]
+    bad = {"PYTHON_EXEC": venv_without_torch(c)}
+    agents = [c.start(f"node{i}", c10d_args(i, port, 3, "pf_fixed", extra),
+                      env=bad if i == 1 else None) for i in range(3)]
+    for a in agents:
+        check(a.wait(120) == 3, f"{a.name} exits 3 (infrastructure)", c.logs())
+        check("the job stops before its workers start" in a.text()
+              and "(127.0.0.2) is bad: import torch" in a.text(), f"{a.name} names node1",
+              a.text())
+        check(not a.records(), f"{a.name} started no worker", a.records())
+    with open(blocklist) as f:
+        lines = [l.split() for l in f.read().splitlines()]
+    check([l[0] for l in lines] == ["127.0.0.2"] and "import" in lines[0][2:],
+          "the block-list names node1 once, with a time and why", lines)
+    again = c.start("node1_again", c10d_args(1, port, 3, "pf_fixed2", extra), env=bad)
+    check(again.wait(30) == 3, "a blocked host exits 3", again.text())
+    check(f"is on the block-list {blocklist} since " in again.text()
+          and "import torch" in again.text(), "one line naming the file and why", again.text())
+
+
 def _listening(port):
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):

@@ -330,5 +330,30 @@ def store_host_isolated_while_forming(c):
         net.close()
 
 
+@test
+def preflight_names_a_slow_link_and_leaves_it_out(c):
+    """Issue 34: 4 hosts, --nnodes 3:4 --preflight; node 3's link shaped to 50 Mbit/s
+    (tc tbf both ways). The check's ring transfers (16 MiB each way with each neighbour)
+    reach and leave node 3 slowly: every node's verdict names node 3 and its links against
+    the median; node 3 leaves the job and the three others train in a world of 3."""
+    net = hosts(4)
+    try:
+        net.rate_limit(3, "50mbit")
+        job = Job(c, net, "3:4", "pf_slow", ["--steps", "3"],
+                  extra=["--preflight", "--exit-codes=classes"])
+        rcs = job.wait([0, 1, 2, 3], 180)
+        check(rcs == {0: 0, 1: 0, 2: 0, 3: 3}, f"exit codes {rcs}", c.logs)
+        for i in range(4):
+            fault_line(job, i, f"({Netns.addr(3)}) is bad: its links took ")
+        for i in range(3):
+            worlds = {r["dist_world"] for r in job.agents[i].records()}
+            check(worlds == {3}, f"node{i} trained in a world of 3: {worlds}", c.logs)
+        check(not job.agents[3].records(), "node 3 ran no worker", c.logs)
+        job.nothing_left()
+    finally:
+        c.close()
+        net.close()
+
+
 if __name__ == "__main__":
     sys.exit(suite.main(sys.argv, Cluster))

@@ -17,14 +17,16 @@ WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 class Agent:
     def __init__(self, cluster, name, args, worker_args, prefix=(), gloo_ifname=True,
-                 script=WORKER):
+                 script=WORKER, env=None):
         self.name = name
         self.out = os.path.join(cluster.dir, name)
         os.makedirs(self.out, exist_ok=True)
         self.log = os.path.join(cluster.dir, name + ".log")
         # The output directory goes by environment: every node runs the same command.
+        env_extra = env
         env = blackbox.job_environment(drop=(*blackbox.LAUNCHER_VARIABLES, "MASTER_"),
                                        TMPDIR=cluster.dir, MN_OUT=self.out)
+        env.update(env_extra or {})
         if prefix and gloo_ifname:
             env["GLOO_SOCKET_IFNAME"] = "mn0"  # gloo would resolve the host name otherwise
         self.proc = cluster.start_process([*prefix, cluster.ddprun, *args, script, *worker_args],
@@ -54,8 +56,10 @@ class Cluster(blackbox.Workspace):
         super().__init__(ddprun, "ddprun_mn_")
         self.agents = []
 
-    def start(self, name, args, worker_args=(), prefix=(), gloo_ifname=True, script=WORKER):
-        a = Agent(self, name, args, list(worker_args), prefix, gloo_ifname, script)
+    def start(self, name, args, worker_args=(), prefix=(), gloo_ifname=True, script=WORKER,
+              env=None):
+        """`env`: more environment for this agent (PYTHON_EXEC of its own, ...)."""
+        a = Agent(self, name, args, list(worker_args), prefix, gloo_ifname, script, env)
         self.agents.append(a)
         return a
 

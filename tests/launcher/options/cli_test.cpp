@@ -322,6 +322,20 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
       {{"--shutdown-timeout=-3", "train.py"}, "--shutdown-timeout"},
       {{"--stall-timeout=soon", "train.py"}, "--stall-timeout: expected a non-negative number"},
       {{"--start-method=thread", "train.py"}, "--start-method"},
+      {{"--preflight-slow-factor=0", "train.py"}, "--preflight-slow-factor: '0' is not"},
+      {{"--preflight-slow-factor=-2", "train.py"}, "--preflight-slow-factor: '-2' is not"},
+      {{"--preflight-slow-factor=1", "train.py"}, "a number above 1"},
+      {{"--preflight-slow-factor=fast", "train.py"}, "--preflight-slow-factor: 'fast'"},
+      {{"--preflight-slow-factor=nan", "train.py"}, "--preflight-slow-factor: 'nan'"},
+      {{"--preflight-timeout=0", "train.py"}, "--preflight-timeout: at least 1 second"},
+      {{"--preflight-timeout=-1", "train.py"}, "--preflight-timeout"},
+      {{"--preflight-timeout=soon", "train.py"}, "--preflight-timeout"},
+      {{"--blocklist=", "train.py"}, "--blocklist: an empty path"},
+      {{"--blocklist=/", "train.py"}, "--blocklist /: not a regular file"},
+      {{"--blocklist=/etc/passwd/x", "train.py"}, "--blocklist /etc/passwd/x: Not a directory"},
+      {{"train.py"},
+       "PET_PREFLIGHT_SLOW_FACTOR (--preflight-slow-factor)",
+       {{"PET_PREFLIGHT_SLOW_FACTOR", "0.5"}}},
       {{"--numa-binding=", "train.py"}, "--numa-binding: invalid choice ''"},
       {{"--numa_binding=", "train.py"}, "--numa-binding: invalid choice ''"},
       {{"--numa=", "train.py"}, "--numa-binding: invalid choice ''"},
@@ -355,6 +369,27 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
     CHECK(out.text.find('\n') == std::string::npos);
     CHECK(!out.text.empty());
   }
+}
+
+TEST_CASE("preflight options: --preflight and its settings, PET_ forms, --blocklist read at start",
+          "[cli]") {
+  const LaunchConfig off = ok({"train.py"});
+  CHECK_FALSE(off.preflight);
+  CHECK(off.preflight_slow_factor == 3);
+  CHECK(off.preflight_timeout_s == 120);
+  CHECK(off.blocklist_file.empty());
+  const LaunchConfig on =
+      ok({"--preflight", "--preflight-slow-factor=1.5", "--preflight_timeout=30", "train.py"});
+  CHECK(on.preflight);
+  CHECK(on.preflight_slow_factor == 1.5);
+  CHECK(on.preflight_timeout_s == 30);
+  CHECK(ok({"train.py"}, {{"PET_PREFLIGHT", "1"}, {"PET_PREFLIGHT_SLOW_FACTOR", " 4 "}})
+            .preflight_slow_factor == 4);
+  ddprun::test::TempDir dir;
+  // A file that does not exist yet is an empty block-list (the check writes it).
+  CHECK(ok({"--blocklist", dir.str() + "/new", "train.py"}).blocklist_file == dir.str() + "/new");
+  const std::string listed = dir.write("bad-hosts", "# hosts\ngpu-07 2026-11-29T01:00:00Z slow\n");
+  CHECK(ok({"--blocklist", listed, "train.py"}).blocklist_file == listed);
 }
 
 TEST_CASE("an empty value after '=' is the value, never the next argument", "[cli]") {
