@@ -77,10 +77,10 @@ class Program {
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
 
-  // Serves the Supervisor for up to kPoll: the program's exit, a signal. False once a
+  // Serves the Supervisor for up to `wait`: the program's exit, a signal. False once a
   // signal arrived (signo()).
-  bool pump() {
-    const SupervisorEvent ev = c_.supervisor.next_event(kPoll);
+  bool pump(Ms wait = kPoll) {
+    const SupervisorEvent ev = c_.supervisor.next_event(wait);
     switch (ev.kind) {
       case Kind::kWorkerExited:
         if (ev.exit.failed()) exited(ev.exit);
@@ -174,35 +174,34 @@ class Program {
 
 // Shares `mine` as `prefix<node>` and returns every node's, by node ("" for a node silent
 // until `deadline`). Serves the program (or, without one running, the signals) meanwhile;
-// nullopt when a signal arrived (`signo`).
+// nullopt when a signal arrived (`signo`). Waits on one counter (one round trip a look,
+// less often the larger the round), then reads the values in one wait and one read.
 std::optional<std::vector<std::string>> exchange(const Context& c, Program* program,
-                                                 const std::string& prefix, const std::string& mine,
+                                                 const std::string& prefix,
+                                                 const std::string& mine,
                                                  Clock::time_point deadline, int& signo) {
   const int n = c.info.group_world_size;
   std::vector<std::string> names;
   for (int i = 0; i < n; ++i) names.push_back(prefix + std::to_string(i));
   c.board->set(names[static_cast<std::size_t>(c.info.group_rank)], mine);
-  while (true) {
-    const auto values = c.board->get(names, Ms(0));
-    const bool all = std::all_of(values.begin(), values.end(), [](auto& v) { return v; });
-    if (all || Clock::now() >= deadline) {
-      std::vector<std::string> out;
-      for (const auto& v : values) out.push_back(v.value_or(""));
-      return out;
-    }
+  std::int64_t shared = c.board->add(prefix + "count", 1);
+  const Ms look = kPoll * (1 + n / 64);
+  while (shared < n && Clock::now() < deadline) {
     if (program != nullptr && program->running()) {
-      if (!program->pump()) {
+      if (!program->pump(look)) {
         signo = program->signo();
         return std::nullopt;
       }
-      continue;
-    }
-    const SupervisorEvent ev = c.supervisor.next_event(kPoll);  // nothing runs: signals only
-    if (ev.kind == Kind::kSignal) {
-      signo = ev.signo;
+    } else if (const SupervisorEvent ev = c.supervisor.next_event(look); ev.kind == Kind::kSignal) {
+      signo = ev.signo;  // nothing runs: signals only
       return std::nullopt;
     }
+    shared = c.board->add(prefix + "count", 0);
   }
+  const auto values = c.board->get(names, shared >= n ? kReadWait : Ms(0));
+  std::vector<std::string> out;
+  for (const auto& v : values) out.push_back(v.value_or(""));
+  return out;
 }
 
 std::vector<NodeResult> results(const std::vector<std::string>& values, Ms waited) {

@@ -155,7 +155,7 @@ TEST_CASE("preflight: who can be left out", "[preflight]") {
   CHECK(judge(one, {}).action == Action::kStop);
 }
 
-TEST_CASE("preflight: the shared verdict round-trips; a corrupt one stops the job", "[preflight]") {
+TEST_CASE("preflight: the shared verdict round-trips, a corrupt one stops the job", "[preflight]") {
   auto nodes = ring(3);
   nodes[0].missing = "gone";
   const Verdict v = judge(nodes, {.slow_factor = 3, .min_nodes = 2, .waiting = 0});

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
-from cluster import Cluster  # noqa: E402
+from cluster import Cluster, venv_without_torch  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
@@ -262,6 +262,26 @@ def etcd_stall_judged_job_wide(c):
         check(len(found) == 1 and "rank 1 on " in found[0]
               and "ValueError: boom on the last rank" in found[0], f"{a.name}: root cause",
               c.logs())
+
+
+@test
+def etcd_preflight_leaves_a_bad_node_out(c):
+    """Issue 34 over etcd-v3 (the findings and the verdict on etcd's board): --nnodes 2:3
+    --preflight, node1's python cannot import torch: every node names it, node1 leaves
+    (its lease revoked), and nodes 0 and 2 train in a world of 2 without a restart."""
+    etcd = EtcdCluster(c, 1)
+    eps = etcd.endpoints()
+    extra = ["--preflight", "--exit-codes=classes", "--max-restarts=0"]
+    bad = {"PYTHON_EXEC": venv_without_torch(c)}
+    agents = [c.start(f"node{i}", etcd_args(i, eps, "2:3", "pf_etcd", extra),
+                      env=bad if i == 1 else None) for i in range(3)]
+    check(agents[1].wait(120) == 3, "node1 exits 3 (infrastructure)", c.logs())
+    for i in (0, 2):
+        check(agents[i].wait(120) == 0, f"node{i} failed", c.logs())
+        check("(127.0.0.2) is bad: import torch: ModuleNotFoundError" in agents[i].text(),
+              f"node{i} names node1", c.logs())
+        worlds = {r["WORLD_SIZE"] for r in agents[i].records()}
+        check(worlds == {"2"}, f"node{i} trained in a world of 2: {worlds}", c.logs())
 
 
 @test(needs_torch=False)

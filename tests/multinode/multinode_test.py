@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
 import cluster  # noqa: E402
-from cluster import Cluster  # noqa: E402
+from cluster import Cluster, venv_without_torch  # noqa: E402
 from netns import Netns, netns_or_skip  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
@@ -650,14 +650,6 @@ def exit_code_classes_node_lost(c):
     agents[1].kill()
     rc = agents[0].wait(90)
     check(rc == 3, f"node 0 exited {rc}, expected 3 (infrastructure)", c.logs())
-
-
-def venv_without_torch(c):
-    """A virtual environment of the tier's interpreter without torch (no system site
-    packages): the python of an activated env that lacks it, as users meet it."""
-    path = os.path.join(c.dir, "venv_without_torch")
-    subprocess.run([blackbox.PYTHON, "-m", "venv", "--without-pip", path], check=True)
-    return os.path.join(path, "bin", "python")
 
 
 @test(every_tier=True)

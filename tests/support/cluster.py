@@ -51,6 +51,15 @@ class Agent:
             pass
 
 
+def venv_without_torch(c):
+    """A virtual environment of the tier's interpreter without torch (no system site
+    packages) in workspace `c`: the python of an activated env that lacks it, as users meet
+    it (the pre-flight tests' bad node)."""
+    path = os.path.join(c.dir, "venv_without_torch")
+    subprocess.run([blackbox.PYTHON, "-m", "venv", "--without-pip", path], check=True)
+    return os.path.join(path, "bin", "python")
+
+
 class Cluster(blackbox.Workspace):
     def __init__(self, ddprun):
         super().__init__(ddprun, "ddprun_mn_")
