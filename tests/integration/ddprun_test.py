@@ -171,9 +171,10 @@ def failure_report_with_traceback(job):
     check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
     root = lines[lines.index("Root Cause (first observed failure):"):]
     ef = [l for l in root if l.startswith("  error_file: ")]
-    # Read for the report (the traceback above), then removed with the default log dir.
-    check(ef and ef[0].endswith("/attempt_0/1/error.json") and not os.path.exists(ef[0][14:]),
-          "error_file", err)
+    # Read for the report (the traceback above), and kept with the default log dir after
+    # a failure, as torchrun keeps it (issue 31 11b): the path the report names is there.
+    check(ef and ef[0].endswith("/attempt_0/1/error.json") and
+          "rank 1 failed on purpose" in read_text(ef[0][14:]), "error_file", err)
     check("=" * 60 in lines, "border", err)
 
 
@@ -1068,12 +1069,20 @@ def terminal_modes_restored(job):
 
 @test()
 def default_log_dir_removed(job):
+    """Removed after a run whose workers all succeeded and wrote no log file; kept, as
+    torchrun's, after a failure (issue 31: the attempt folders hold the error files) and
+    when -r/-t wrote log files there."""
+    rc, out, err = job.run(["--nproc-per-node=1", *job.probe("print=x")])
+    check(rc == 0 and not torchelastic_dirs(job), "left behind after success", err)
     rc, out, err = job.run(["--nproc-per-node=2", *job.probe("rank=1", "exit=3")])
     check(rc == 1, f"ddprun exited {rc}", err)
     check("exitcode  : 3" in err, "no failure report", err)
-    check(not torchelastic_dirs(job), f"left behind: {torchelastic_dirs(job)}")
-    rc, out, err = job.run(["--nproc-per-node=1", *job.probe("print=x")])
-    check(rc == 0 and not torchelastic_dirs(job), "left behind after success", err)
+    kept = torchelastic_dirs(job)
+    check(len(kept) == 1, f"not kept after a failure: {kept}", err)
+    (run,) = os.listdir(os.path.join(job.dir, kept[0]))
+    check(sorted(os.listdir(os.path.join(job.dir, kept[0], run, "attempt_0"))) == ["0", "1"],
+          "the attempt's rank folders", err)
+    shutil.rmtree(os.path.join(job.dir, kept[0]))
     rc, out, err = job.run(["--nproc-per-node=1", "-r", "1", *job.probe("print=kept")])
     check(rc == 0 and len(torchelastic_dirs(job)) == 1, "redirected output not kept", err)
     check("worker logs kept in" in err, "no notice naming the kept directory", err)

@@ -50,12 +50,11 @@ LAUNCHERS = ("torchrun", "ddprun")
 # Issue 31's open items that a check below marks: the check asserts torchrun 2.14's
 # behaviour and fails today; it is an expected failure until the item's fix lands.
 XFAIL = {
-    # Items 1, 2, 5, 6, 9, 10, 11 (with -t/-r), 13 (--no-python) and 20 (`--`) are fixed,
-    # and so is N1, found by this suite (one node without --master-port, --standalone
-    # too: the workers' MASTER_ADDR is socket.getfqdn(), as torchrun's): their checks
-    # count like any other.
-    "11b": "without -t/-r torchrun still makes the default torchelastic_* dir's "
-           "attempt_<N>/<rank>/ folders (for error files); ddprun makes none",
+    # Items 1, 2, 5, 6, 9, 10, 11 (11b too: without -t/-r the default dir's attempt
+    # folders stay after a failure), 13 (--no-python) and 20 (`--`) are fixed, and so is
+    # N1, found by this suite (one node without --master-port, --standalone too: the
+    # workers' MASTER_ADDR is socket.getfqdn(), as torchrun's): their checks count like
+    # any other.
 }
 
 # What workers get that differs on purpose (docs/usage.md, "What still differs"):
@@ -423,7 +422,7 @@ def worker_exit_1(ws):
     runs = ws.both(["--nproc-per-node=2", *ws.probe("rank=1", "exit=1", "sleep")])
     ws.same_exit(runs)
     ws.same_report(runs)
-    ws.same_layout(runs, item="11b")
+    ws.same_layout(runs)
     # The log lines that log scrapers match (2.14's api.py and launcher/api.py).
     for line in ("failed (exitcode: 1) local_rank: 1 (pid: ",
                  "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"):
