@@ -1001,14 +1001,10 @@ def partial_line_reaches_console(job):
     check(out == b"[default0]:prompt> answer\n", "a continued line, prefixed once", out, err)
 
 
-@test()
-def worker_sees_a_terminal(job):
-    """Issue 21: ddprun run on a terminal (a pty): the shown worker's stdin, stdout and
-    stderr are terminals, and input() reads a line typed to ddprun's terminal (stdin reaches
-    the one rank --local-ranks-filter shows; the hidden one reads /dev/null)."""
-    worker = os.path.join(WORKERS, "prompt.py")
-    argv = [job.ddprun, "--nproc-per-node=2", "--local-ranks-filter=0", worker, job.out,
-            "input"]
+def on_a_terminal(job, argv, talk, after=lambda fd: None):
+    """Runs ddprun (`argv`) with a new pty as its terminal; `talk(fd)` reads (and types)
+    on the pty's master and returns what it read. Once ddprun has ended: (its exit code,
+    what talk() read, after(fd)), `after` looking at the pty before it is closed."""
     pid, fd = pty.fork()
     if pid == 0:
         try:
@@ -1017,22 +1013,55 @@ def worker_sees_a_terminal(job):
         finally:
             os._exit(127)
     try:
-        out, _ = read_until(fd, b"name? ", 60)
-        os.write(fd, b"hello\n")
-        out, _ = read_until(fd, b"got hello", 30, out)
+        out = talk(fd)
         _, status = os.waitpid(pid, 0)
         pid = 0
-        check(os.waitstatus_to_exitcode(status) == 0, f"ddprun ended with {status}", out)
+        return os.waitstatus_to_exitcode(status), out, after(fd)
     finally:
         if pid:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
+
+
+@test()
+def worker_sees_a_terminal(job):
+    """Issue 21: ddprun run on a terminal (a pty): the shown worker's stdin, stdout and
+    stderr are terminals, and input() reads a line typed to ddprun's terminal (stdin reaches
+    the one rank --local-ranks-filter shows; the hidden one reads /dev/null)."""
+    worker = os.path.join(WORKERS, "prompt.py")
+    argv = [job.ddprun, "--nproc-per-node=2", "--local-ranks-filter=0", worker, job.out,
+            "input"]
+
+    def talk(fd):
+        out, _ = read_until(fd, b"name? ", 60)
+        os.write(fd, b"hello\n")
+        return read_until(fd, b"got hello", 30, out)[0]
+    rc, out, _ = on_a_terminal(job, argv, talk)
+    check(rc == 0, f"ddprun exited {rc}", out)
     facts = {r: json.loads(read_text(os.path.join(job.out, f"tty.{r}.json"))) for r in (0, 1)}
     check(facts[0]["stdin"] and facts[0]["stdout"] and facts[0]["stderr"],
           "rank 0 sees a terminal", facts)
     check(facts[1]["stdin_target"] == "/dev/null" and not facts[1]["stdout"],
           "the hidden rank reads /dev/null and writes to its log", facts)
+
+
+@test()
+def tee_streams_stay_pipes_on_a_terminal(job):
+    """Issue 31 item 12: ddprun on a terminal with -t 1: the worker's stdout, tee'd to
+    stdout.log, is a pipe (no colours or '\\r' progress bars in the file, as torchrun's);
+    its stderr, which goes to the console alone, is a terminal."""
+    logs = os.path.join(job.dir, "logs")
+    argv = [job.ddprun, "--nproc-per-node=1", "-t", "1", "--log-dir", logs,
+            os.path.join(WORKERS, "prompt.py"), job.out, "facts"]
+    rc, out, _ = on_a_terminal(job, argv, lambda fd: read_until(fd, b"[default0]:done", 60)[0])
+    check(rc == 0, f"ddprun exited {rc}", out)
+    facts = json.loads(read_text(os.path.join(job.out, "tty.0.json")))
+    check(not facts["stdout"], "the tee'd stdout is a pipe", facts)
+    check(facts["stderr"], "stderr, on the console alone, is a terminal", facts)
+    (run,) = os.listdir(logs)
+    check(read_text(os.path.join(logs, run, "attempt_0", "0", "stdout.log")) == "done\n",
+          "stdout.log", facts)
 
 
 @test()
@@ -1043,25 +1072,14 @@ def terminal_modes_restored(job):
     import termios
     argv = [job.ddprun, "--nproc-per-node=1", "--no-python", PYTHON, "-c",
             "import sys, tty; tty.setraw(0); print('raw', flush=True); sys.exit(1)", job.token]
-    pid, fd = pty.fork()
-    if pid == 0:
-        try:
-            os.chdir(job.dir)
-            os.execve(job.ddprun, argv, job.env)
-        finally:
-            os._exit(127)
-    try:
-        before = termios.tcgetattr(fd)[3]
-        out, _ = read_until(fd, b"raw", 60)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        check(os.waitstatus_to_exitcode(status) == 1, f"ddprun ended with {status}", out)
-        lflag = termios.tcgetattr(fd)[3]
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
+    seen = []
+
+    def talk(fd):
+        seen.append(termios.tcgetattr(fd)[3])
+        return read_until(fd, b"raw", 60)[0]
+    rc, out, lflag = on_a_terminal(job, argv, talk, lambda fd: termios.tcgetattr(fd)[3])
+    check(rc == 1, f"ddprun exited {rc}", out)
+    before = seen[0]
     want = termios.ICANON | termios.ECHO
     check(before & want == want, f"the pty started cooked: {before:#o}")
     check(lflag & want == want, f"ICANON and ECHO back after ddprun: {lflag:#o}")
