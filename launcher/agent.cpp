@@ -188,7 +188,9 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
     // Written to a log file (-r or -t): the user asked for the files; keep them (torchrun
     // never removes its log directory).
     for (const StreamSpec* s : {&w.out, &w.err}) {
-      if (s->mode != StreamMode::kConsole && s->file != "/dev/null") run_dirs_->keep_default_dir();
+      if (s->mode != StreamMode::kConsole && s->file != "/dev/null") {
+        run_dirs_->keep_default_dir(RunDirs::Keep::kLogs);
+      }
     }
   }
   return specs;
@@ -310,6 +312,8 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
   for (const auto& e : failed) {
     failures.push_back(make_failure(e, run_dirs_->error_file(attempt_, e.local_rank)));
   }
+  // As torchrun's: the failed attempt's folders stay (the report names the error files).
+  run_dirs_->keep_default_dir(RunDirs::Keep::kFailure);
   const Failure& root = failures[root_cause_index(failures)];
   // torchrun's line, matched by log scrapers: logged for every failed attempt.
   spdlog::error(
@@ -334,6 +338,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
 }
 
 Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
+  run_dirs_->keep_default_dir(RunDirs::Keep::kFailure);  // also a failure no restart was spent on
   result.failures = std::move(failures);
   // The job's cause first (before the node's report); it may give this failure its class.
   if (const auto c = job_view_ ? job_view_->log_root_cause(result.failures) : std::nullopt)

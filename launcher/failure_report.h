@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launcher/process/supervisor_interface.h"
+#include "rendezvous/endpoint.h"
 
 namespace ddprun::launcher {
 
@@ -69,8 +70,8 @@ std::string failed_log_line(const Failure& first, const std::string& binary);
 // describe_worker_python gives it, "" for --no-python, and PYTHON_EXEC), or "".
 std::string failure_hint(const Failure& failure, const std::string& worker_python = "");
 
-// socket.getfqdn() of this host, computed the way Python does (so reports match torchrun).
-std::string host_fqdn();
+// socket.getfqdn() of this host (rendezvous/endpoint.h), so reports match torchrun's.
+using rdzv::host_fqdn;
 // This node in job-wide messages: host_fqdn(), then " (<addr>)" for a --local-addr that
 // is not the same text (several agents per host tell apart).
 std::string node_label(const std::optional<std::string>& local_addr);

@@ -63,14 +63,22 @@ void RunDirs::prepare_attempt(int attempt, int local_ranks) const {
   for (int lr = 0; lr < local_ranks; ++lr) fs::create_directories(rank_dir(attempt, lr));
 }
 
-void RunDirs::keep_default_dir() {
-  if (!files_disabled_) keep_default_ = true;
+void RunDirs::keep_default_dir(Keep why) {
+  if (files_disabled_) return;
+  (why == Keep::kLogs ? keep_logs_ : keep_failure_) = true;
 }
 
 void RunDirs::remove_default_dir() const {
   if (default_dir_.empty()) return;
-  if (keep_default_) {
+  if (keep_logs_) {
     spdlog::warn("worker logs kept in {} (-r/-t without --log-dir)", run_dir_);
+    return;
+  }
+  if (keep_failure_) {
+    spdlog::info(
+        "log directory kept: {} (a worker failed: attempt_<N>/<local_rank>/ holds its "
+        "error file, if it wrote one)",
+        run_dir_);
     return;
   }
   std::error_code ec;

@@ -1,6 +1,7 @@
 // run_dirs.h: RunDirs, the Agent's files on disk: the run log directory
 // <log-dir>/<run_id>_XXXXXX, each attempt's attempt_<N>/<local_rank>/ (logs, error.json),
-// and the default TMPDIR/torchelastic_XXXXXX made without --log-dir, removed at the end.
+// and the default TMPDIR/torchelastic_XXXXXX made without --log-dir, removed at the end
+// unless it holds log files or a failed worker's folders.
 // Used by the Agent. Thread-safety: one owner (the agent's thread).
 #pragma once
 
@@ -24,17 +25,24 @@ class RunDirs {
   // Removes attempt_<N> and creates it again with one folder per local rank.
   void prepare_attempt(int attempt, int local_ranks) const;
 
-  // A worker stream goes to a log file in the default directory (-r/-t): keep it.
-  void keep_default_dir();
+  // Why the default directory stays at the end, as torchrun's always does: a worker
+  // stream went to a log file there (-r/-t: the user asked for the files), or a worker
+  // failed (its attempt_<N>/<local_rank>/ folders, error.json, which the report names).
+  enum class Keep { kLogs, kFailure };
+  // Keeps the default directory (not with --log-dir /dev/null: no files were asked for).
+  void keep_default_dir(Keep why);
   // Removes the default directory (after the failure report, which reads the error
-  // files), unless --log-dir was given or keep_default_dir() was called. Logs, never throws.
+  // files), unless --log-dir was given or keep_default_dir() was called: a run whose
+  // workers all succeeded and wrote no log file leaves nothing in TMPDIR. Logs where a
+  // kept directory is (a warning for log files), never throws.
   void remove_default_dir() const;
 
  private:
   std::string run_dir_;
   std::string default_dir_;  // the torchelastic_XXXXXX dir made here (no --log-dir)
   bool files_disabled_ = false;
-  bool keep_default_ = false;
+  bool keep_logs_ = false;
+  bool keep_failure_ = false;
 };
 
 }  // namespace ddprun::launcher

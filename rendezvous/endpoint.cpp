@@ -150,6 +150,47 @@ std::string local_hostname() {
   return buf;
 }
 
+std::string host_fqdn() {
+  // Python's socket.getfqdn(): resolve the host name to an address, reverse-resolve that
+  // (gethostbyaddr), and take the first of the canonical name and its aliases that holds
+  // a '.', else the canonical name; the plain host name if a lookup fails.
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &res) != 0 || res == nullptr) return name;
+  std::string out = name;
+  hostent he{};
+  hostent* result = nullptr;
+  char buf[8192];
+  int err = 0;
+  const void* addr = nullptr;
+  socklen_t len = 0;
+  if (res->ai_family == AF_INET) {
+    addr = &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    len = sizeof(in_addr);
+  } else if (res->ai_family == AF_INET6) {
+    addr = &reinterpret_cast<sockaddr_in6*>(res->ai_addr)->sin6_addr;
+    len = sizeof(in6_addr);
+  }
+  if (addr &&
+      ::gethostbyaddr_r(addr, len, res->ai_family, &he, buf, sizeof buf, &result, &err) == 0 &&
+      result && result->h_name) {
+    out = result->h_name;
+    std::vector<std::string> names = {result->h_name};
+    for (char** a = result->h_aliases; a && *a; ++a) names.emplace_back(*a);
+    for (const auto& n : names) {
+      if (n.find('.') != std::string::npos) {
+        out = n;
+        break;
+      }
+    }
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
 bool is_this_host(const std::string& host, const std::string& local_addr) {
   if (!local_addr.empty()) {
     if (host == local_addr) return true;

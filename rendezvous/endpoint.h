@@ -1,6 +1,6 @@
 // endpoint.h: `host[:port]` parsing (IPv6 as `[v6]:port`) and "is this host me?" checks
-// for the rendezvous backends. Addresses are used exactly as given: nothing here does
-// reverse DNS. Used by the handlers and the registry. Thread-safety: pure functions
+// for the rendezvous backends. Addresses are used exactly as given: only host_fqdn()
+// does reverse DNS. Used by the handlers and the registry. Thread-safety: pure functions
 // (the interface queries read the OS each call).
 #pragma once
 
@@ -47,6 +47,13 @@ std::string interface_of(const std::string& addr);
 
 // This machine's host name (gethostname), "" on failure.
 std::string local_hostname();
+
+// socket.getfqdn() of this machine, computed the way Python does (torchrun's host name
+// in failure reports and, for c10d and etcd, its workers' MASTER_ADDR): the host name
+// resolved, that address reverse-resolved (gethostbyaddr), the first of the canonical
+// name and its aliases that holds a '.', else the canonical name; the plain host name
+// when a lookup fails.
+std::string host_fqdn();
 
 // Whether `host` names this node. When `local_addr` is non-empty only it counts (so that
 // several agents on one machine with distinct --local-addr disagree correctly);

@@ -2,15 +2,45 @@
 // workers' store emptied every round, no rendezvous traffic.
 #include "rendezvous/local_rendezvous.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/rdzv_conf.h"
 
 namespace ddprun::rdzv {
+namespace {
+
+// MASTER_ADDR of a one-node job (see LocalRendezvous's constructor).
+std::string workers_master_addr(const RendezvousParams& p) {
+  if (p.local_addr) return *p.local_addr;
+  if (p.backend == Backend::kStatic) return p.master_addr.value_or("127.0.0.1");
+  // torchrun's c10d and etcd handlers give the workers socket.getfqdn(). Workers that
+  // cannot reach this machine by it (a name that does not resolve, or to an address of
+  // another machine: a stale DNS record) would wait out their store timeout; they get
+  // loopback instead.
+  std::string fqdn = host_fqdn();
+  const std::vector<std::string> addrs = resolve_addresses(fqdn);
+  const std::vector<std::string> mine = local_interface_addresses();
+  const bool here = !addrs.empty() && std::all_of(addrs.begin(), addrs.end(), [&](auto& a) {
+    return is_loopback_host(a) || std::find(mine.begin(), mine.end(), a) != mine.end();
+  });
+  if (here) return fqdn;
+  spdlog::info(
+      "this machine's name {} does not resolve to its own addresses only ({}); the workers "
+      "get MASTER_ADDR=127.0.0.1 (torchrun would give them {})",
+      fqdn, addrs.empty() ? std::string("none") : fmt::format("{}", fmt::join(addrs, ", ")), fqdn);
+  return "127.0.0.1";
+}
+
+}  // namespace
 
 LocalRendezvous::LocalRendezvous(RendezvousParams params) : params_(std::move(params)) {
-  advertised_addr_ = params_.local_addr.value_or(params_.master_addr.value_or("127.0.0.1"));
+  advertised_addr_ = workers_master_addr(params_);
   agent_store_ = params_.conf.use_agent_store.value_or(true);
 }
 

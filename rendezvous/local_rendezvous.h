@@ -14,9 +14,12 @@ namespace ddprun::rdzv {
 
 class LocalRendezvous final : public RendezvousHandler {
  public:
-  // The store binds --master-port when given (MASTER_ADDR = --master-addr or 127.0.0.1,
-  // torchrun's static semantics), else an OS-chosen port (so concurrent jobs never
-  // collide on 29500). --local-addr, when given, is what MASTER_ADDR advertises.
+  // The store binds --master-port when given, else an OS-chosen port (so concurrent jobs
+  // never collide on 29500). MASTER_ADDR, as torchrun's: --local-addr when given; static:
+  // --master-addr or 127.0.0.1; c10d and etcd (torchrun's default for one node, and
+  // --standalone): this machine's host_fqdn() when it resolves to this machine's own
+  // addresses only, else 127.0.0.1. The store binds that address when it is a literal,
+  // every interface (IPv6 and IPv4) for a name, whatever the name resolves to first.
   // --rdzv-conf use_agent_store=0: no store here; worker rank 0 hosts one on a port that
   // is free when the round starts (--master-port when given).
   explicit LocalRendezvous(RendezvousParams params);

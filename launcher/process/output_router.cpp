@@ -89,7 +89,10 @@ OutputRouter::ChildEnds OutputRouter::add(const WorkerSpec& spec) {
   auto make = [&](const StreamSpec& s, Console& console, UniqueFd* child_end) {
     auto pipe = std::make_unique<Pipe>();
     const bool tty = &console == &out_ ? out_tty_ : err_tty_;
-    if (spec.terminal && tty && s.show_on_console && s.mode != StreamMode::kRedirect) {
+    // A pty only for a stream that goes to the console alone: a worker that sees a
+    // terminal writes colours and '\r' progress bars, which a tee'd log file (-t) would
+    // keep; there it writes to a pipe, as under torchrun.
+    if (spec.terminal && tty && s.show_on_console && s.mode == StreamMode::kConsole) {
       *child_end = make_pty(console.writer.fd(), &pipe->fd);
       pipe->tty = child_end->valid();
       if (!pipe->tty) spdlog::debug("no pty for a worker ({}); using a pipe", errno_text(errno));

@@ -41,8 +41,9 @@ class OutputRouter {
   static constexpr std::chrono::milliseconds kPartialWait{50};
 
   // The write ends a worker's stdout and stderr become (close-on-exec; spawn dup2s them):
-  // a pipe's, or the slave of a pty (spec.terminal, a console-bound stream, a console
-  // that is a terminal; output processing off, so the bytes arrive as written).
+  // a pipe's, or the slave of a pty (spec.terminal, a stream that goes to the console
+  // alone, not tee'd to a file, and a console that is a terminal; output processing off,
+  // so the bytes arrive as written).
   struct ChildEnds {
     UniqueFd out;
     UniqueFd err;

@@ -32,8 +32,9 @@ struct WorkerSpec {
   int stdin_fd = -1;              // the worker's stdin (dup'ed; the caller keeps and closes
                                   // its own fd); -1: inherit the agent's
   bool stdin_null = false;        // stdin is /dev/null (another worker reads the agent's)
-  bool terminal = false;          // a pty for each console-bound stream whose console is a
-                                  // terminal, instead of a pipe (output_router.h)
+  bool terminal = false;          // a pty, instead of a pipe, for each stream that goes to
+                                  // the console alone (kConsole) where the console is a
+                                  // terminal (output_router.h)
   StreamSpec out;
   StreamSpec err;
 };

@@ -171,9 +171,10 @@ def failure_report_with_traceback(job):
     check("  ValueError: rank 1 failed on purpose (attempt 0)" in lines, "traceback", err)
     root = lines[lines.index("Root Cause (first observed failure):"):]
     ef = [l for l in root if l.startswith("  error_file: ")]
-    # Read for the report (the traceback above), then removed with the default log dir.
-    check(ef and ef[0].endswith("/attempt_0/1/error.json") and not os.path.exists(ef[0][14:]),
-          "error_file", err)
+    # Read for the report (the traceback above), and kept with the default log dir after
+    # a failure, as torchrun keeps it (issue 31 11b): the path the report names is there.
+    check(ef and ef[0].endswith("/attempt_0/1/error.json") and
+          "rank 1 failed on purpose" in read_text(ef[0][14:]), "error_file", err)
     check("=" * 60 in lines, "border", err)
 
 
@@ -1000,14 +1001,10 @@ def partial_line_reaches_console(job):
     check(out == b"[default0]:prompt> answer\n", "a continued line, prefixed once", out, err)
 
 
-@test()
-def worker_sees_a_terminal(job):
-    """Issue 21: ddprun run on a terminal (a pty): the shown worker's stdin, stdout and
-    stderr are terminals, and input() reads a line typed to ddprun's terminal (stdin reaches
-    the one rank --local-ranks-filter shows; the hidden one reads /dev/null)."""
-    worker = os.path.join(WORKERS, "prompt.py")
-    argv = [job.ddprun, "--nproc-per-node=2", "--local-ranks-filter=0", worker, job.out,
-            "input"]
+def on_a_terminal(job, argv, talk, after=lambda fd: None):
+    """Runs ddprun (`argv`) with a new pty as its terminal; `talk(fd)` reads (and types)
+    on the pty's master and returns what it read. Once ddprun has ended: (its exit code,
+    what talk() read, after(fd)), `after` looking at the pty before it is closed."""
     pid, fd = pty.fork()
     if pid == 0:
         try:
@@ -1016,22 +1013,55 @@ def worker_sees_a_terminal(job):
         finally:
             os._exit(127)
     try:
-        out, _ = read_until(fd, b"name? ", 60)
-        os.write(fd, b"hello\n")
-        out, _ = read_until(fd, b"got hello", 30, out)
+        out = talk(fd)
         _, status = os.waitpid(pid, 0)
         pid = 0
-        check(os.waitstatus_to_exitcode(status) == 0, f"ddprun ended with {status}", out)
+        return os.waitstatus_to_exitcode(status), out, after(fd)
     finally:
         if pid:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
+
+
+@test()
+def worker_sees_a_terminal(job):
+    """Issue 21: ddprun run on a terminal (a pty): the shown worker's stdin, stdout and
+    stderr are terminals, and input() reads a line typed to ddprun's terminal (stdin reaches
+    the one rank --local-ranks-filter shows; the hidden one reads /dev/null)."""
+    worker = os.path.join(WORKERS, "prompt.py")
+    argv = [job.ddprun, "--nproc-per-node=2", "--local-ranks-filter=0", worker, job.out,
+            "input"]
+
+    def talk(fd):
+        out, _ = read_until(fd, b"name? ", 60)
+        os.write(fd, b"hello\n")
+        return read_until(fd, b"got hello", 30, out)[0]
+    rc, out, _ = on_a_terminal(job, argv, talk)
+    check(rc == 0, f"ddprun exited {rc}", out)
     facts = {r: json.loads(read_text(os.path.join(job.out, f"tty.{r}.json"))) for r in (0, 1)}
     check(facts[0]["stdin"] and facts[0]["stdout"] and facts[0]["stderr"],
           "rank 0 sees a terminal", facts)
     check(facts[1]["stdin_target"] == "/dev/null" and not facts[1]["stdout"],
           "the hidden rank reads /dev/null and writes to its log", facts)
+
+
+@test()
+def tee_streams_stay_pipes_on_a_terminal(job):
+    """Issue 31 item 12: ddprun on a terminal with -t 1: the worker's stdout, tee'd to
+    stdout.log, is a pipe (no colours or '\\r' progress bars in the file, as torchrun's);
+    its stderr, which goes to the console alone, is a terminal."""
+    logs = os.path.join(job.dir, "logs")
+    argv = [job.ddprun, "--nproc-per-node=1", "-t", "1", "--log-dir", logs,
+            os.path.join(WORKERS, "prompt.py"), job.out, "facts"]
+    rc, out, _ = on_a_terminal(job, argv, lambda fd: read_until(fd, b"[default0]:done", 60)[0])
+    check(rc == 0, f"ddprun exited {rc}", out)
+    facts = json.loads(read_text(os.path.join(job.out, "tty.0.json")))
+    check(not facts["stdout"], "the tee'd stdout is a pipe", facts)
+    check(facts["stderr"], "stderr, on the console alone, is a terminal", facts)
+    (run,) = os.listdir(logs)
+    check(read_text(os.path.join(logs, run, "attempt_0", "0", "stdout.log")) == "done\n",
+          "stdout.log", facts)
 
 
 @test()
@@ -1042,25 +1072,14 @@ def terminal_modes_restored(job):
     import termios
     argv = [job.ddprun, "--nproc-per-node=1", "--no-python", PYTHON, "-c",
             "import sys, tty; tty.setraw(0); print('raw', flush=True); sys.exit(1)", job.token]
-    pid, fd = pty.fork()
-    if pid == 0:
-        try:
-            os.chdir(job.dir)
-            os.execve(job.ddprun, argv, job.env)
-        finally:
-            os._exit(127)
-    try:
-        before = termios.tcgetattr(fd)[3]
-        out, _ = read_until(fd, b"raw", 60)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        check(os.waitstatus_to_exitcode(status) == 1, f"ddprun ended with {status}", out)
-        lflag = termios.tcgetattr(fd)[3]
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
+    seen = []
+
+    def talk(fd):
+        seen.append(termios.tcgetattr(fd)[3])
+        return read_until(fd, b"raw", 60)[0]
+    rc, out, lflag = on_a_terminal(job, argv, talk, lambda fd: termios.tcgetattr(fd)[3])
+    check(rc == 1, f"ddprun exited {rc}", out)
+    before = seen[0]
     want = termios.ICANON | termios.ECHO
     check(before & want == want, f"the pty started cooked: {before:#o}")
     check(lflag & want == want, f"ICANON and ECHO back after ddprun: {lflag:#o}")
@@ -1068,12 +1087,20 @@ def terminal_modes_restored(job):
 
 @test()
 def default_log_dir_removed(job):
+    """Removed after a run whose workers all succeeded and wrote no log file; kept, as
+    torchrun's, after a failure (issue 31: the attempt folders hold the error files) and
+    when -r/-t wrote log files there."""
+    rc, out, err = job.run(["--nproc-per-node=1", *job.probe("print=x")])
+    check(rc == 0 and not torchelastic_dirs(job), "left behind after success", err)
     rc, out, err = job.run(["--nproc-per-node=2", *job.probe("rank=1", "exit=3")])
     check(rc == 1, f"ddprun exited {rc}", err)
     check("exitcode  : 3" in err, "no failure report", err)
-    check(not torchelastic_dirs(job), f"left behind: {torchelastic_dirs(job)}")
-    rc, out, err = job.run(["--nproc-per-node=1", *job.probe("print=x")])
-    check(rc == 0 and not torchelastic_dirs(job), "left behind after success", err)
+    kept = torchelastic_dirs(job)
+    check(len(kept) == 1, f"not kept after a failure: {kept}", err)
+    (run,) = os.listdir(os.path.join(job.dir, kept[0]))
+    check(sorted(os.listdir(os.path.join(job.dir, kept[0], run, "attempt_0"))) == ["0", "1"],
+          "the attempt's rank folders", err)
+    shutil.rmtree(os.path.join(job.dir, kept[0]))
     rc, out, err = job.run(["--nproc-per-node=1", "-r", "1", *job.probe("print=kept")])
     check(rc == 0 and len(torchelastic_dirs(job)) == 1, "redirected output not kept", err)
     check("worker logs kept in" in err, "no notice naming the kept directory", err)

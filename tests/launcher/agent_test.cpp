@@ -492,8 +492,10 @@ std::vector<std::string> torchelastic_dirs(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("agent: the default torchelastic_ directory goes at the end, after the report",
-          "[agent]") {
+TEST_CASE(
+    "agent: the default torchelastic_ directory goes at the end of a successful run, stays "
+    "after a failure (as torchrun's, with the error files), after the report",
+    "[agent]") {
   TempDir dir;
   const bool fail = GENERATE(false, true);
   INFO((fail ? "a failing run" : "a successful run"));
@@ -519,9 +521,14 @@ TEST_CASE("agent: the default torchelastic_ directory goes at the end, after the
   CHECK(r.exit_code == (fail ? 1 : 0));
   CHECK(fs::path(agent.run_log_dir()).parent_path().filename().string().rfind("torchelastic_", 0) ==
         0);
-  CHECK(torchelastic_dirs(dir.path).empty());
-  // The root cause's error file was still there when the report copied it.
-  if (fail) CHECK(slurp(agent_error).find("Traceback: boom") != std::string::npos);
+  CHECK(torchelastic_dirs(dir.path).size() == (fail ? 1u : 0u));
+  if (fail) {
+    // The root cause's error file was there when the report copied it, and still is,
+    // in the attempt's folders of both ranks.
+    CHECK(slurp(agent_error).find("Traceback: boom") != std::string::npos);
+    CHECK(fs::is_regular_file(fs::path(agent.run_log_dir()) / "attempt_0" / "1" / "error.json"));
+    CHECK(fs::is_directory(fs::path(agent.run_log_dir()) / "attempt_0" / "0"));
+  }
 }
 
 TEST_CASE("agent: a default log directory holding the only copy of output is kept", "[agent]") {

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "rendezvous/endpoint.h"
 #include "rendezvous/registry.h"
 #include "store/tcp_store_client.h"
 #include "tests/rendezvous/rdzv_test_util.h"
@@ -86,6 +87,34 @@ TEST_CASE("one node: --local-addr is what MASTER_ADDR advertises and where it bi
   auto info = h->next_rendezvous();
   CHECK(info.master_addr == "127.0.0.2");
   CHECK(client(info)->num_keys() == 0);
+}
+
+TEST_CASE(
+    "one node, c10d (torchrun's default without --master-port, --standalone): MASTER_ADDR "
+    "is the host's getfqdn() as torchrun's, and the store answers on IPv4 and IPv6 loopback",
+    "[local]") {
+  RendezvousParams p{};
+  p.backend = Backend::kC10d;
+  p.endpoint = "localhost:0";
+  auto h = make_rendezvous_handler(p);
+  auto info = h->next_rendezvous();
+  const std::string fqdn = host_fqdn();
+  INFO("getfqdn() " << fqdn << " resolves to " << resolve_addresses(fqdn).size() << " address(es)");
+  // 127.0.0.1 only where the name does not lead back to this machine.
+  CHECK((info.master_addr == fqdn || info.master_addr == "127.0.0.1"));
+  CHECK(client(info)->num_keys() == 0);
+  // "localhost" (this machine's getfqdn() when its name is an alias of 127.0.0.1) may
+  // resolve to ::1 first: the store listens there too.
+  for (const char* host : {"127.0.0.1", "::1", "localhost"}) {
+    INFO(host);
+    RendezvousInfo by = info;
+    by.master_addr = host;
+    if (std::string(host) == "::1" && resolve_addresses("::1").empty()) continue;
+    CHECK(client(by)->num_keys() == 0);
+  }
+  // Static keeps torchrun's static MASTER_ADDR: --master-addr, else 127.0.0.1.
+  RendezvousParams s{};
+  CHECK(make_rendezvous_handler(s)->next_rendezvous().master_addr == "127.0.0.1");
 }
 
 TEST_CASE("closed single-node rendezvous refuses a new round", "[local]") {

@@ -50,17 +50,12 @@ LAUNCHERS = ("torchrun", "ddprun")
 # Issue 31's open items that a check below marks: the check asserts torchrun 2.14's
 # behaviour and fails today; it is an expected failure until the item's fix lands.
 XFAIL = {
-    # Items 1, 2, 5, 6, 9, 10, 11 (with -t/-r), 13 (--no-python) and 20 (`--`) are fixed:
-    # their checks count like any other.
-    "11b": "without -t/-r torchrun still makes the default torchelastic_* dir's "
-           "attempt_<N>/<rank>/ folders (for error files); ddprun makes none",
-    # Found by this suite, not in issue 31 (yet):
-    "N1": "one node without --master-port (torchrun's c10d on localhost:0, --standalone "
-          "too): workers get MASTER_ADDR=127.0.0.1; torchrun 2.14 gives the endpoint's "
-          "host, localhost",
+    # Items 1, 2, 5, 6, 9, 10, 11 (11b too: without -t/-r the default dir's attempt
+    # folders stay after a failure), 13 (--no-python) and 20 (`--`) are fixed, and so is
+    # N1, found by this suite (one node without --master-port, --standalone too: the
+    # workers' MASTER_ADDR is socket.getfqdn(), as torchrun's): their checks count like
+    # any other.
 }
-# The single-node default (and --standalone): MASTER_ADDR differs (N1).
-LOCALHOST = {"MASTER_ADDR": "N1"}
 
 # What workers get that differs on purpose (docs/usage.md, "What still differs"):
 # name -> why. These are left out of the comparison of the workers' environments.
@@ -416,7 +411,7 @@ class Diff(blackbox.Workspace):
 def single_node_success(ws):
     runs = ws.both(["--nproc-per-node=2", *ws.probe()])
     ws.same_exit(runs)
-    ws.same_env(runs, marks=LOCALHOST)
+    ws.same_env(runs)
     ws.nothing_left(runs)
     ws.verdict("single_node_success")
 
@@ -427,7 +422,7 @@ def worker_exit_1(ws):
     runs = ws.both(["--nproc-per-node=2", *ws.probe("rank=1", "exit=1", "sleep")])
     ws.same_exit(runs)
     ws.same_report(runs)
-    ws.same_layout(runs, item="11b")
+    ws.same_layout(runs)
     # The log lines that log scrapers match (2.14's api.py and launcher/api.py).
     for line in ("failed (exitcode: 1) local_rank: 1 (pid: ",
                  "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"):
@@ -465,7 +460,7 @@ def restart_then_success(ws):
     runs = ws.both(["--nproc-per-node=2", "--max-restarts=1",
                     *ws.probe("rank=1", "fail-first")])
     ws.same_exit(runs)
-    ws.same_env(runs, marks=LOCALHOST)
+    ws.same_env(runs)
     ws.nothing_left(runs)
     ws.verdict("restart_then_success")
 
@@ -522,7 +517,7 @@ def default_log_dir_kept(ws):
 def standalone(ws):
     runs = ws.both(["--standalone", "--nproc-per-node=2", *ws.probe()])
     ws.same_exit(runs)
-    ws.same_env(runs, marks=LOCALHOST)
+    ws.same_env(runs)
     ws.nothing_left(runs)
     ws.verdict("standalone")
 
@@ -597,7 +592,7 @@ def no_python(ws):
     finally:
         os.unlink(script)
     ws.same_exit(runs)
-    ws.same_env(runs, item=13, marks=LOCALHOST, probe_noise=False)
+    ws.same_env(runs, item=13, probe_noise=False)
     ws.nothing_left(runs)
     ws.verdict("no_python")
 
@@ -606,7 +601,7 @@ def no_python(ws):
 def run_path(ws):
     runs = ws.both(["--nproc-per-node=1", "--run-path", *ws.probe()])
     ws.same_exit(runs)
-    ws.same_env(runs, marks=LOCALHOST)
+    ws.same_env(runs)
     ws.nothing_left(runs)
     ws.verdict("run_path")
 
@@ -616,7 +611,7 @@ def module(ws):
     runs = ws.both(["--nproc-per-node=2", "-m", "probe", ws.out, ws.token],
                    env={"PYTHONPATH": WORKERS})
     ws.same_exit(runs)
-    ws.same_env(runs, marks=LOCALHOST)
+    ws.same_env(runs)
     ws.nothing_left(runs)
     ws.verdict("module")
 

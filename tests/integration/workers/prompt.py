@@ -8,6 +8,7 @@ worker_sees_a_terminal).
     prompt.py <out dir> input   records whether stdin, stdout and stderr are terminals and
                                 where stdin leads in <out>/tty.<rank>.json; rank 0 then reads
                                 a line with input("name? ") and prints "got <line>".
+    prompt.py <out dir> facts   records the same, then prints "done" to stdout and stderr.
 """
 import json
 import os
@@ -40,11 +41,14 @@ if MODE == "wait":
     else:
         wait_for("shown")
         print("other")
-elif MODE == "input":
+elif MODE in ("input", "facts"):
     facts = {name: getattr(sys, name).isatty() for name in ("stdin", "stdout", "stderr")}
     facts["stdin_target"] = os.path.realpath("/proc/self/fd/0")
     with open(path(f"tty.{RANK}.json"), "w") as f:
         json.dump(facts, f)
-    if RANK == 0:
+    if MODE == "facts":
+        print("done")
+        print("done", file=sys.stderr)
+    elif RANK == 0:
         line = input("name? ")
         print("got " + line)
