@@ -177,8 +177,7 @@ class Program {
 // nullopt when a signal arrived (`signo`). Waits on one counter (one round trip a look,
 // less often the larger the round), then reads the values in one wait and one read.
 std::optional<std::vector<std::string>> exchange(const Context& c, Program* program,
-                                                 const std::string& prefix,
-                                                 const std::string& mine,
+                                                 const std::string& prefix, const std::string& mine,
                                                  Clock::time_point deadline, int& signo) {
   const int n = c.info.group_world_size;
   std::vector<std::string> names;
