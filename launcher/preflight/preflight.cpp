@@ -72,6 +72,10 @@ class Program {
     spec.err = {StreamMode::kRedirect, fmt::format("{}/preflight_{}.err", c.dir, c.info.round)};
     c.supervisor.start({spec});
     running_ = true;
+    // The stall watchdog (--stall-timeout) must not judge the check, which waits on its
+    // peers without progress of its own: a judge that never decides holds it back (the
+    // workers' start() resets the gate).
+    if (StallGate* gate = c.supervisor.stall_gate()) gate->set_judged(true);
   }
   ~Program() { end(); }
   Program(const Program&) = delete;

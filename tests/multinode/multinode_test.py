@@ -674,6 +674,28 @@ def preflight_passes_then_workers_run(c):
 
 
 @test
+def preflight_waits_are_no_stall(c):
+    """Issue 34 with --stall-timeout 1: node2's check starts 4 s late (a sitecustomize that
+    sleeps in the check's interpreter only, as a slow file system would), so the others'
+    checks wait for it without progress of their own for longer than the stall timeout:
+    the stall watchdog leaves the check alone, the verdict is ok, the job succeeds."""
+    port = c.reserve_port()
+    site = os.path.join(c.dir, "slow_check_site")
+    os.makedirs(site)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write("import os, time\nif 'DDPRUN_PREFLIGHT_NODE' in os.environ:\n"
+                "    time.sleep(4)\n")
+    agents = [c.start(f"node{i}", c10d_args(i, port, 3, "pf_stall",
+                                            ["--preflight", "--stall-timeout=1"]),
+                      env={"PYTHONPATH": site} if i == 2 else None) for i in range(3)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    check(not any("stall" in a.text() for a in agents), "no stall line", c.logs())
+    check(any("pre-flight check passed on 3 node(s)" in a.text() for a in agents),
+          "the check passed", c.logs())
+
+
+@test
 def preflight_bad_python_left_out_spare_takes_its_place(c):
     """Issue 34: --nnodes 2:3 --preflight, three nodes form a round; node1's PYTHON_EXEC
     cannot import torch. Every node's table names node1 (127.0.0.2) and why; node1 leaves
