@@ -133,6 +133,14 @@ class Program {
                            : "the check ended without findings (with " + c_.python + ")" + failure_;
       return r;
     }
+    if (text->find("\"local_done\": true") == std::string::npos) {
+      // Some checks written, then the program died (a device that crashes it) or hung.
+      r.checks.push_back({"the local checks", false, 0,
+                          running_
+                              ? fmt::format("did not finish within {} s", c_.timeout.count() / 1000)
+                              : "the check ended before they did" + failure_});
+      return r;
+    }
     const bool has_collective = std::any_of(r.checks.begin(), r.checks.end(),
                                             [](const Check& k) { return k.name == "collective"; });
     if (!local && !has_collective) {

@@ -29,7 +29,7 @@ struct Pipe {
   }
 };
 
-TEST_CASE("UniqueFd: empty by default; closes its fd when destroyed", "[unique_fd]") {
+TEST_CASE("UniqueFd: empty by default, closes its fd when destroyed", "[unique_fd]") {
   const UniqueFd empty;
   CHECK(empty.get() == -1);
   CHECK_FALSE(empty.valid());
@@ -49,7 +49,7 @@ TEST_CASE("UniqueFd: empty by default; closes its fd when destroyed", "[unique_f
   CHECK(is_closed(p.write));
 }
 
-TEST_CASE("UniqueFd: a move hands the fd over; only the new owner closes it", "[unique_fd]") {
+TEST_CASE("UniqueFd: a move hands the fd over, only the new owner closes it", "[unique_fd]") {
   const Pipe p;
   UniqueFd w(p.write);
   UniqueFd r(p.read);
@@ -80,7 +80,7 @@ TEST_CASE("UniqueFd: a move hands the fd over; only the new owner closes it", "[
   CHECK(is_closed(p.read));
 }
 
-TEST_CASE("UniqueFd: release gives the fd up unclosed; reset closes and takes another",
+TEST_CASE("UniqueFd: release gives the fd up unclosed, reset closes and takes another",
           "[unique_fd]") {
   const Pipe p;
   int released = -1;

@@ -1578,6 +1578,34 @@ def preflight_check_that_hangs_is_bounded(job):
     poll(lambda: not _preflight_processes(job), 10, "no check process left")
 
 
+@test(needs_torch=True)
+def preflight_check_dying_midway_is_bad(job):
+    """Issue 34: the check's process dies after `import torch` passed, during the device
+    check (SIGKILL from a thread that watches its findings file, as a crashing device
+    would): the node is bad, named with what ended it, never taken for good because the
+    checks that were written passed."""
+    site = os.path.join(job.dir, "die_site")
+    os.makedirs(site)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write("import os, sys, threading, time\n"
+                "def _die():\n"
+                "    while True:\n"
+                "        try:\n"
+                "            if 'import torch' in open(sys.argv[1]).read():\n"
+                "                os.kill(os.getpid(), 9)\n"
+                "        except OSError:\n"
+                "            pass\n"
+                "        time.sleep(0.001)\n"
+                "if 'DDPRUN_PREFLIGHT_NODE' in os.environ:\n"
+                "    threading.Thread(target=_die, daemon=True).start()\n")
+    rc, out, err = job.run(["--preflight", "--nproc-per-node=1", *job.probe()],
+                           env={"PYTHONPATH": site}, timeout=120)
+    check(rc == 1, f"ddprun exited {rc}", out, err)
+    check("BAD: the local checks: the check ended before they did: killed by signal 9" in err,
+          "the table says what ended it", err)
+    check(not job.envs(), "no worker ran", job.envs())
+
+
 @test()
 def preflight_stopped_by_sigterm(job):
     """Issue 34: SIGTERM while the check runs: the check is stopped at once, ddprun says so
