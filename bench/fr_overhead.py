@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""fr_overhead.py: what PyTorch's flight recorder costs a training job (issues 32 and 34:
+the job-wide hang verdict and the straggler ranking would switch it on). Runs
+examples/ddp_train.py under ddprun (--standalone, K CPU workers, gloo) with and without
+TORCH_FR_BUFFER_SIZE, the two interleaved, with the PyTorch 2.14 tier's interpreter
+(scripts/python-torch214: Debian sid's torch, whose generic recorder also records gloo);
+prints each run's training time as the script reports it, then the medians and the ratio.
+Standard library only.
+
+    bench/fr_overhead.py [--ddprun build/bench/launcher/ddprun] [--runs 5] [--workers 2]
+                         [--buffer 2000] [--epochs 3] [--samples 65536]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def one_run(a, buffer):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR", "PET_"))}
+    env.update(PYTHON_EXEC=str(ROOT / "scripts" / "python-torch214"), USE_LIBUV="0")
+    if buffer:
+        env["TORCH_FR_BUFFER_SIZE"] = str(buffer)
+    r = subprocess.run([a.ddprun, "--standalone", f"--nproc-per-node={a.workers}",
+                        str(ROOT / "examples" / "ddp_train.py"), "--device", "cpu",
+                        "--epochs", str(a.epochs), "--samples", str(a.samples)],
+                       env=env, capture_output=True, text=True, timeout=900)
+    m = re.search(r"replicas identical: True \(checksum [-0-9.e]+\); ([0-9.]+) s", r.stdout)
+    if r.returncode != 0 or not m:
+        sys.exit(f"run failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return float(m.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ddprun", default=str(ROOT / "build" / "bench" / "launcher" / "ddprun"))
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--buffer", type=int, default=2000)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=65536)
+    a = ap.parse_args()
+    off, on = [], []
+    for r in range(a.runs):
+        for buffer in (0, a.buffer):
+            load = os.getloadavg()[0]
+            t = one_run(a, buffer)
+            (on if buffer else off).append(t)
+            print(f"run {r + 1} {'TORCH_FR_BUFFER_SIZE=' + str(buffer) if buffer else 'recorder off':>26}: "
+                  f"{t:.2f} s, load {load:.1f}", flush=True)
+    steps = a.epochs * (a.samples * 3 // 4) // (64 * a.workers)  # the train split, batch 64
+    mo, mn = statistics.median(off), statistics.median(on)
+    print(f"median {mo:.2f} s off, {mn:.2f} s on (x{mn / mo:.3f}); about {steps} DDP steps a "
+          f"run per worker")
+
+
+if __name__ == "__main__":
+    main()
