@@ -65,6 +65,7 @@ std::optional<Agent::Step> Agent::preflight(const rdzv::RendezvousInfo& info, Ru
                          : info.node_address.empty() ? std::nullopt
                                                      : std::optional(info.node_address)),
       .key = node_key(config_),
+      .address = info.node_address,
       .hosts_store = handler_->hosts_rendezvous_store(),
       .passed_before = preflight_passed_,
       .timeout =
@@ -129,6 +130,15 @@ std::optional<Agent::Step> Agent::preflight(const rdzv::RendezvousInfo& info, Ru
   if (me) {
     spdlog::error("pre-flight: this node is left out of the job; the others go on without it");
     return finish(result, RunResult::Outcome::kFailed);
+  }
+  // Kept for the job: a bad node started again is refused at its first join instead of
+  // making the running nodes stop for a new round.
+  for (const auto& b : v.bad) {
+    try {
+      handler_->leave_out(out.nodes[static_cast<std::size_t>(b.node)].address, b.why);
+    } catch (const std::exception& e) {
+      spdlog::debug("leave_out: {}", e.what());
+    }
   }
   preflight_passed_ = true;
   spdlog::warn(

@@ -159,6 +159,15 @@ class RendezvousHandler {
   // cannot leave the job without ending it for every node (--preflight keeps it in).
   virtual bool hosts_rendezvous_store() const { return false; }
 
+  // --preflight left the node published at `address` out of this job (`why`): that
+  // address's next first join (the node started again, a pod restarted) is refused with a
+  // RendezvousStateError quoting `why`, so that it does not make the running nodes stop
+  // for a new round. Job-scoped; where a backend keeps no such record, nothing is kept.
+  virtual void leave_out(const std::string& address, const std::string& why) {
+    (void)address;
+    (void)why;
+  }
+
   // The current round's job-wide channel (job_board.h), for the agent thread; nullptr
   // where there is none (one node: nothing to share) or no round runs. Valid until
   // the next next_rendezvous() or shutdown().

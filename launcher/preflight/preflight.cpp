@@ -125,6 +125,7 @@ class Program {
     r.node = c_.info.group_rank;
     r.host = c_.host;
     r.key = c_.key;
+    r.address = c_.address;
     r.hosts_store = c_.hosts_store;
     const auto text = read_file(findings_);
     if (!text || !read_findings(*text, r)) {

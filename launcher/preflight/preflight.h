@@ -23,13 +23,14 @@ struct Context {
   Supervisor& supervisor;
   rdzv::JobBoard* board = nullptr;  // nullptr: a round of one node
   const rdzv::RendezvousInfo& info;
-  std::string python;                         // the workers' interpreter
-  std::vector<std::string> env;               // the workers' environment, "NAME=value"
-  std::string dir;                            // the program, its findings and its stderr go here
-  std::string host;                           // this node in messages (node_label)
-  std::string key;                            // this node in the block-list
-  bool hosts_store = false;                   // this node hosts the rendezvous store
-  bool passed_before = false;                 // this node passed the check in an earlier round
+  std::string python;            // the workers' interpreter
+  std::vector<std::string> env;  // the workers' environment, "NAME=value"
+  std::string dir;               // the program, its findings and its stderr go here
+  std::string host;              // this node in messages (node_label)
+  std::string key;               // this node in the block-list
+  std::string address;           // the address it published (RendezvousInfo::node_address)
+  bool hosts_store = false;      // this node hosts the rendezvous store
+  bool passed_before = false;    // this node passed the check in an earlier round
   std::chrono::milliseconds timeout{120000};  // the whole check's bound
   std::chrono::milliseconds grace{30000};     // a signal's stop grace (--shutdown-timeout)
   Settings settings;

@@ -109,9 +109,10 @@ std::string to_json(const NodeResult& r) {
   }
   json links = json::object();
   for (const auto& [from, s] : r.links) links[std::to_string(from)] = s;
-  return json{{"host", r.host},      {"key", r.key},     {"hosts_store", r.hosts_store},
-              {"python", r.python},  {"checks", checks}, {"links", links},
-              {"missing", r.missing}}
+  return json{{"host", r.host},       {"key", r.key},
+              {"address", r.address}, {"hosts_store", r.hosts_store},
+              {"python", r.python},   {"checks", checks},
+              {"links", links},       {"missing", r.missing}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -122,6 +123,7 @@ NodeResult from_json(int node, const std::string& text) {
     const json j = json::parse(text);
     r.host = j.at("host").get<std::string>();
     r.key = j.at("key").get<std::string>();
+    r.address = j.at("address").get<std::string>();
     r.hosts_store = j.at("hosts_store").get<bool>();
     r.python = j.at("python").get<std::string>();
     r.missing = j.at("missing").get<std::string>();

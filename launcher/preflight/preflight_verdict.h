@@ -26,6 +26,7 @@ struct NodeResult {
   int node = 0;              // group rank in the round
   std::string host;          // as messages name it (node_label)
   std::string key;           // as the block-list names it (--local-addr, else the host name)
+  std::string address;       // the address it published to its peers ("" for one node)
   bool hosts_store = false;  // hosts the rendezvous store: cannot be left out of the job
   std::string python;        // the interpreter that ran the checks
   std::vector<Check> checks;

@@ -13,6 +13,8 @@
 //   job                    the job's fingerprint (JSON array: the workers' command), set
 //                          once by the first agent of the run id
 //   round                  hint: the latest formed round (fresh agents start there)
+//   left_out/<addr>        why --preflight left the node published at <addr> out of the
+//                          job: that address's first join is refused (it came back)
 //   r<r>/joined            ADD counter: slots of round r
 //   r<r>/node/<slot>       descriptor JSON of the agent holding the slot (round_codec.h)
 //   r<r>/hb/<slot>         heartbeat: ADD counter, or "left" / "done"
@@ -39,6 +41,7 @@ inline constexpr const char* kClosed = "closed";
 inline constexpr const char* kClosedSeen = "closed_seen";
 inline constexpr const char* kJob = "job";
 inline constexpr const char* kRound = "round";
+inline std::string left_out(const std::string& address) { return "left_out/" + address; }
 
 // Heartbeat values other than a counter.
 inline constexpr const char* kLeft = "left";

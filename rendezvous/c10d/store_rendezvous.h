@@ -104,6 +104,7 @@ class StoreRendezvous final : public RoundHandlerBase {
   std::string cut_off() override;
   std::chrono::milliseconds peer_loss_bound() override;
   bool hosts_rendezvous_store() const override { return hosts_store(); }
+  void leave_out(const std::string& address, const std::string& why) override;
 
  private:
   // RoundHandlerBase's parts: "rendezvous '<id>' (<backend> at <endpoint>)", the round
@@ -119,6 +120,9 @@ class StoreRendezvous final : public RoundHandlerBase {
   // Publishes this job's fingerprint, or compares it with the one already published;
   // throws RendezvousStateError on a mismatch, having written nothing.
   void check_same_job();
+  // RendezvousStateError when --preflight left this node's address out of the job (keys.h
+  // left_out/); checked at this agent's first join only.
+  void refuse_if_left_out();
   // RendezvousClosedError once the job has ended; RendezvousStateError with the host's
   // reason once the store's host gave up (give_up_as_host).
   void check_closed();
@@ -210,7 +214,8 @@ class StoreRendezvous final : public RoundHandlerBase {
   std::condition_variable cv_;
   bool announced_ = false;  // "left" already published for the current round
   bool shut_down_ = false;
-  bool job_checked_ = false;  // check_same_job() passed once
+  bool job_checked_ = false;       // check_same_job() passed once
+  bool left_out_checked_ = false;  // refuse_if_left_out() passed once
   // The last scan of the previous round's heartbeats (round_retired, slot 0).
   std::optional<Clock::time_point> last_scan_;
 };

@@ -29,8 +29,28 @@ void StoreRendezvous::check_same_job() {
   job_checked_ = true;
 }
 
+void StoreRendezvous::refuse_if_left_out() {
+  // A node --preflight left out of this job, started again: refused before it joins a
+  // round (else the running nodes would stop their workers to check it again). Only at
+  // this agent's first join: an agent already in the job is never refused by it.
+  if (left_out_checked_) return;
+  const std::string& addr = config_.round.advertise_addr;
+  if (!addr.empty() && store_->check({keys::left_out(addr)})) {
+    throw RendezvousStateError(where() + ": this node (" + addr +
+                               ") was left out of this job by the pre-flight check (" +
+                               store_->get(keys::left_out(addr)) +
+                               "); it does not rejoin it (--blocklist keeps it out of later jobs)");
+  }
+  left_out_checked_ = true;
+}
+
+void StoreRendezvous::leave_out(const std::string& address, const std::string& why) {
+  if (store_ && !address.empty()) store_->set(keys::left_out(address), why);
+}
+
 RendezvousInfo StoreRendezvous::join(Clock::time_point deadline) {
   if (config_.round.job_check) check_same_job();  // before this node writes anything
+  refuse_if_left_out();
   int r = first_round();
   watch_.clear();
   for (;; ++r) {

@@ -52,6 +52,7 @@ class EtcdRendezvous final : public RoundHandlerBase {
   // The round's r<R>/view/ keys (EtcdJobBoard), until the exit barrier.
   JobBoard* job_board() override { return session_.is_cut_off() ? nullptr : board_.get(); }
   std::string cut_off() override;
+  void leave_out(const std::string& address, const std::string& why) override;
   bool is_closed() override;
   void set_closed() override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;
@@ -75,6 +76,10 @@ class EtcdRendezvous final : public RoundHandlerBase {
 
   void ensure_lease();  // the session's lease (again when it expired) and the descriptor
   void check_same_job();
+  // RendezvousStateError when --preflight left this node's address out of the job
+  // (left_out/<addr> under the run's prefix); at this agent's first join only.
+  void refuse_if_left_out();
+  bool left_out_checked_ = false;
   void check_closed();
   // The join loop of next_rendezvous(): look, decide (next_join_step), act, log, wait.
   // What it carries from one look to the next:

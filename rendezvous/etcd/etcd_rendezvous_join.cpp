@@ -14,6 +14,22 @@
 #include "store/store.h"
 
 namespace ddprun::rdzv {
+void EtcdRendezvous::refuse_if_left_out() {
+  // As c10d's (store_rendezvous_join.cpp): a node --preflight left out, started again.
+  if (left_out_checked_) return;
+  const std::string& addr = config_.round.advertise_addr;
+  if (auto kv = addr.empty() ? std::nullopt : client_.get(keys_.key("left_out/" + addr))) {
+    throw RendezvousStateError(where() + ": this node (" + addr +
+                               ") was left out of this job by the pre-flight check (" + kv->value +
+                               "); it does not rejoin it (--blocklist keeps it out of later jobs)");
+  }
+  left_out_checked_ = true;
+}
+
+void EtcdRendezvous::leave_out(const std::string& address, const std::string& why) {
+  if (!address.empty()) client_.put(keys_.key("left_out/" + address), why);
+}
+
 void EtcdRendezvous::check_same_job() {
   if (!config_.round.job_check) return;
   const std::string mine = job_fingerprint(config_.round.job_command);
@@ -92,6 +108,7 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
   m.deadline = now() + config_.round.join_timeout;
   check_closed();
   check_same_job();
+  refuse_if_left_out();
   ensure_lease();
   m.next_log = now() + config_.round.progress_interval;
   m.changed_at = now();

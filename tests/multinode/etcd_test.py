@@ -268,14 +268,21 @@ def etcd_stall_judged_job_wide(c):
 def etcd_preflight_leaves_a_bad_node_out(c):
     """Issue 34 over etcd-v3 (the findings and the verdict on etcd's board): --nnodes 2:3
     --preflight, node1's python cannot import torch: every node names it, node1 leaves
-    (its lease revoked), and nodes 0 and 2 train in a world of 2 without a restart."""
+    (its lease revoked), and nodes 0 and 2 train in a world of 2 without a restart; node1
+    started again is refused at its first join (the left-out record in etcd), naming why."""
     etcd = EtcdCluster(c, 1)
     eps = etcd.endpoints()
     extra = ["--preflight", "--exit-codes=classes", "--max-restarts=0"]
     bad = {"PYTHON_EXEC": venv_without_torch(c)}
-    agents = [c.start(f"node{i}", etcd_args(i, eps, "2:3", "pf_etcd", extra),
+    wargs = ["--steps", "60", "--step-sleep", "0.1"]
+    agents = [c.start(f"node{i}", etcd_args(i, eps, "2:3", "pf_etcd", extra), wargs,
                       env=bad if i == 1 else None) for i in range(3)]
     check(agents[1].wait(120) == 3, "node1 exits 3 (infrastructure)", c.logs())
+    poll(lambda: agents[0].records() and agents[2].records(), 90, "the others train", c.logs)
+    again = c.start("node1_again", etcd_args(1, eps, "2:3", "pf_etcd", extra), wargs, env=bad)
+    check(again.wait(60) == 3, "the node started again exits 3", again.text())
+    check("was left out of this job by the pre-flight check (import torch" in again.text(),
+          "one line naming why", again.text())
     for i in (0, 2):
         check(agents[i].wait(120) == 0, f"node{i} failed", c.logs())
         check("(127.0.0.2) is bad: import torch: ModuleNotFoundError" in agents[i].text(),

@@ -735,6 +735,30 @@ def preflight_bad_python_left_out_spare_takes_its_place(c):
 
 
 @test
+def preflight_left_out_node_started_again_does_not_rejoin(c):
+    """Issue 34: --nnodes 2:3 --preflight, node1 (no torch) is left out and the two others
+    train; node1 started again (as a scheduler restarts a failed pod), without --blocklist,
+    is refused at its first join, naming why, and the running nodes go on undisturbed:
+    one round each, exit 0."""
+    port = c.reserve_port()
+    extra = ["--preflight", "--exit-codes=classes", "--max-restarts=0"]
+    bad = {"PYTHON_EXEC": venv_without_torch(c)}
+    wargs = ["--steps", "60", "--step-sleep", "0.1"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "pf_again", extra), wargs,
+                      env=bad if i == 1 else None) for i in range(3)]
+    check(agents[1].wait(120) == 3, "node1 exits 3 (infrastructure)", c.logs())
+    poll(lambda: agents[0].records() and agents[2].records(), 90, "the others train", c.logs)
+    again = c.start("node1_again", c10d_args(1, port, "2:3", "pf_again", extra), wargs, env=bad)
+    check(again.wait(60) == 3, "the node started again exits 3", again.text())
+    check("was left out of this job by the pre-flight check (import torch: ModuleNotFoundError"
+          in again.text(), "one line naming why", again.text())
+    for i in (0, 2):
+        check(agents[i].wait(120) == 0, f"node{i} failed", c.logs())
+        worlds = [r["WORLD_SIZE"] for r in agents[i].records()]
+        check(worlds == ["2"], f"node{i}: one round of 2, not disturbed: {worlds}", c.logs())
+
+
+@test
 def preflight_fixed_nnodes_stops_and_blocklist_keeps_out(c):
     """Issue 34: --nnodes 3 --preflight --blocklist FILE; node1 cannot import torch. No
     room to leave it out: every node stops before its workers start, naming node1, and

@@ -188,6 +188,31 @@ TEMPLATE_TEST_CASE("handler contract: a closed rendezvous rejects a new node", "
   CHECK_THROWS_AS(late->next_rendezvous(), RendezvousClosedError);
 }
 
+TEMPLATE_TEST_CASE("handler contract: a node left out by the pre-flight check does not rejoin",
+                   "[contract][etcd]", C10dTcp, C10dMemory, Etcd) {
+  TestType b;
+  INFO(TestType::kName);
+  Handlers hs;
+  // Node 2 on an address of its own (the others share 127.0.0.1).
+  const Shape own{.addr = "127.0.0.3"};
+  for (int i = 0; i < 3; ++i) hs.push_back(i == 2 ? b.node(i, 2, 3, own) : b.node(i, 2, 3));
+  const std::vector<RendezvousInfo> infos = rendezvous_all(hs);
+  const std::string left_out = infos[2].node_address;
+  REQUIRE(left_out == "127.0.0.3");
+  hs[0]->leave_out(left_out, "import torch: ModuleNotFoundError");
+  hs[2]->shutdown();
+  // The same node started again: refused at its first join, naming why.
+  auto again = b.node(2, 2, 3, own);
+  CHECK_THROWS_WITH(again->next_rendezvous(),
+                    Catch::Contains("(" + left_out +
+                                    ") was left out of this job by the "
+                                    "pre-flight check (import torch: ModuleNotFoundError)"));
+  // The others go on, and another node may still join.
+  hs.pop_back();
+  hs.push_back(b.node(3, 2, 3));
+  check_round(rendezvous_all(hs), 3);
+}
+
 TEMPLATE_TEST_CASE("handler contract: the exit barrier waits for every member", "[contract][etcd]",
                    C10dTcp, C10dMemory, Etcd) {
   TestType b;
