@@ -30,6 +30,8 @@ using Kind = SupervisorEvent::Kind;
 // a little later (the round's last nodes) and they share it the moment they end.
 constexpr Ms kPeerSlack{10000};
 constexpr Ms kPoll{50};
+// What the program writes once its local checks are all in the findings (json.dump's form).
+constexpr const char* kLocalDone = "\"local_done\": true";
 // How long the rendezvous store's host waits for the others to read the verdict.
 constexpr Ms kReadWait{5000};
 
@@ -134,7 +136,7 @@ class Program {
                            : "the check ended without findings (with " + c_.python + ")" + failure_;
       return r;
     }
-    if (text->find("\"local_done\": true") == std::string::npos) {
+    if (text->find(kLocalDone) == std::string::npos) {
       // Some checks written, then the program died (a device that crashes it) or hung.
       r.checks.push_back({"the local checks", false, 0,
                           running_
@@ -155,7 +157,7 @@ class Program {
   // True once the local checks' findings are complete.
   bool local_done() const {
     const auto text = read_file(findings_);
-    return text && text->find("\"local_done\": true") != std::string::npos;
+    return text && text->find(kLocalDone) != std::string::npos;
   }
 
   // Stops the program if it still runs.

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
-from cluster import Cluster, venv_without_torch  # noqa: E402
+from cluster import Cluster, left_out_then_started_again  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
@@ -272,17 +272,8 @@ def etcd_preflight_leaves_a_bad_node_out(c):
     started again is refused at its first join (the left-out record in etcd), naming why."""
     etcd = EtcdCluster(c, 1)
     eps = etcd.endpoints()
-    extra = ["--preflight", "--exit-codes=classes", "--max-restarts=0"]
-    bad = {"PYTHON_EXEC": venv_without_torch(c)}
-    wargs = ["--steps", "60", "--step-sleep", "0.1"]
-    agents = [c.start(f"node{i}", etcd_args(i, eps, "2:3", "pf_etcd", extra), wargs,
-                      env=bad if i == 1 else None) for i in range(3)]
-    check(agents[1].wait(120) == 3, "node1 exits 3 (infrastructure)", c.logs())
-    poll(lambda: agents[0].records() and agents[2].records(), 90, "the others train", c.logs)
-    again = c.start("node1_again", etcd_args(1, eps, "2:3", "pf_etcd", extra), wargs, env=bad)
-    check(again.wait(60) == 3, "the node started again exits 3", again.text())
-    check("was left out of this job by the pre-flight check (import torch" in again.text(),
-          "one line naming why", again.text())
+    agents, _ = left_out_then_started_again(
+        c, lambda i, extra: etcd_args(i, eps, "2:3", "pf_etcd", extra))
     for i in (0, 2):
         check(agents[i].wait(120) == 0, f"node{i} failed", c.logs())
         check("(127.0.0.2) is bad: import torch: ModuleNotFoundError" in agents[i].text(),

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
 import cluster  # noqa: E402
-from cluster import Cluster, venv_without_torch  # noqa: E402
+from cluster import Cluster, left_out_then_started_again, venv_without_torch  # noqa: E402
 from netns import Netns, netns_or_skip  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
@@ -741,17 +741,8 @@ def preflight_left_out_node_started_again_does_not_rejoin(c):
     is refused at its first join, naming why, and the running nodes go on undisturbed:
     one round each, exit 0."""
     port = c.reserve_port()
-    extra = ["--preflight", "--exit-codes=classes", "--max-restarts=0"]
-    bad = {"PYTHON_EXEC": venv_without_torch(c)}
-    wargs = ["--steps", "60", "--step-sleep", "0.1"]
-    agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "pf_again", extra), wargs,
-                      env=bad if i == 1 else None) for i in range(3)]
-    check(agents[1].wait(120) == 3, "node1 exits 3 (infrastructure)", c.logs())
-    poll(lambda: agents[0].records() and agents[2].records(), 90, "the others train", c.logs)
-    again = c.start("node1_again", c10d_args(1, port, "2:3", "pf_again", extra), wargs, env=bad)
-    check(again.wait(60) == 3, "the node started again exits 3", again.text())
-    check("was left out of this job by the pre-flight check (import torch: ModuleNotFoundError"
-          in again.text(), "one line naming why", again.text())
+    agents, _ = left_out_then_started_again(
+        c, lambda i, extra: c10d_args(i, port, "2:3", "pf_again", extra))
     for i in (0, 2):
         check(agents[i].wait(120) == 0, f"node{i} failed", c.logs())
         worlds = [r["WORLD_SIZE"] for r in agents[i].records()]

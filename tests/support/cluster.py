@@ -60,6 +60,26 @@ def venv_without_torch(c):
     return os.path.join(path, "bin", "python")
 
 
+def left_out_then_started_again(c, launch):
+    """Issue 34's returning bad node, for either backend: `launch(i, extra)` gives node i's
+    arguments. Nodes 0-2 with --nnodes 2:3 --preflight, node1's python without torch: node1
+    is left out (exit 3), the others train; node1 started again is refused at its first
+    join (exit 3, one line naming why). Returns (agents, the restarted node's agent)."""
+    extra = ["--preflight", "--exit-codes=classes", "--max-restarts=0"]
+    bad = {"PYTHON_EXEC": venv_without_torch(c)}
+    wargs = ["--steps", "60", "--step-sleep", "0.1"]
+    agents = [c.start(f"node{i}", launch(i, extra), wargs, env=bad if i == 1 else None)
+              for i in range(3)]
+    blackbox.check(agents[1].wait(120) == 3, "node1 exits 3 (infrastructure)", c.logs())
+    blackbox.poll(lambda: agents[0].records() and agents[2].records(), 90, "the others train",
+                  c.logs)
+    again = c.start("node1_again", launch(1, extra), wargs, env=bad)
+    blackbox.check(again.wait(60) == 3, "the node started again exits 3", again.text())
+    blackbox.check("was left out of this job by the pre-flight check (import torch: "
+                   "ModuleNotFoundError" in again.text(), "one line naming why", again.text())
+    return agents, again
+
+
 class Cluster(blackbox.Workspace):
     def __init__(self, ddprun):
         super().__init__(ddprun, "ddprun_mn_")
