@@ -108,7 +108,7 @@ void JobStallJudge::decide(const NodeSample& sample, bool declared_here) {
   NodeSnapshot mine{board_.node(), params_.host, {}};
   for (const WorkerPosition& w : sample.workers) {
     mine.ranks.push_back({params_.rank_base + w.local_rank, w.pid, w.sampled, w.where, w.user_where,
-                          w.state, w.idle_s});
+                          w.state, w.idle_s, w.collectives});
   }
   board_.set("snap/" + std::to_string(board_.node()), encode_snapshot(mine));
   // Every quiet node looks once a tick: two ticks and a margin to publish.

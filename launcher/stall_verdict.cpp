@@ -43,6 +43,7 @@ struct Member {
 struct Group {
   std::string place;
   bool waits = false;  // inside torch.distributed: most likely waiting for the others
+  Standing standing;   // against the collectives the others entered (flight recorder)
   std::vector<Member> members;
 };
 
@@ -87,6 +88,19 @@ std::string who(const Group& g) {
   return fmt::format("{} ranks ({}) on {}", ranks.size(), rank_ranges(ranks), on);
 }
 
+// "<who> never entered all_reduce #12 of group 0: it is at ...", "<who> waits in
+// all_reduce #12 of group 0 at ...", "<who> is at ...".
+std::string say(const Group& g, const std::string& who) {
+  const bool one = g.members.size() == 1;
+  if (g.standing.behind) {
+    return fmt::format("{} {}: {} {}", who, g.standing.text, one ? "it is" : "they are", g.place);
+  }
+  const char* verb = g.waits ? (one ? "waits" : "wait") : (one ? "is" : "are");
+  if (!g.standing.text.empty())
+    return fmt::format("{} {} {} {}", who, verb, g.standing.text, g.place);
+  return fmt::format("{} {} {}", who, verb, g.place);
+}
+
 std::string seconds(std::chrono::milliseconds ms) {
   return fmt::format("{:g}", std::round(static_cast<double>(ms.count()) / 100) / 10);
 }
@@ -103,6 +117,10 @@ std::string encode_snapshot(const NodeSnapshot& snapshot) {
                      {"user_where", cut(r.user_where)},
                      {"state", std::string(1, r.state)},
                      {"idle_s", r.idle_s}});
+    nlohmann::json& c = ranks.back()["collectives"] = nlohmann::json::array();
+    for (const CollectiveState& g : r.collectives) {
+      c.push_back({g.pg, g.entered, g.completed, cut(g.op)});
+    }
   }
   nlohmann::json j = {
       {"version", 1}, {"node", snapshot.node}, {"host", cut(snapshot.host)}, {"ranks", ranks}};
@@ -134,6 +152,12 @@ std::optional<NodeSnapshot> decode_snapshot(const std::string& text, std::string
       const std::string state = r.at("state").get<std::string>();
       rs.state = state.size() == 1 ? state[0] : '?';
       rs.idle_s = r.at("idle_s").get<double>();
+      if (const auto c = r.find("collectives"); c != r.end()) {
+        for (const nlohmann::json& g : *c) {
+          rs.collectives.push_back({g.at(0).get<int>(), g.at(1).get<std::int64_t>(),
+                                    g.at(2).get<std::int64_t>(), cut(g.at(3).get<std::string>())});
+        }
+      }
       s.ranks.push_back(std::move(rs));
     }
     return s;
@@ -146,13 +170,25 @@ std::optional<NodeSnapshot> decode_snapshot(const std::string& text, std::string
 std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshots,
                                        const std::vector<std::string>& missing,
                                        std::chrono::milliseconds timeout) {
+  // The flight recorder's view first: the furthest collective of each group.
+  std::vector<const RankSnapshot*> flat;
+  std::vector<std::vector<CollectiveState>> recorded;
+  for (const NodeSnapshot& n : snapshots) {
+    for (const RankSnapshot& r : n.ranks) {
+      flat.push_back(&r);
+      recorded.push_back(r.collectives);
+    }
+  }
+  const CollectiveFronts fronts = collective_fronts(recorded);
   std::map<std::string, Group> by_place;
   std::size_t ranks = 0;
   for (const NodeSnapshot& n : snapshots) {
     for (const RankSnapshot& r : n.ranks) {
-      Group& g = by_place[place(r)];
+      Standing standing = collective_standing(r.collectives, fronts);
+      Group& g = by_place[(standing.behind ? "b" : "w") + standing.text + "\t" + place(r)];
       g.place = place(r);
       g.waits = in_torch_distributed(r);
+      g.standing = std::move(standing);
       g.members.push_back({&r, &n.host});
       ++ranks;
     }
@@ -166,18 +202,15 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
   // The odd ones first: outside torch.distributed before inside it (those wait for the
   // rest), then the smaller groups, then by lowest rank.
   std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    if (a.standing.behind != b.standing.behind) return a.standing.behind;
     if (a.waits != b.waits) return !a.waits;
     if (a.members.size() != b.members.size()) return a.members.size() < b.members.size();
     return a.members.front().rank->rank < b.members.front().rank->rank;
   });
   std::string head =
       fmt::format("{}no rank of the job made progress for {} s", kVerdictPrefix, seconds(timeout));
-  auto verb = [](const Group& g) {
-    const bool one = g.members.size() == 1;
-    return g.waits ? (one ? "waits" : "wait") : (one ? "is" : "are");
-  };
   if (groups.size() == 1) {
-    head += fmt::format("; all {} ranks {} {}", ranks, verb(groups[0]), groups[0].place);
+    head += "; " + say(groups[0], fmt::format("all {} ranks", ranks));
   } else {
     for (std::size_t i = 0; i < groups.size(); ++i) {
       const Group& g = groups[i];
@@ -185,13 +218,30 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
         head += fmt::format("; {} more groups, below", groups.size() - i);
         break;
       }
-      head += fmt::format("; {} {} {}", who(g), verb(g), g.place);
+      head += "; " + say(g, who(g));
     }
   }
-  // Ranks waiting inside torch.distributed in different functions: a collective called
-  // on some ranks and not on others (or another one in its place).
+  // Ranks that entered different collectives as the same one of a group (flight
+  // recorder), or, without a recorder, wait inside torch.distributed in different
+  // functions: a collective called on some ranks and not on others (or another one in
+  // its place).
+  for (const auto& [pg, front] : fronts) {
+    if (front.ops.size() < 2) continue;
+    std::string which;
+    for (const auto& [op, at] : front.ops) {
+      std::vector<int> rs;
+      for (int i : at) rs.push_back(flat[static_cast<std::size_t>(i)]->rank);
+      which += fmt::format("{}{} ({} {})", which.empty() ? "" : ", ", op_name(op),
+                           rs.size() == 1 ? "rank" : "ranks", rank_ranges(rs));
+    }
+    head += fmt::format(
+        "; ranks entered different collectives as #{} of group {}: {}: a collective called on "
+        "some ranks and not on others",
+        front.seq, pg, which);
+  }
   std::map<std::string, std::vector<int>> collectives;
   for (const Group& g : groups) {
+    if (!fronts.empty()) break;
     if (!g.waits) continue;
     const std::string& w = g.members.front().rank->where;
     const std::size_t in = w.rfind(" in ");
@@ -217,8 +267,8 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
   for (const Group& g : groups) {
     std::vector<int> rs;
     for (const Member& m : g.members) rs.push_back(m.rank->rank);
-    lines.push_back(fmt::format("  {} {} {} {}", rs.size() == 1 ? "rank" : "ranks", rank_ranges(rs),
-                                verb(g), g.place));
+    lines.push_back(
+        "  " + say(g, fmt::format("{} {}", rs.size() == 1 ? "rank" : "ranks", rank_ranges(rs))));
   }
   return lines;
 }

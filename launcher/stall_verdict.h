@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "launcher/process/flight_record.h"
+
 namespace ddprun::launcher {
 
 struct RankSnapshot {
@@ -24,6 +26,7 @@ struct RankSnapshot {
   std::string user_where;  // innermost frame outside Python's library and packages, or ""
   char state = '?';        // /proc state ('T': stopped)
   double idle_s = 0;
+  std::vector<CollectiveState> collectives;  // PyTorch's flight recorder (empty: none)
 };
 
 struct NodeSnapshot {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "launcher/process/descendants.h"
 
@@ -89,6 +90,51 @@ def _ddprun_stack_probe():
             ident = nxt
         return ident, frames.get(ident)
 
+    # PyTorch's flight recorder (2.14+, on when TORCH_FR_BUFFER_SIZE > 0): per process
+    # group, the last collective this rank entered and completed, and when it entered each
+    # new one. Any failure switches this part off, never the worker.
+    rec = {"dump": None, "off": False, "sent": {}}
+
+    def recorder():
+        dist = _sys.modules.get("torch.distributed")
+        if rec["off"] or dist is None or not dist.is_initialized():
+            return ""
+        if rec["dump"] is None:
+            dump = getattr(_sys.modules.get("torch._C._distributed_c10d"), "_dump_fr_trace_json",
+                           None)
+            if dump is None:
+                rec["off"] = True
+                return ""
+            import json
+            rec["dump"], rec["json"] = dump, json
+        trace = rec["json"].loads(rec["dump"](True, False))
+        status = trace.get("pg_status") or {}
+        last, new = {}, {}
+        for e in trace.get("entries") or ():
+            if e.get("is_p2p"):
+                continue
+            pg, seq = int(e["pg_id"]), int(e["collective_seq_id"])
+            if seq > last.get(pg, (-1, ""))[0]:
+                last[pg] = (seq, str(e.get("profiling_name") or "?").replace(" ", "_"))
+            if seq > rec["sent"].get(pg, 0):
+                new.setdefault(pg, []).append((seq, int(e["time_created_ns"])))
+        lines = []
+        for pg in sorted(last)[:8]:
+            st = status.get(str(pg)) or {}
+            seq, op = last[pg]
+            entered = max(seq, int(st.get("last_enqueued_collective", -1)))
+            lines.append("F %d %d %d %s\n" % (pg, entered, int(st.get("last_completed_collective",
+                                                                          -1)), op[:64]))
+        size = sum(map(len, lines))
+        for pg in sorted(new)[:8]:
+            arrivals = sorted(new[pg])[-64:]
+            rec["sent"][pg] = arrivals[-1][0]
+            line = "A %d%s\n" % (pg, "".join(" %d:%d" % a for a in arrivals))
+            if size + len(line) <= 4000:  # one atomic write (PIPE_BUF): a few are dropped
+                lines.append(line)
+                size += len(line)
+        return "".join(lines)
+
     def run():
         # The innermost frame is held until the next sample, so that a new call (a loop
         # calling a function, seen at the same back edge each time) is a new object.
@@ -123,6 +169,14 @@ def _ddprun_stack_probe():
                 if len(data) > 2048:
                     data = b"%d %d ?\n" % (moves, pid)
                 try:
+                    # Before the position line, which ends the report; written apart, each
+                    # write at most PIPE_BUF bytes (whole or not at all).
+                    records = recorder().encode("ascii", "replace")
+                except Exception:
+                    rec["off"], records = True, b""
+                try:
+                    if records:
+                        _os.write(fd, records)
                     _os.write(fd, data)
                 except BlockingIOError:
                     pass
@@ -219,6 +273,15 @@ UniqueFd StackProbe::add(std::vector<std::string>& env) {
       had_path = true;
     }
   }
+  // The flight recorder on, with a small buffer, unless the user set its size (0: off).
+  bool recorder_set = false;
+  for (const std::string& kv : env) {
+    recorder_set = recorder_set || kv.starts_with("TORCH_FR_BUFFER_SIZE=") ||
+                   kv.starts_with("TORCH_NCCL_TRACE_BUFFER_SIZE=");
+  }
+  if (!recorder_set) {
+    set_env_entry(env, "TORCH_FR_BUFFER_SIZE", std::to_string(kFlightRecorderEntries));
+  }
   if (had_path) set_env_entry(env, "DDPRUN_STACK_PYTHONPATH", path);
   set_env_entry(env, "PYTHONPATH", path.empty() ? dir_ : dir_ + ":" + path);
   set_env_entry(env, "DDPRUN_STACK_DIR", dir_);
@@ -241,16 +304,24 @@ void StackProbe::read(Worker& w) {
       w.fd.reset();
       // Its last position is frozen, not the worker's: from now on judged without it.
       w.position.sampled = false;
+      w.position.collectives.clear();
       return;
     }
     w.partial.append(buf, static_cast<std::size_t>(n));
   }
   // Reports: "<moves> <pid> <file>:<line> <function>[\t<file>:<line> <function>]\n" (the
   // innermost frame, then the innermost outside the Python library and installed
-  // packages, when that is another); only the last whole one counts.
+  // packages, when that is another); only the last whole one counts. Before it, from the
+  // flight recorder, "F <pg> <entered> <completed> <op>\n" per group and "A <pg>
+  // <seq>:<ns> ...\n", the group's new arrivals.
   std::size_t end;
   while ((end = w.partial.find('\n')) != std::string::npos) {
     std::string_view rest(w.partial.data(), end);
+    if (rest.starts_with("F ") || rest.starts_with("A ")) {
+      record_line(w, rest);
+      w.partial.erase(0, end + 1);
+      continue;
+    }
     std::uint64_t moves = 0;
     pid_t pid = 0;
     const bool ok = next_number(rest, moves) && next_number(rest, pid);
@@ -263,8 +334,47 @@ void StackProbe::read(Worker& w) {
     w.position.pid = pid;
     w.position.where = frame_text(where.substr(0, tab));
     w.position.user_where = tab == std::string::npos ? "" : frame_text(where.substr(tab + 1));
+    w.position.collectives = std::move(w.collectives);
+    w.collectives.clear();
   }
   if (w.partial.size() > 8192) w.partial.clear();  // not a report
+}
+
+void StackProbe::record_line(Worker& w, std::string_view line) {
+  const bool state = line[0] == 'F';
+  line.remove_prefix(2);
+  int pg = 0;
+  if (!next_number(line, pg)) return;
+  if (state) {
+    CollectiveState c;
+    c.pg = pg;
+    if (!next_number(line, c.entered) || !next_number(line, c.completed) || line.empty()) return;
+    c.op = std::string(line.substr(0, 64));
+    if (w.collectives.size() < 8) w.collectives.push_back(std::move(c));
+    return;
+  }
+  // " <seq>:<ns>" each
+  while (!line.empty()) {
+    Arrival a;
+    a.pg = pg;
+    const char* end = line.data() + line.size();
+    auto [p, ec] = std::from_chars(line.data(), end, a.seq);
+    if (ec != std::errc() || p == end || *p != ':') return;
+    auto [q, ec2] = std::from_chars(p + 1, end, a.t_ns);
+    if (ec2 != std::errc() || (q != end && *q != ' ')) return;
+    w.arrivals.push_back(a);
+    line.remove_prefix(static_cast<std::size_t>(q - line.data()) + (q != end ? 1 : 0));
+  }
+  if (w.arrivals.size() > kMaxArrivals) {
+    w.arrivals.erase(
+        w.arrivals.begin(),
+        w.arrivals.begin() + static_cast<std::ptrdiff_t>(w.arrivals.size() - kMaxArrivals));
+  }
+}
+
+std::vector<Arrival> StackProbe::take_arrivals(std::size_t index) {
+  if (index >= workers_.size()) return {};
+  return std::exchange(workers_[index]->arrivals, {});
 }
 
 void StackProbe::clear() {

@@ -7,7 +7,10 @@
 // innermost file:line. Then it restores PYTHONPATH and loads the sitecustomize it hides,
 // if any. Workers that are not Python, or run with -S/-I, send nothing (the watchdog then
 // judges them by CPU time); nor does a worker after the sampled process exec'd (the
-// pipe's end closes: no longer sampled).
+// pipe's end closes: no longer sampled). Where PyTorch's flight recorder is on (2.14+;
+// add() sets TORCH_FR_BUFFER_SIZE unless the user did), each report also carries, per
+// process group, the last collective entered and completed, and the new collectives'
+// arrival times (flight_record.h).
 // Used by StallWatchdog. Thread-safety: none; the supervisor's EventLoop thread only.
 #pragma once
 
@@ -17,10 +20,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/unique_fd.h"
 #include "launcher/process/event_loop.h"
+#include "launcher/process/flight_record.h"
 
 namespace ddprun::launcher {
 
@@ -35,6 +40,9 @@ class StackProbe {
     std::string user_where;   // the innermost frame outside Python's library and installed
                               // packages (the script's line calling all_reduce), when it
                               // is not the innermost; "" otherwise
+    // Its process groups, from PyTorch's flight recorder (empty: no recorder, or no
+    // group yet).
+    std::vector<CollectiveState> collectives;
   };
 
   // Writes the hook into a new directory under $TMPDIR (/tmp when unset or when it holds
@@ -53,6 +61,10 @@ class StackProbe {
   void clear();
   // Worker `index`'s last report (not sampled when none came).
   const Position& position(std::size_t index) const;
+  // The arrivals worker `index` reported since the last call (at most kMaxArrivals, the
+  // newest).
+  std::vector<Arrival> take_arrivals(std::size_t index);
+  static constexpr std::size_t kMaxArrivals = 4096;
 
  private:
   struct Worker {
@@ -60,8 +72,12 @@ class StackProbe {
     EventLoop::Id id = 0;
     std::string partial;
     Position position;
+    std::vector<CollectiveState> collectives;  // of the report under way
+    std::vector<Arrival> arrivals;
   };
   void read(Worker& w);
+  // One "F ..." or "A ..." line of the flight recorder.
+  void record_line(Worker& w, std::string_view line);
 
   EventLoop& loop_;
   std::chrono::milliseconds interval_;

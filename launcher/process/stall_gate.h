@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/process/flight_record.h"
+
 namespace ddprun::launcher {
 
 // Where one worker was at the watchdog's last sample.
@@ -28,6 +30,7 @@ struct WorkerPosition {
   std::string user_where;  // innermost frame outside Python's library and packages ("": same)
   char state = '?';        // /proc state letter ('T': stopped)
   double idle_s = 0;       // seconds without progress
+  std::vector<CollectiveState> collectives;  // PyTorch's flight recorder, per group
 };
 
 // The watchdog's last sample of this node.

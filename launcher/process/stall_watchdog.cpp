@@ -131,6 +131,7 @@ void StallWatchdog::publish(Clock::time_point now, bool all_idle) {
     w.sampled = pos.sampled;
     w.where = pos.where;
     w.user_where = pos.user_where;
+    w.collectives = pos.collectives;
     stopped(i, &w.state);
     w.idle_s = static_cast<double>(detector_.idle_for(i, now).count()) / 1000.0;
     sample.workers.push_back(std::move(w));
@@ -200,6 +201,12 @@ std::string StallWatchdog::where(std::size_t index) const {
   if (stopped(index, &state)) text += fmt::format(" (stopped: state {})", state);
   const StackProbe::Position& pos = probe_.position(index);
   if (pos.sampled) text += " at " + pos.where;
+  // From the flight recorder, against this node's other workers: a collective it never
+  // entered, or the one it waits in.
+  std::vector<std::vector<CollectiveState>> all;
+  for (std::size_t i = 0; i < group_.size(); ++i) all.push_back(probe_.position(i).collectives);
+  const Standing s = collective_standing(pos.collectives, collective_fronts(all));
+  if (!s.text.empty()) text += ", " + s.text;
   return text;
 }
 

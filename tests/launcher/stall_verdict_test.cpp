@@ -97,10 +97,59 @@ TEST_CASE("verdict: every rank at one place, and ranks not sampled", "[stall]") 
         "w.py:5 in f");
 }
 
+TEST_CASE("verdict: with the flight recorder, the collective a rank never entered", "[stall]") {
+  // The issue's 3 am example: rank 13 loads a batch while the others wait in all_reduce
+  // #4711 of group 0; group 1's state is older and alike everywhere.
+  std::vector<NodeSnapshot> nodes;
+  for (int n = 0; n < 8; ++n) {
+    NodeSnapshot s{n, "h" + std::to_string(n), {}};
+    for (int r = 2 * n; r < 2 * n + 2; ++r) {
+      RankSnapshot rs =
+          r == 13 ? at(r, "w.py:88 in load_batch") : at(r, kAllReduce, "w.py:92 in <module>");
+      rs.collectives = {{0, r == 13 ? 4710 : 4711, 4710, "gloo:all_reduce"},
+                        {1, 7, 7, "gloo:broadcast"}};
+      s.ranks.push_back(rs);
+    }
+    nodes.push_back(s);
+  }
+  const auto v = stall_verdict(nodes, {}, 30000ms);
+  CHECK(v[0] ==
+        "stall (job-wide): no rank of the job made progress for 30 s; rank 13 on h6 (pid 1013) "
+        "never entered all_reduce #4711 of group 0: it is at w.py:88 in load_batch; 15 ranks "
+        "(0-12,14-15) on h0, h1, h2, h3 and 4 more hosts wait in all_reduce #4711 of group 0 at "
+        "w.py:92 in <module> (inside " +
+            kAllReduce + ")");
+  CHECK(v[1] ==
+        "  rank 13 never entered all_reduce #4711 of group 0: it is at w.py:88 in load_batch");
+  // The node's own watchdog says the same of its workers (collective_standing).
+  const CollectiveFronts fronts =
+      collective_fronts({nodes[6].ranks[0].collectives, nodes[6].ranks[1].collectives});
+  CHECK(collective_standing(nodes[6].ranks[0].collectives, fronts).text ==
+        "in all_reduce #4711 of group 0");
+  CHECK(collective_standing(nodes[6].ranks[1].collectives, fronts).behind);
+}
+
+TEST_CASE("verdict: ranks that entered different collectives as one are said to", "[stall]") {
+  std::vector<NodeSnapshot> nodes = {{0, "a", {at(0, kAllReduce), at(1, kAllReduce)}},
+                                     {1, "b", {at(2, kAllReduce), at(3, kAllReduce)}}};
+  for (auto& n : nodes) {
+    for (auto& r : n.ranks)
+      r.collectives = {{0, 5, 4, r.rank == 2 ? "gloo:broadcast" : "gloo:all_reduce"}};
+  }
+  const auto v = stall_verdict(nodes, {}, 3000ms);
+  CHECK(v[0].find("; ranks entered different collectives as #5 of group 0: all_reduce (ranks "
+                  "0-1,3), broadcast (rank 2): a collective called on some ranks and not on "
+                  "others") != std::string::npos);
+  CHECK(v[0].find("wait in different collectives") == std::string::npos);
+  // Without a recorder anywhere, nobody is said to be behind.
+  CHECK(collective_standing({}, collective_fronts({{}, {}})).text.empty());
+}
+
 TEST_CASE("snapshot codec: round trip, and bad input named, never a crash", "[stall]") {
   NodeSnapshot s{3, "gpu-07", {at(13, kAllReduce, "t.py:9 in x")}};
   s.ranks[0].state = 'S';
   s.ranks[0].idle_s = 4.5;
+  s.ranks[0].collectives = {{0, 12, 11, "gloo:all_reduce"}, {3, 2, -1, "nccl:broadcast"}};
   std::string error;
   const auto back = decode_snapshot(encode_snapshot(s), error);
   REQUIRE(back);
@@ -111,9 +160,13 @@ TEST_CASE("snapshot codec: round trip, and bad input named, never a crash", "[st
   CHECK(back->ranks[0].user_where == "t.py:9 in x");
   CHECK(back->ranks[0].state == 'S');
   CHECK(back->ranks[0].idle_s == 4.5);
+  CHECK(back->ranks[0].collectives == s.ranks[0].collectives);
   for (const std::string& bad :
        {std::string("{"), std::string("[]"), std::string(R"({"version":2})"),
         std::string(R"({"version":1,"node":"x","host":"h","ranks":[]})"),
+        std::string(R"({"version":1,"node":0,"host":"h","ranks":[{"rank":0,"pid":1,)"
+                    R"("sampled":true,"where":"","user_where":"","state":"S","idle_s":0,)"
+                    R"("collectives":[[0,"x"]]}]})"),
         std::string(kMaxSnapshotBytes + 1, ' ')}) {
     error.clear();
     CHECK_FALSE(decode_snapshot(bad, error));

@@ -565,8 +565,11 @@ def stall_waiting_node_is_not_a_stall(c):
 def stall_verdict_names_the_culprit_on_every_node(c):
     """Issue 32: --stall-timeout 3 on 2 nodes; rank 1 sleeps before its all_reduce while
     rank 0 waits in it. Every node prints the same job-wide verdict: rank 1, its host and
-    pid, at the sleep's file:line, first; rank 0 waiting at the all_reduce's line. Each
+    pid, at the sleep's file:line, first; rank 0 waiting at the all_reduce's line. With
+    PyTorch 2.14's flight recorder (which ddprun switches on) the verdict also names the
+    collective: rank 1 never entered all_reduce #N of group 0, rank 0 waits in it. Each
     node's failure report carries the verdict's headline."""
+    recorder = tuple(map(int, blackbox.torch_version().split(".")[:2])) >= (2, 14)
     port = c.reserve_port()
     extra = ["--stall-timeout=3", "--max-restarts=0"]
     recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
@@ -586,10 +589,19 @@ def stall_verdict_names_the_culprit_on_every_node(c):
         parts = head.split("; ")
         check(len(parts) == 3 and parts[1].startswith("rank 1 on ")
               and parts[2].startswith("rank 0 on "), "the culprit first", head)
-        check(" is at " in parts[1] and parts[1].endswith(sleep) and "(127.0.0." in parts[1],
-              "rank 1's place and host", head)
-        check(" waits at " in parts[2] and f"{allreduce} (inside " in parts[2],
-              "rank 0 waits in all_reduce", head)
+        check(parts[1].endswith(sleep) and "(127.0.0." in parts[1], "rank 1's place and host",
+              head)
+        if recorder:
+            seq = parts[1].partition(" never entered all_reduce #")[2].partition(" ")[0]
+            check(seq.isdigit() and f" #{seq} of group 0: it is at " in parts[1],
+                  "rank 1 never entered the all_reduce (flight recorder)", head)
+            check(f" waits in all_reduce #{seq} of group 0 at " in parts[2]
+                  and f"{allreduce} (inside " in parts[2],
+                  "rank 0 waits in that all_reduce (flight recorder)", head)
+        else:
+            check(" is at " in parts[1], "rank 1 is at the sleep", head)
+            check(" waits at " in parts[2] and f"{allreduce} (inside " in parts[2],
+                  "rank 0 waits in all_reduce", head)
         check(any("stalled: no progress" in l and "stall (job-wide): " in l
                   for l in a.text().splitlines()), f"{a.name}: the report's note", c.logs())
         check("root cause (job-wide): the job stalled: no rank of the job made progress"
@@ -600,6 +612,27 @@ def stall_verdict_names_the_culprit_on_every_node(c):
             r = json.load(f)
         check(r["stall_verdict"] and r["stall_verdict"][0] == heads[0]
               and r["exit_class"] == "stall", "the record carries the verdict", r)
+
+
+@test(tier="214")
+def stall_verdict_names_a_mismatched_collective(c):
+    """Issue 32, PyTorch 2.14's flight recorder: 2 nodes, --stall-timeout 3; rank 1 calls
+    broadcast where rank 0 calls all_reduce (both hang in gloo). Every node's verdict says
+    the ranks entered different collectives as the same one of group 0, naming each."""
+    port = c.reserve_port()
+    extra = ["--stall-timeout=3", "--max-restarts=0"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_mismatch", extra), ["mismatch"],
+                      script=JOB_WORKER) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
+    for a in agents:
+        head = next((l for l in a.text().splitlines() if "stall (job-wide): " in l), "")
+        check("; ranks entered different collectives as #2 of group 0: all_reduce (rank 0), "
+              "broadcast (rank 1): a collective called on some ranks and not on others" in head,
+              f"{a.name}: the mismatch named", c.logs())
+        check(" waits in broadcast #2 of group 0 at " in head
+              and f"job_worker.py:{_marked_line(JOB_WORKER, '# MISMATCH-BROADCAST')}" in head,
+              f"{a.name}: rank 1's place", head)
 
 
 @test(every_tier=True)

@@ -6,6 +6,8 @@
                                          in a barrier; then every rank exits 0
     job_worker.py raise                  the last rank raises ValueError (RAISE) while the
                                          others wait in an all_reduce, which then fails
+    job_worker.py mismatch               the last rank calls broadcast (MISMATCH-BROADCAST)
+                                         where the others call all_reduce
     job_worker.py hang                   the last rank sleeps forever before its all_reduce
                                          (STALL-SLEEP) while the others wait in it
                                          (STALL-ALLREDUCE); a restarted attempt exits 0
@@ -33,6 +35,14 @@ def step(rank, world):
     dist.all_reduce(t)  # STALL-ALLREDUCE
 
 
+def mismatch(rank, world):
+    t = torch.ones(4)
+    if rank == world - 1:
+        dist.broadcast(t, 0)  # MISMATCH-BROADCAST
+    else:
+        dist.all_reduce(t)
+
+
 def fail(rank, world):
     if rank == world - 1:
         time.sleep(0.5)  # the others are in the all_reduce by now
@@ -55,6 +65,8 @@ def main():
         os._exit(0)
     elif sys.argv[1] == "raise":
         fail(rank, world)
+    elif sys.argv[1] == "mismatch":
+        mismatch(rank, world)
     else:
         step(rank, world)
 
