@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "launcher/job_failures.h"
 #include "launcher/stall_verdict.h"
 
@@ -11,11 +13,20 @@ namespace ddprun::launcher {
 JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
                  const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history)
     : history_(history) {
-  if (info.group_world_size < 2) return;
-  board_ = handler.job_board();
-  if (board_ == nullptr) return;
   host_ = node_label(config.local_addr);
-  if (StallGate* gate = supervisor.stall_gate()) {
+  if (info.group_world_size >= 2) board_ = handler.job_board();
+  StallGate* gate = supervisor.stall_gate();
+  if (gate != nullptr && config.straggler_threshold_s > 0) {
+    StragglerWatch::Params p;
+    p.threshold_s = config.straggler_threshold_s;
+    p.window =
+        std::chrono::milliseconds(static_cast<std::int64_t>(config.straggler_window_s * 1000));
+    p.host = host_;
+    p.rank_base = info.rank_base;
+    stragglers_ = std::make_unique<StragglerWatch>(*gate, board_, std::move(p));
+  }
+  if (board_ == nullptr) return;
+  if (gate != nullptr) {
     JobStallJudge::Params p;
     p.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.stall_timeout_s * 1000));
     p.host = host_;
@@ -25,11 +36,17 @@ JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
 }
 
 JobView::Clock::time_point JobView::next_tick() const {
-  return stall_ ? stall_->next_tick() : Clock::time_point::max();
+  return std::min(stall_ ? stall_->next_tick() : Clock::time_point::max(),
+                  stragglers_ ? stragglers_->next_tick() : Clock::time_point::max());
 }
 
 void JobView::tick(Clock::time_point now) {
   if (stall_) stall_->tick(now);
+  if (stragglers_) {
+    stragglers_->tick(now);
+    const auto& said = stragglers_->said();
+    while (stragglers_said_ < said.size()) history_.straggler(said[stragglers_said_++]);
+  }
 }
 
 std::optional<ExitClass> JobView::log_root_cause(std::vector<Failure>& failures) {

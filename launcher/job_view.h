@@ -3,7 +3,8 @@
 // the round's JobBoard (rendezvous/job_board.h): the stall judge (job_stall.h) while the
 // workers run, the job's root cause when they fail (job_failures.h). The Agent makes one
 // per attempt and drops it before its next rendezvous (the board ends with the round).
-// In a one-node round, or without a board, it does nothing.
+// In a one-node round, or without a board, only the straggler ranking runs (on this
+// node's ranks).
 // Thread-safety: the agent thread only.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
 #include "launcher/run_history.h"
+#include "launcher/straggler_watch.h"
 #include "rendezvous/job_board.h"
 #include "rendezvous/rendezvous.h"
 
@@ -53,6 +55,8 @@ class JobView {
   rdzv::JobBoard* board_ = nullptr;  // nullptr: one node, or no board
   std::string host_;                 // this node in job-wide messages (node_label)
   std::unique_ptr<JobStallJudge> stall_;
+  std::unique_ptr<StragglerWatch> stragglers_;  // also in a one-node round
+  std::size_t stragglers_said_ = 0;             // its lines in the run record so far
 };
 
 }  // namespace ddprun::launcher

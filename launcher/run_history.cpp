@@ -164,7 +164,7 @@ std::string RunHistory::record_json(const std::vector<Failure>& failures, ExitCl
   }
   const json record = {
       {"schema", "ddprun-run-record"},
-      {"version", 1},
+      {"version", 2},
       {"run_id", facts_.context.run_id},
       {"host", facts_.context.hostname},
       {"rdzv_backend", facts_.context.rdzv_backend},
@@ -178,6 +178,7 @@ std::string RunHistory::record_json(const std::vector<Failure>& failures, ExitCl
       {"failures", fails},
       {"root_cause", root_cause_.empty() ? json(nullptr) : json(root_cause_)},
       {"stall_verdict", verdict_.empty() ? json(nullptr) : json(verdict_)},
+      {"stragglers", stragglers_},
   };
   return record.dump(2, ' ', false, json::error_handler_t::replace);
 }

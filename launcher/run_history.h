@@ -2,14 +2,16 @@
 // elastic events (--event-log-handler console: EventLog, events.h) as they happen, and,
 // with --record-file, one JSON run record written when the run ends: the node, every round and
 // attempt with why it ended, the failures, the job's root cause and stall verdict (job_view.h), the
-// exit class and status. Schema: docs/run-record.schema.json (version 1; docs/usage.md, "Run
-// record"). Used by the Agent and JobView. Thread-safety: the agent thread only.
+// exit class and status, the straggler lines. Schema: docs/run-record.schema.json (version 2;
+// docs/usage.md, "Run record"). Used by the Agent and JobView. Thread-safety: the agent thread
+// only.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/events.h"
@@ -38,6 +40,8 @@ class RunHistory {
   void attempt_ended(const std::string& why);
   // The job-wide cause (job_view.h): the root-cause line, the stall verdict's lines.
   void job_cause(std::string root_cause, std::vector<std::string> verdict);
+  // A straggler line this node logged (straggler_watch.h).
+  void straggler(std::string line) { stragglers_.push_back(std::move(line)); }
   // The run ended: torchrun's end events (each worker's state, then the agent's) and the
   // run record (a warning when it cannot be written).
   void run_ended(const std::vector<Failure>& failures, bool workers_ended, bool succeeded,
@@ -71,6 +75,7 @@ class RunHistory {
   std::vector<Attempt> attempts_;
   std::string root_cause_;
   std::vector<std::string> verdict_;
+  std::vector<std::string> stragglers_;
 };
 
 }  // namespace ddprun::launcher

@@ -307,6 +307,13 @@ void read_watchdogs(const RawOptions& raw, const HostFacts& host, LaunchConfig& 
   if (const auto* s = find(raw.values, "stall_timeout")) {
     c.stall_timeout_s = std::min(seconds_value("--stall-timeout", *s), 1e7);
   }
+  if (const auto* t = find(raw.values, "straggler_threshold")) {
+    c.straggler_threshold_s = std::min(seconds_value("--straggler-threshold", *t), 1e6);
+  }
+  if (const auto* w = find(raw.values, "straggler_window")) {
+    c.straggler_window_s = std::min(seconds_value("--straggler-window", *w), 1e6);
+    if (c.straggler_window_s < 1) throw UsageError("--straggler-window: at least 1 second");
+  }
   if (const auto* e = find(raw.values, "exit_codes")) {
     if (*e != "torchrun" && *e != "classes") {
       throw UsageError("--exit-codes: '" + *e +

@@ -108,6 +108,10 @@ struct LaunchConfig {
 
   // ddprun's watchdogs (docs/usage.md): --stall-timeout / PET_STALL_TIMEOUT, 0: off.
   double stall_timeout_s = 0;
+  // The straggler ranking (docs/usage.md, "Stragglers"; with --stall-timeout):
+  // --straggler-threshold (0: off), --straggler-window (at least 1 s).
+  double straggler_threshold_s = 0.05;
+  double straggler_window_s = 10;
   // The pre-flight check (docs/preflight.md): --preflight, --preflight-slow-factor (> 1),
   // --preflight-timeout; --blocklist FILE ("": none), read once at start.
   bool preflight = false;

@@ -92,6 +92,11 @@ constexpr OptionDef kOptions[] = {
     {"--stall-timeout,--stall_timeout", "stall_timeout", false, kLaunch,
      "Seconds without progress (CPU time or output) of every worker after which ddprun dumps "
      "their Python stacks and handles it as a failure (default 0: off)"},
+    {"--straggler-threshold,--straggler_threshold", "straggler_threshold", false, kLaunch,
+     "With --stall-timeout and PyTorch's flight recorder: warn when a rank or host arrives "
+     "last at collectives by a median of this many seconds (default 0.05; 0: off)"},
+    {"--straggler-window,--straggler_window", "straggler_window", false, kLaunch,
+     "Seconds of collectives each straggler ranking looks at (default 10)"},
     // Bad nodes (issue 34): the pre-flight check and the block-list (docs/preflight.md).
     {"--preflight", "preflight", true, kLaunch,
      "Before the workers start, check every node (import torch, each device, a collective "
@@ -153,6 +158,8 @@ const char* metavar(const std::string& dest) {
       {"signals_to_handle", "SIG,..."},
       {"shutdown_timeout", "SECONDS"},
       {"stall_timeout", "SECONDS"},
+      {"straggler_threshold", "SECONDS"},
+      {"straggler_window", "SECONDS"},
       {"preflight_slow_factor", "FACTOR"},
       {"preflight_timeout", "SECONDS"},
       {"blocklist", "FILE"},

@@ -36,9 +36,37 @@ std::optional<std::vector<std::string>> StallGate::decision() const {
   return decision_;
 }
 
+void StallGate::want_arrivals(bool want) {
+  std::lock_guard lock(mu_);
+  want_arrivals_ = want;
+  if (!want) arrivals_.clear();
+}
+
+bool StallGate::wants_arrivals() const {
+  std::lock_guard lock(mu_);
+  return want_arrivals_;
+}
+
+void StallGate::add_arrivals(int local_rank, const std::vector<Arrival>& arrivals) {
+  std::lock_guard lock(mu_);
+  if (!want_arrivals_) return;
+  for (const Arrival& a : arrivals) arrivals_.emplace_back(local_rank, a);
+  if (arrivals_.size() > kMaxArrivals) {
+    arrivals_.erase(arrivals_.begin(), arrivals_.begin() + static_cast<std::ptrdiff_t>(
+                                                               arrivals_.size() - kMaxArrivals));
+  }
+}
+
+std::vector<std::pair<int, Arrival>> StallGate::take_arrivals() {
+  std::lock_guard lock(mu_);
+  return std::exchange(arrivals_, {});
+}
+
 void StallGate::reset() {
   std::lock_guard lock(mu_);
   judged_ = false;
+  want_arrivals_ = false;
+  arrivals_.clear();
   sample_ = NodeSample{};
   decision_.reset();
 }

@@ -5,6 +5,8 @@
 // it acts only on the judge's word: a decision carrying the job-wide verdict. Ranks
 // elsewhere still progressing means this node's ranks wait for them: no decision comes,
 // no stall. Without a judge (one node, no job-wide channel) the watchdog decides alone.
+// The workers' arrivals at collectives (flight recorder) pass through it to the
+// straggler watch.
 // Thread-safety: every member may be called from any thread (one mutex).
 #pragma once
 
@@ -15,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/process/flight_record.h"
@@ -52,7 +55,15 @@ class StallGate {
   // goes into the stall's report.
   void decide(std::vector<std::string> verdict);
   std::optional<std::vector<std::string>> decision() const;
-  // A new attempt: no judge, no sample, no decision.
+  // The straggler watch (launcher/straggler_watch.h) wants the workers' arrivals at
+  // collectives; the watchdog then passes them on, at most kMaxArrivals (the newest).
+  void want_arrivals(bool want);
+  bool wants_arrivals() const;
+  void add_arrivals(int local_rank, const std::vector<Arrival>& arrivals);
+  // (local rank, arrival) since the last call.
+  std::vector<std::pair<int, Arrival>> take_arrivals();
+  static constexpr std::size_t kMaxArrivals = 16384;
+  // A new attempt: no judge, no sample, no decision, no arrivals wanted.
   void reset();
 
  private:
@@ -60,6 +71,8 @@ class StallGate {
   bool judged_ = false;
   NodeSample sample_;
   std::optional<std::vector<std::string>> decision_;
+  bool want_arrivals_ = false;
+  std::vector<std::pair<int, Arrival>> arrivals_;
 };
 
 }  // namespace ddprun::launcher

@@ -83,6 +83,11 @@ void StallWatchdog::tick() {
     if (router_.held_back(i)) detector_.held_back(i, now);
   }
   next_sample_ = now + detector_.sample_interval();
+  if (gate_.wants_arrivals()) {
+    for (std::size_t i = 0; i < group_.size(); ++i) {
+      gate_.add_arrivals(group_.local_rank(i), probe_.take_arrivals(i));
+    }
+  }
   const auto stalled = detector_.stalled(now);
   const bool all_idle = !stalled.empty() && detector_.all_stalled(now);
   // Only a judge reads the samples: a node alone pays no /proc reads for them.

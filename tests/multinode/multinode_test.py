@@ -635,6 +635,37 @@ def stall_verdict_names_a_mismatched_collective(c):
               f"{a.name}: rank 1's place", head)
 
 
+@test(tier="214")
+def straggler_named_by_node_0_and_its_own_node(c):
+    """Issue 34: 2 nodes x 2 ranks, PyTorch 2.14's flight recorder (on with
+    --stall-timeout), --straggler-window 3; for 12 s the last rank (3, on node 1) sleeps
+    0.3 s before each all_reduce, the others 0.02 s. Node 0 (which ranks the job) and node 1
+    (the straggler's) log the same one line naming rank 3, its host and a median margin
+    near 0.28 s, once; the run record carries it; the job succeeds."""
+    port = c.reserve_port()
+    recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
+    extra = ["--nproc-per-node=2", "--stall-timeout=60", "--straggler-window=3"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "straggle",
+                                            [*extra, f"--record-file={recs[i]}"]),
+                      ["straggle", "12"], script=JOB_WORKER) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    lines = []
+    for a, rec in zip(agents, recs):
+        mine = [l[l.index("straggler: "):] for l in a.text().splitlines()
+                if "warning: straggler: " in l]
+        check(len(mine) == 1, f"{a.name}: one straggler line", c.logs())
+        lines.append(mine[0])
+        with open(rec) as f:
+            check(json.load(f)["stragglers"] == mine, f"{a.name}: the record's stragglers",
+                  c.logs())
+    check(lines[0] == lines[1], "the same line on both nodes", lines)
+    check(lines[0].startswith("straggler: rank 3 on localhost (127.0.0.2) arrived last at "),
+          "rank 3 and its host named", lines)
+    margin = float(lines[0].partition("by a median of ")[2].partition(" s")[0])
+    check(0.2 < margin < 0.35, "the margin is the sleep's", lines)
+
+
 @test(every_tier=True)
 def root_cause_named_on_every_node(c):
     """Issue 32: 2 nodes, no restarts; the last rank raises ValueError while rank 0 waits

@@ -321,6 +321,9 @@ TEST_CASE("bad input: one line naming the flag or file", "[cli]") {
       {{"--signals-to-handle=SIGTERM,SIGKILL", "train.py"}, "--signals-to-handle: SIGKILL"},
       {{"--shutdown-timeout=-3", "train.py"}, "--shutdown-timeout"},
       {{"--stall-timeout=soon", "train.py"}, "--stall-timeout: expected a non-negative number"},
+      {{"--straggler-threshold=-1", "train.py"}, "--straggler-threshold: expected a non-negative"},
+      {{"--straggler-window=0.5", "train.py"}, "--straggler-window: at least 1 second"},
+      {{"--straggler-window=often", "train.py"}, "--straggler-window: expected a non-negative"},
       {{"--start-method=thread", "train.py"}, "--start-method"},
       {{"--preflight-slow-factor=0", "train.py"}, "--preflight-slow-factor: '0' is not"},
       {{"--preflight-slow-factor=-2", "train.py"}, "--preflight-slow-factor: '-2' is not"},
@@ -460,6 +463,11 @@ TEST_CASE("watchdogs: --stall-timeout, PET_STALL_TIMEOUT and the file timer's va
   CHECK(ok({"--stall_timeout", "2.5", "train.py"}).stall_timeout_s == 2.5);
   CHECK(ok({"train.py"}, {{"PET_STALL_TIMEOUT", "7"}}).stall_timeout_s == 7);
   CHECK(ok({"--stall-timeout=1", "train.py"}, {{"PET_STALL_TIMEOUT", "7"}}).stall_timeout_s == 1);
+  // The straggler ranking's threshold and window.
+  CHECK(ok({"train.py"}).straggler_threshold_s == 0.05);
+  CHECK(ok({"train.py"}).straggler_window_s == 10);
+  CHECK(ok({"--straggler-threshold=0", "train.py"}).straggler_threshold_s == 0);
+  CHECK(ok({"train.py"}, {{"PET_STRAGGLER_WINDOW", "30"}}).straggler_window_s == 30);
   // torchrun's file timer: on only with the value "1"; its own path, else /tmp/watchdog_timer_*.
   CHECK(ok({"train.py"}).file_timer_path.empty());
   CHECK(ok({"train.py"}, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "0"}}).file_timer_path.empty());

@@ -8,6 +8,8 @@
                                          others wait in an all_reduce, which then fails
     job_worker.py mismatch               the last rank calls broadcast (MISMATCH-BROADCAST)
                                          where the others call all_reduce
+    job_worker.py straggle SECONDS       for SECONDS, all_reduce in a loop, the last rank
+                                         0.3 s late each time
     job_worker.py hang                   the last rank sleeps forever before its all_reduce
                                          (STALL-SLEEP) while the others wait in it
                                          (STALL-ALLREDUCE); a restarted attempt exits 0
@@ -43,6 +45,15 @@ def mismatch(rank, world):
         dist.all_reduce(t)
 
 
+def straggle(rank, world, seconds):
+    # The last rank sleeps 0.3 s before each all_reduce, the others 0.02 s.
+    t, deadline = torch.ones(4), time.time() + seconds
+    while time.time() < deadline:
+        time.sleep(0.3 if rank == world - 1 else 0.02)
+        dist.all_reduce(t)
+    dist.barrier()
+
+
 def fail(rank, world):
     if rank == world - 1:
         time.sleep(0.5)  # the others are in the all_reduce by now
@@ -67,6 +78,8 @@ def main():
         fail(rank, world)
     elif sys.argv[1] == "mismatch":
         mismatch(rank, world)
+    elif sys.argv[1] == "straggle":
+        straggle(rank, world, float(sys.argv[2]))
     else:
         step(rank, world)
 

@@ -1,0 +1,195 @@
+// straggler.cpp: the straggler ranking and the window codec (straggler.h).
+#include "launcher/straggler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr std::size_t kMaxText = 300;  // a host's name, cut beyond
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One collective: (time, who) for every member, who being a rank's index or a host's.
+using Collective = std::vector<std::pair<std::int64_t, std::size_t>>;
+
+// Who arrived last at each collective, by how much before the next-latest one; the one
+// that did at kLastShare of them or more, by a median margin of at least the threshold.
+std::optional<std::pair<std::size_t, std::pair<int, double>>> last_one(
+    const std::vector<Collective>& collectives, double threshold_s) {
+  std::map<std::size_t, std::vector<double>> margins;
+  for (Collective c : collectives) {
+    std::sort(c.begin(), c.end());
+    const auto& last = c.back();
+    const auto& next = c[c.size() - 2];
+    margins[last.second].push_back(static_cast<double>(last.first - next.first) / 1e9);
+  }
+  const auto most = std::max_element(
+      margins.begin(), margins.end(),
+      [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  const int last = static_cast<int>(most->second.size());
+  if (last < kLastShare * static_cast<double>(collectives.size())) return std::nullopt;
+  const double m = median(most->second);
+  if (m < threshold_s) return std::nullopt;
+  return std::make_pair(most->first, std::make_pair(last, m));
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+std::string seconds(double s) { return fmt::format("{:g}", std::round(s * 1000) / 1000); }
+
+}  // namespace
+
+std::optional<Straggler> find_straggler(const std::vector<RankArrivals>& ranks,
+                                        double threshold_s) {
+  // group -> sequence number -> (time, rank index), one per rank
+  std::map<int, std::map<std::int64_t, Collective>> groups;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    for (const Arrival& a : ranks[i].arrivals) {
+      Collective& c = groups[a.pg][a.seq];
+      if (std::none_of(c.begin(), c.end(), [&](const auto& e) { return e.second == i; })) {
+        c.emplace_back(a.t_ns, i);
+      }
+    }
+  }
+  std::optional<Straggler> best;
+  for (const auto& [pg, seqs] : groups) {
+    std::set<std::size_t> members;
+    for (const auto& [seq, c] : seqs) {
+      for (const auto& e : c) members.insert(e.second);
+    }
+    if (members.size() < 2) continue;
+    std::vector<Collective> full;  // those every member entered
+    for (const auto& [seq, c] : seqs) {
+      if (c.size() == members.size()) full.push_back(c);
+    }
+    if (full.size() < static_cast<std::size_t>(kMinCollectives)) continue;
+    Straggler s;
+    s.pg = pg;
+    s.collectives = static_cast<int>(full.size());
+    if (const auto r = last_one(full, threshold_s)) {
+      s.rank = ranks[r->first].rank;
+      s.host = ranks[r->first].host;
+      s.last = r->second.first;
+      s.median_margin_s = r->second.second;
+    } else {
+      // Each host's latest rank against the other hosts'.
+      std::map<std::string, std::size_t> host_index;
+      for (std::size_t i : members) host_index.emplace(ranks[i].host, host_index.size());
+      if (host_index.size() < 2) continue;
+      std::vector<Collective> by_host;
+      for (const Collective& c : full) {
+        std::map<std::size_t, std::int64_t> latest;
+        for (const auto& [t, i] : c) {
+          std::int64_t& l = latest.try_emplace(host_index[ranks[i].host], t).first->second;
+          l = std::max(l, t);
+        }
+        Collective h;
+        for (const auto& [host, t] : latest) h.emplace_back(t, host);
+        by_host.push_back(std::move(h));
+      }
+      const auto h = last_one(by_host, threshold_s);
+      if (!h) continue;
+      s.host_wide = true;
+      for (std::size_t i : members) {
+        if (host_index[ranks[i].host] != h->first) continue;
+        s.host = ranks[i].host;
+        s.ranks.push_back(ranks[i].rank);
+      }
+      std::sort(s.ranks.begin(), s.ranks.end());
+      s.rank = s.ranks.front();
+      s.last = h->second.first;
+      s.median_margin_s = h->second.second;
+    }
+    if (!best || s.last * best->collectives > best->last * s.collectives) best = s;
+  }
+  return best;
+}
+
+std::string straggler_line(const Straggler& s, std::chrono::milliseconds window,
+                           double threshold_s) {
+  const std::string who = s.host_wide
+                              ? fmt::format("host {} (ranks {})", s.host, rank_list(s.ranks))
+                              : fmt::format("rank {} on {}", s.rank, s.host);
+  return fmt::format(
+      "straggler: {} arrived last at {} of {} collectives of group {} in the last {} s, by a "
+      "median of {} s (threshold {} s)",
+      who, s.last, s.collectives, s.pg, seconds(static_cast<double>(window.count()) / 1000),
+      seconds(s.median_margin_s), seconds(threshold_s));
+}
+
+std::vector<Arrival> sample_arrivals(std::vector<Arrival> arrivals) {
+  std::map<int, std::vector<Arrival>> groups;
+  for (const Arrival& a : arrivals) groups[a.pg].push_back(a);
+  std::vector<Arrival> out;
+  for (auto& [pg, as] : groups) {
+    std::int64_t stride = 1;
+    auto kept = [&] {
+      return static_cast<std::size_t>(std::count_if(
+          as.begin(), as.end(), [&](const Arrival& a) { return a.seq % stride == 0; }));
+    };
+    while (kept() > kArrivalsPerWindow) stride *= 2;
+    for (const Arrival& a : as) {
+      if (a.seq % stride == 0) out.push_back(a);
+    }
+  }
+  return out;
+}
+
+std::string encode_window(std::int64_t window, const std::vector<RankArrivals>& ranks) {
+  nlohmann::json rs = nlohmann::json::array();
+  for (const RankArrivals& r : ranks) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const Arrival& x : r.arrivals) a.push_back({x.pg, x.seq, x.t_ns});
+    rs.push_back({{"rank", r.rank}, {"host", r.host.substr(0, kMaxText)}, {"arrivals", a}});
+  }
+  const nlohmann::json j = {{"version", 1}, {"window", window}, {"ranks", rs}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::optional<std::pair<std::int64_t, std::vector<RankArrivals>>> decode_window(
+    const std::string& text, std::string& error) {
+  if (text.size() > kMaxWindowBytes) {
+    error =
+        fmt::format("a straggler window of {} bytes (more than {})", text.size(), kMaxWindowBytes);
+    return std::nullopt;
+  }
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.at("version").get<int>() != 1) {
+      error = "a straggler window of version " + j.at("version").dump();
+      return std::nullopt;
+    }
+    std::vector<RankArrivals> ranks;
+    for (const nlohmann::json& r : j.at("ranks")) {
+      RankArrivals ra;
+      ra.rank = r.at("rank").get<int>();
+      ra.host = r.at("host").get<std::string>().substr(0, kMaxText);
+      for (const nlohmann::json& a : r.at("arrivals")) {
+        ra.arrivals.push_back(
+            {a.at(0).get<int>(), a.at(1).get<std::int64_t>(), a.at(2).get<std::int64_t>()});
+      }
+      ranks.push_back(std::move(ra));
+    }
+    return std::make_pair(j.at("window").get<std::int64_t>(), std::move(ranks));
+  } catch (const nlohmann::json::exception& e) {
+    error = std::string("a malformed straggler window: ") + e.what();
+    return std::nullopt;
+  }
+}
+
+}  // namespace ddprun::launcher

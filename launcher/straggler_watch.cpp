@@ -1,0 +1,165 @@
+// straggler_watch.cpp: StragglerWatch (straggler_watch.h).
+#include "launcher/straggler_watch.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "base/text.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+// How long node 0 waits for every node to ask for its clock, and a node for the stamp.
+constexpr Ms kClockWait{3000};
+constexpr Ms kStampWait{5000};
+
+// The part of a finding's line that names whom: a new one is said, the same one is not
+// said again.
+std::string who(const std::string& line) { return line.substr(0, line.find(" arrived last")); }
+
+}  // namespace
+
+StragglerWatch::StragglerWatch(StallGate& gate, rdzv::JobBoard* board, Params params)
+    : gate_(gate), board_(board), params_(std::move(params)), next_(Clock::now() + params_.window) {
+  if (!params_.wall_ns) {
+    params_.wall_ns = [] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+  gate_.want_arrivals(true);
+}
+
+StragglerWatch::~StragglerWatch() { gate_.want_arrivals(false); }
+
+void StragglerWatch::tick(Clock::time_point now) {
+  if (now < next_) return;
+  next_ = now + params_.window;
+  ++window_;
+  if (board_ != nullptr && !failed_) {
+    try {
+      if (!offset_) sync_clock();
+      judge_job(collect());
+      return;
+    } catch (const std::exception& e) {
+      spdlog::warn(
+          "straggler ranking: the job-wide view failed ({}); ranking this node's ranks alone "
+          "from now on",
+          e.what());
+      failed_ = true;
+    }
+  }
+  say(find_straggler(collect(), params_.threshold_s));
+}
+
+std::vector<RankArrivals> StragglerWatch::collect() {
+  const std::int64_t offset = offset_ ? offset_->first : 0;
+  std::map<int, RankArrivals> by_rank;
+  for (auto& [local_rank, a] : gate_.take_arrivals()) {
+    RankArrivals& r = by_rank[local_rank];
+    r.rank = params_.rank_base + local_rank;
+    r.host = params_.host;
+    a.t_ns += offset;
+    r.arrivals.push_back(a);
+  }
+  std::vector<RankArrivals> out;
+  for (auto& [local_rank, r] : by_rank) out.push_back(std::move(r));
+  return out;
+}
+
+void StragglerWatch::sync_clock() {
+  const auto first = stamp(1);
+  const auto second = first ? stamp(2) : std::nullopt;
+  offset_ = second && second->second <= first->second ? second : first;
+  if (!offset_) {
+    offset_ = std::make_pair(std::int64_t{0}, std::int64_t{-1});
+    spdlog::warn(
+        "straggler ranking: node 0 stamped no clock within {} s; taking this host's clock as "
+        "node 0's",
+        kStampWait.count() / 1000);
+  } else if (board_->node() != 0) {
+    spdlog::info("straggler ranking: this host's clock is {:.3f} ms {} node 0's (within {:.3f} ms)",
+                 std::abs(static_cast<double>(offset_->first)) / 1e6,
+                 offset_->first > 0 ? "behind" : "ahead of",
+                 static_cast<double>(offset_->second) / 1e6);
+  }
+}
+
+std::optional<std::pair<std::int64_t, std::int64_t>> StragglerWatch::stamp(int round) {
+  const std::string ready = fmt::format("clock/{}/ready", round);
+  const std::string stamp = fmt::format("clock/{}/t", round);
+  if (board_->node() == 0) {
+    // Once every other node waits (or the wait is over), one stamp of this clock: each
+    // node knows it was taken between its asking and its reading it.
+    const auto deadline = Clock::now() + kClockWait;
+    while (board_->add(ready, 0) < board_->nodes() - 1 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(Ms(5));
+    }
+    board_->set(stamp, std::to_string(params_.wall_ns()));
+    return std::make_pair(std::int64_t{0}, std::int64_t{0});
+  }
+  const std::int64_t asked = params_.wall_ns();
+  board_->add(ready, 1);
+  const auto value = board_->get({stamp}, kStampWait).front();
+  const std::int64_t read = params_.wall_ns();
+  const auto t0 = value ? parse_int<std::int64_t>(*value) : std::nullopt;
+  if (!t0) return std::nullopt;
+  return std::make_pair(*t0 - (asked + read) / 2, (read - asked) / 2);
+}
+
+void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {
+  std::vector<RankArrivals> sampled = mine;
+  for (RankArrivals& r : sampled) r.arrivals = sample_arrivals(std::move(r.arrivals));
+  board_->set(fmt::format("strag/{}/{}", board_->node(), window_ % 2),
+              encode_window(window_, sampled));
+  if (board_->node() != 0) {
+    // Node 0's finding, said here when it names this host.
+    const auto found = board_->get({"strag/found"}, Ms(0)).front();
+    if (!found) return;
+    const bool here = found->find(" on " + params_.host + " ") != std::string::npos ||
+                      found->find("host " + params_.host + " ") != std::string::npos;
+    if (here && who(*found) != who(last_said_)) {
+      spdlog::warn("{}", *found);
+      said_.push_back(*found);
+    }
+    last_said_ = here ? *found : "";
+    return;
+  }
+  // The previous window: every node has put it on the board by now.
+  if (window_ < 2) return;
+  std::vector<std::string> names;
+  for (int n = 0; n < board_->nodes(); ++n) {
+    names.push_back(fmt::format("strag/{}/{}", n, (window_ - 1) % 2));
+  }
+  std::vector<RankArrivals> job;
+  for (const auto& value : board_->get(names, Ms(0))) {
+    std::string error;
+    auto w = value ? decode_window(*value, error) : std::nullopt;
+    if (!w || w->first != window_ - 1) continue;
+    for (RankArrivals& r : w->second) job.push_back(std::move(r));
+  }
+  const auto found = find_straggler(job, params_.threshold_s);
+  board_->set("strag/found",
+              found ? straggler_line(*found, params_.window, params_.threshold_s) : "");
+  say(found);
+}
+
+void StragglerWatch::say(const std::optional<Straggler>& found) {
+  const std::string line =
+      found ? straggler_line(*found, params_.window, params_.threshold_s) : std::string();
+  if (!line.empty() && who(line) != who(last_said_)) {
+    spdlog::warn("{}", line);
+    said_.push_back(line);
+  }
+  last_said_ = line;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,73 @@
+// straggler_watch.h: StragglerWatch, the agent's side of the straggler ranking (issue 34;
+// docs/usage.md, "Stragglers"): every window (--straggler-window) it takes this node's
+// workers' arrivals at collectives (PyTorch's flight recorder, through the stack probe and
+// the StallGate) and ranks them (straggler.h). Alone (one node) it ranks its own ranks. In
+// a job of several nodes each node first measures its clock's offset to node 0's through
+// the round's JobBoard (rendezvous/job_board.h; two stamps of node 0's clock, each set
+// once every node waits for it: the offset is known within half the time a node waited),
+// then puts each window's sampled arrivals, on node 0's clock, on the board; node 0 ranks
+// the whole job's previous window and publishes the finding; it and the node it names
+// log it, once per straggler. Board keys: "clock/<round>/ready" and "clock/<round>/t",
+// "strag/<node>/<window % 2>", "strag/found".
+// The Agent's JobView makes one per attempt. Thread-safety: the agent thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/process/stall_gate.h"
+#include "launcher/straggler.h"
+#include "rendezvous/job_board.h"
+
+namespace ddprun::launcher {
+
+class StragglerWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Params {
+    double threshold_s = 0.05;                // --straggler-threshold
+    std::chrono::milliseconds window{10000};  // --straggler-window
+    std::string host;                         // this node as the lines name it
+    int rank_base = 0;                        // global rank of local rank 0
+    // This host's wall clock in ns since the epoch (the flight recorder's clock); tests
+    // skew it.
+    std::function<std::int64_t()> wall_ns;
+  };
+
+  // `gate` and `board` (nullptr: one node) must outlive the watch.
+  StragglerWatch(StallGate& gate, rdzv::JobBoard* board, Params params);
+  ~StragglerWatch();
+  StragglerWatch(const StragglerWatch&) = delete;
+  StragglerWatch& operator=(const StragglerWatch&) = delete;
+
+  Clock::time_point next_tick() const { return next_; }
+  void tick(Clock::time_point now);
+
+  // This node's clock offset to node 0's (ns to add) and its bound, once measured.
+  std::optional<std::pair<std::int64_t, std::int64_t>> clock_offset() const { return offset_; }
+  // The lines said so far (for the run record and tests).
+  const std::vector<std::string>& said() const { return said_; }
+
+ private:
+  void sync_clock();
+  std::optional<std::pair<std::int64_t, std::int64_t>> stamp(int round);
+  std::vector<RankArrivals> collect();
+  void judge_job(const std::vector<RankArrivals>& mine);
+  void say(const std::optional<Straggler>& found);
+
+  StallGate& gate_;
+  rdzv::JobBoard* board_;
+  Params params_;
+  Clock::time_point next_;
+  std::int64_t window_ = 0;  // windows ended
+  std::optional<std::pair<std::int64_t, std::int64_t>> offset_;
+  bool failed_ = false;  // the board failed once: ranking this node alone from then on
+  std::string last_said_;
+  std::vector<std::string> said_;
+};
+
+}  // namespace ddprun::launcher

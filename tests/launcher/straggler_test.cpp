@@ -1,0 +1,192 @@
+// The straggler ranking (launcher/straggler.h) and the watch that runs it job-wide
+// (launcher/straggler_watch.h) over a real store (StoreJobBoard on a MemoryStore): two
+// nodes' watches on two threads, as two agents, one of them on a clock 5 s ahead.
+#include "launcher/straggler.h"
+
+#include <catch2/catch.hpp>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include "launcher/straggler_watch.h"
+#include "rendezvous/c10d/store_job_board.h"
+#include "store/memory_store.h"
+
+using namespace ddprun::launcher;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::int64_t kSecondNs = 1'000'000'000;
+constexpr std::int64_t kBaseNs = 1'800'000'000 * kSecondNs;
+
+// Ranks 0..3, two per host ("a", "b"); collectives 1..n of group 0, 0.1 s apart; rank r
+// arrives `late(r, seq)` seconds after the collective's start.
+template <typename Late>
+std::vector<RankArrivals> four_ranks(int n, Late late) {
+  std::vector<RankArrivals> ranks;
+  for (int r = 0; r < 4; ++r) {
+    RankArrivals ra{r, r < 2 ? "a" : "b", {}};
+    for (int seq = 1; seq <= n; ++seq) {
+      ra.arrivals.push_back(
+          {0, seq, kBaseNs + seq * kSecondNs / 10 + static_cast<std::int64_t>(late(r, seq) * 1e9)});
+    }
+    ranks.push_back(std::move(ra));
+  }
+  return ranks;
+}
+
+}  // namespace
+
+TEST_CASE("straggler: the rank that arrives last at most collectives, by the threshold",
+          "[straggler]") {
+  // Rank 3 is 0.3 s late at 18 of 20; the others within a few ms of each other.
+  const auto ranks = four_ranks(20, [](int r, int seq) {
+    return r == 3 ? (seq % 10 != 0 ? 0.3 : 0.0) : 0.001 * ((r + seq) % 3);
+  });
+  const auto s = find_straggler(ranks, 0.05);
+  REQUIRE(s);
+  CHECK_FALSE(s->host_wide);
+  CHECK(s->rank == 3);
+  CHECK(s->last == 18);
+  CHECK(s->collectives == 20);
+  CHECK(straggler_line(*s, 10s, 0.05) ==
+        "straggler: rank 3 on b arrived last at 18 of 20 collectives of group 0 in the last 10 s, "
+        "by a median of 0.298 s (threshold 0.05 s)");
+  // Below the threshold, or too few collectives, or last only now and then: none.
+  CHECK_FALSE(find_straggler(ranks, 0.5));
+  CHECK_FALSE(find_straggler(four_ranks(7, [](int r, int) { return r == 3 ? 0.3 : 0.0; }), 0.05));
+  CHECK_FALSE(find_straggler(
+      four_ranks(20, [](int r, int seq) { return r == seq % 4 ? 0.3 : 0.0; }), 0.05));
+}
+
+TEST_CASE("straggler: a host whose ranks are late together", "[straggler]") {
+  // Ranks 2 and 3 (host b) both 0.2 s late, each the latest half of the time.
+  const auto ranks = four_ranks(
+      16, [](int r, int seq) { return r < 2 ? 0.0 : 0.2 + (r == 2 + seq % 2 ? 0.01 : 0.0); });
+  const auto s = find_straggler(ranks, 0.05);
+  REQUIRE(s);
+  CHECK(s->host_wide);
+  CHECK(s->host == "b");
+  CHECK(s->ranks == std::vector<int>{2, 3});
+  CHECK(straggler_line(*s, 10s, 0.05) ==
+        "straggler: host b (ranks 2,3) arrived last at 16 of 16 collectives of group 0 in the "
+        "last 10 s, by a median of 0.21 s (threshold 0.05 s)");
+}
+
+TEST_CASE("straggler: collectives a rank did not report are left out", "[straggler]") {
+  auto ranks = four_ranks(30, [](int r, int) { return r == 1 ? 0.1 : 0.0; });
+  ranks[0].arrivals.resize(10);  // rank 0 reported its first 10 only
+  const auto s = find_straggler(ranks, 0.05);
+  REQUIRE(s);
+  CHECK(s->rank == 1);
+  CHECK(s->collectives == 10);
+}
+
+TEST_CASE("straggler: the window's sample is the same on every rank", "[straggler]") {
+  std::vector<Arrival> as;
+  for (int seq = 1; seq <= 100; ++seq) as.push_back({0, seq, seq});
+  as.push_back({1, 5, 0});
+  const auto kept = sample_arrivals(as);
+  CHECK(kept.size() == 25 + 1);  // every 4th of group 0, and group 1's one
+  for (const Arrival& a : kept) CHECK((a.pg == 1 || a.seq % 4 == 0));
+  // A rank that saw fewer keeps a superset of the same choice.
+  as.resize(40);
+  for (const Arrival& a : sample_arrivals(as)) CHECK(a.seq % 2 == 0);
+}
+
+TEST_CASE("straggler: window codec round trip, and bad input named", "[straggler]") {
+  const auto ranks = four_ranks(3, [](int, int) { return 0.0; });
+  std::string error;
+  const auto back = decode_window(encode_window(7, ranks), error);
+  REQUIRE(back);
+  CHECK(back->first == 7);
+  REQUIRE(back->second.size() == 4);
+  CHECK(back->second[3].host == "b");
+  CHECK(back->second[3].arrivals[2].t_ns == ranks[3].arrivals[2].t_ns);
+  for (const std::string& bad :
+       {std::string("{"), std::string(R"({"version":2})"),
+        std::string(R"({"version":1,"window":1,"ranks":[{"rank":0,"host":"a","arrivals":[[0]]}]})"),
+        std::string(kMaxWindowBytes + 1, ' ')}) {
+    error.clear();
+    CHECK_FALSE(decode_window(bad, error));
+    CHECK_FALSE(error.empty());
+    CHECK(error.find('\n') == std::string::npos);
+  }
+}
+
+namespace {
+
+// One node as its agent runs it: the gate fed by hand with its two ranks' arrivals, on a
+// clock `skew_ns` ahead of node 0's; rank 1 (node 0's second) 0.2 s late.
+struct StragglerNode {
+  StragglerNode(std::shared_ptr<ddprun::store::Store> store, int number, std::int64_t skew_ns)
+      : board(std::move(store), 0, number, 2, "test"),
+        watch(gate, &board, params(number, skew_ns)),
+        skew(skew_ns),
+        node(number) {}
+  static StragglerWatch::Params params(int node, std::int64_t skew_ns) {
+    StragglerWatch::Params p;
+    p.threshold_s = 0.05;
+    p.window = 300ms;
+    p.host = node == 0 ? "a" : "b";
+    p.rank_base = 2 * node;
+    p.wall_ns = [skew_ns] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count() +
+             skew_ns;
+    };
+    return p;
+  }
+  void run(StragglerWatch::Clock::time_point until) {
+    std::int64_t seq = 0;
+    while (StragglerWatch::Clock::now() < until) {
+      // 10 collectives a tick, every rank entering each at once but rank 1.
+      const std::int64_t now = watch_clock();
+      for (int i = 0; i < 10; ++i) {
+        ++seq;
+        for (int local = 0; local < 2; ++local) {
+          const bool late = node == 0 && local == 1;
+          gate.add_arrivals(local, {{0, seq, now + i * 1'000'000 + (late ? 200'000'000 : 0)}});
+        }
+      }
+      watch.tick(StragglerWatch::Clock::now());
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  std::int64_t watch_clock() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count() +
+           skew;
+  }
+  StallGate gate;
+  ddprun::rdzv::StoreJobBoard board;
+  StragglerWatch watch;
+  std::int64_t skew;
+  int node;
+};
+
+}  // namespace
+
+TEST_CASE("straggler watch: job-wide, node 1's clock 5 s ahead is corrected", "[straggler]") {
+  auto store = std::make_shared<ddprun::store::MemoryStore>();
+  StragglerNode a(store, 0, 0), b(store, 1, 5 * kSecondNs);
+  const auto until = StragglerWatch::Clock::now() + 2s;
+  auto fa = std::async(std::launch::async, [&] { a.run(until); });
+  b.run(until);
+  fa.get();
+  const auto offset = b.watch.clock_offset();
+  REQUIRE(offset);
+  // StragglerNode 0's clock is node 1's minus 5 s, known within the measured bound.
+  CHECK(offset->second >= 0);
+  CHECK(offset->second < kSecondNs / 2);
+  CHECK(std::llabs(offset->first + 5 * kSecondNs) <= offset->second + 1'000'000);
+  // Uncorrected, both of node 1's ranks would arrive 5 s after rank 1: host b would be
+  // named, not rank 1.
+  REQUIRE_FALSE(a.watch.said().empty());
+  CHECK(a.watch.said().front().rfind("straggler: rank 1 on a arrived last at ", 0) == 0);
+  CHECK(a.watch.said().size() == 1);  // said once, not every window
+  CHECK(b.watch.said().empty());      // said on node 0 and on the straggler's node only
+}
