@@ -25,6 +25,10 @@ JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
     p.rank_base = info.rank_base;
     stragglers_ = std::make_unique<StragglerWatch>(*gate, board_, std::move(p));
   }
+  if (gate != nullptr) {
+    startup_ = std::make_unique<StartupWatch>(
+        *gate, board_, StartupWatch::Params{host_, info.rank_base, config.nproc_per_node});
+  }
   if (board_ == nullptr) return;
   if (gate != nullptr) {
     JobStallJudge::Params p;
@@ -36,12 +40,20 @@ JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
 }
 
 JobView::Clock::time_point JobView::next_tick() const {
-  return std::min(stall_ ? stall_->next_tick() : Clock::time_point::max(),
-                  stragglers_ ? stragglers_->next_tick() : Clock::time_point::max());
+  return std::min({stall_ ? stall_->next_tick() : Clock::time_point::max(),
+                   stragglers_ ? stragglers_->next_tick() : Clock::time_point::max(),
+                   startup_ ? startup_->next_tick() : Clock::time_point::max()});
 }
 
 void JobView::tick(Clock::time_point now) {
   if (stall_) stall_->tick(now);
+  if (startup_) {
+    startup_->tick(now);
+    if (!startup_recorded_ && startup_->report()) {
+      startup_recorded_ = true;
+      history_.startup(startup_->report()->ranks);
+    }
+  }
   if (stragglers_) {
     stragglers_->tick(now);
     const auto& said = stragglers_->said();

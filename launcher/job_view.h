@@ -3,8 +3,8 @@
 // the round's JobBoard (rendezvous/job_board.h): the stall judge (job_stall.h) while the
 // workers run, the job's root cause when they fail (job_failures.h). The Agent makes one
 // per attempt and drops it before its next rendezvous (the board ends with the round).
-// In a one-node round, or without a board, only the straggler ranking runs (on this
-// node's ranks).
+// In a one-node round, or without a board, only the start-up timeline and the straggler
+// ranking run (on this node's ranks).
 // Thread-safety: the agent thread only.
 #pragma once
 
@@ -20,6 +20,7 @@
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
 #include "launcher/run_history.h"
+#include "launcher/startup_watch.h"
 #include "launcher/straggler_watch.h"
 #include "rendezvous/job_board.h"
 #include "rendezvous/rendezvous.h"
@@ -57,6 +58,8 @@ class JobView {
   std::unique_ptr<JobStallJudge> stall_;
   std::unique_ptr<StragglerWatch> stragglers_;  // also in a one-node round
   std::size_t stragglers_said_ = 0;             // its lines in the run record so far
+  std::unique_ptr<StartupWatch> startup_;       // also in a one-node round
+  bool startup_recorded_ = false;
 };
 
 }  // namespace ddprun::launcher

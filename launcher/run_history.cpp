@@ -162,6 +162,14 @@ std::string RunHistory::record_json(const std::vector<Failure>& failures, ExitCl
                      {"time", iso(Clock::time_point(std::chrono::seconds(f.timestamp)))},
                      {"summary", f.summary}});
   }
+  json startup = json::array();
+  for (const RankPhases& r : startup_) {
+    json phases = json::object();
+    const char* const names[4] = {"interpreter_s", "import_torch_s", "process_group_s",
+                                  "first_collective_s"};
+    for (int p = 0; p < 4; ++p) phases[names[p]] = r.phase[p] ? json(*r.phase[p]) : json(nullptr);
+    startup.push_back({{"rank", r.rank}, {"host", r.host}, {"phases", phases}});
+  }
   const json record = {
       {"schema", "ddprun-run-record"},
       {"version", 2},
@@ -179,6 +187,7 @@ std::string RunHistory::record_json(const std::vector<Failure>& failures, ExitCl
       {"root_cause", root_cause_.empty() ? json(nullptr) : json(root_cause_)},
       {"stall_verdict", verdict_.empty() ? json(nullptr) : json(verdict_)},
       {"stragglers", stragglers_},
+      {"startup", startup},
   };
   return record.dump(2, ' ', false, json::error_handler_t::replace);
 }

@@ -2,9 +2,9 @@
 // elastic events (--event-log-handler console: EventLog, events.h) as they happen, and,
 // with --record-file, one JSON run record written when the run ends: the node, every round and
 // attempt with why it ended, the failures, the job's root cause and stall verdict (job_view.h), the
-// exit class and status, the straggler lines. Schema: docs/run-record.schema.json (version 2;
-// docs/usage.md, "Run record"). Used by the Agent and JobView. Thread-safety: the agent thread
-// only.
+// exit class and status, the straggler lines, the start-up timeline. Schema:
+// docs/run-record.schema.json (version 2; docs/usage.md, "Run record"). Used by the Agent and
+// JobView. Thread-safety: the agent thread only.
 #pragma once
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include "launcher/events.h"
 #include "launcher/exit_status.h"
 #include "launcher/failure_report.h"
+#include "launcher/startup_timeline.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::launcher {
@@ -42,6 +43,8 @@ class RunHistory {
   void job_cause(std::string root_cause, std::vector<std::string> verdict);
   // A straggler line this node logged (straggler_watch.h).
   void straggler(std::string line) { stragglers_.push_back(std::move(line)); }
+  // The start-up timeline's phases per rank (startup_watch.h).
+  void startup(std::vector<RankPhases> ranks) { startup_ = std::move(ranks); }
   // The run ended: torchrun's end events (each worker's state, then the agent's) and the
   // run record (a warning when it cannot be written).
   void run_ended(const std::vector<Failure>& failures, bool workers_ended, bool succeeded,
@@ -76,6 +79,7 @@ class RunHistory {
   std::string root_cause_;
   std::vector<std::string> verdict_;
   std::vector<std::string> stragglers_;
+  std::vector<RankPhases> startup_;
 };
 
 }  // namespace ddprun::launcher

@@ -12,9 +12,9 @@
 namespace ddprun::launcher {
 namespace {
 
-constexpr std::size_t kMaxText = 300;  // a host's name, cut beyond
+constexpr std::size_t kMaxStragglerHost = 300;  // a host's name, cut beyond
 
-double median(std::vector<double> v) {
+double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
@@ -39,7 +39,7 @@ std::optional<std::pair<std::size_t, std::pair<int, double>>> last_one(
       [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
   const int last = static_cast<int>(most->second.size());
   if (last < kLastShare * static_cast<double>(collectives.size())) return std::nullopt;
-  const double m = median(most->second);
+  const double m = median_of(most->second);
   if (m < threshold_s) return std::nullopt;
   return std::make_pair(most->first, std::make_pair(last, m));
 }
@@ -50,7 +50,7 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-std::string seconds(double s) { return fmt::format("{:g}", std::round(s * 1000) / 1000); }
+std::string seconds_text(double s) { return fmt::format("{:g}", std::round(s * 1000) / 1000); }
 
 }  // namespace
 
@@ -128,8 +128,8 @@ std::string straggler_line(const Straggler& s, std::chrono::milliseconds window,
   return fmt::format(
       "straggler: {} arrived last at {} of {} collectives of group {} in the last {} s, by a "
       "median of {} s (threshold {} s)",
-      who, s.last, s.collectives, s.pg, seconds(static_cast<double>(window.count()) / 1000),
-      seconds(s.median_margin_s), seconds(threshold_s));
+      who, s.last, s.collectives, s.pg, seconds_text(static_cast<double>(window.count()) / 1000),
+      seconds_text(s.median_margin_s), seconds_text(threshold_s));
 }
 
 std::vector<Arrival> sample_arrivals(std::vector<Arrival> arrivals) {
@@ -155,7 +155,8 @@ std::string encode_window(std::int64_t window, const std::vector<RankArrivals>& 
   for (const RankArrivals& r : ranks) {
     nlohmann::json a = nlohmann::json::array();
     for (const Arrival& x : r.arrivals) a.push_back({x.pg, x.seq, x.t_ns});
-    rs.push_back({{"rank", r.rank}, {"host", r.host.substr(0, kMaxText)}, {"arrivals", a}});
+    rs.push_back(
+        {{"rank", r.rank}, {"host", r.host.substr(0, kMaxStragglerHost)}, {"arrivals", a}});
   }
   const nlohmann::json j = {{"version", 1}, {"window", window}, {"ranks", rs}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -178,7 +179,7 @@ std::optional<std::pair<std::int64_t, std::vector<RankArrivals>>> decode_window(
     for (const nlohmann::json& r : j.at("ranks")) {
       RankArrivals ra;
       ra.rank = r.at("rank").get<int>();
-      ra.host = r.at("host").get<std::string>().substr(0, kMaxText);
+      ra.host = r.at("host").get<std::string>().substr(0, kMaxStragglerHost);
       for (const nlohmann::json& a : r.at("arrivals")) {
         ra.arrivals.push_back(
             {a.at(0).get<int>(), a.at(1).get<std::int64_t>(), a.at(2).get<std::int64_t>()});

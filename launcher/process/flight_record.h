@@ -1,8 +1,9 @@
 // flight_record.h: what ddprun reads of PyTorch's flight recorder (2.14+, on when
 // TORCH_FR_BUFFER_SIZE > 0) through the stack probe's hook (stack_probe.h): per process
 // group, the last collective a rank entered and completed, and when the rank entered each
-// collective (its arrival). Used by the stall watchdog and verdict (which collective a
-// rank never entered) and the straggler ranking (who arrives last). Plain values.
+// collective (its arrival); and the rank's start-up times the hook sees. Used by the stall watchdog
+// and verdict (which collective a rank never entered) and the straggler ranking (who arrives last).
+// Plain values.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,18 @@ struct Arrival {
   int pg = 0;
   std::int64_t seq = 0;   // sequence number in the group
   std::int64_t t_ns = 0;  // the rank's wall clock (ns since the epoch)
+};
+
+// A worker's start-up, in ns since the epoch on its host's clock (0: not yet): spawned
+// (by ddprun), its interpreter up (the stack probe's hook ran), torch imported, the
+// default process group formed, its first collective entered (flight recorder).
+struct StartupTimes {
+  std::int64_t spawned = 0;
+  std::int64_t up = 0;
+  std::int64_t torch = 0;
+  std::int64_t group = 0;
+  std::int64_t first_collective = 0;
+  bool operator==(const StartupTimes&) const = default;
 };
 
 // The recorder's buffer ddprun asks for when the user sets none (TORCH_FR_BUFFER_SIZE).

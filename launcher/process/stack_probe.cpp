@@ -57,6 +57,22 @@ def _ddprun_stack_probe():
 
     main = _thread.get_ident()
     pid = _os.getpid()
+    # The start-up timeline (ns since the epoch; 0: not yet): this interpreter up, torch
+    # imported, the process group formed, the first collective entered.
+    start = [time.time_ns(), 0, 0, 0]
+    start_sent = [False]
+
+    def startup():
+        if not start[1]:
+            torch = _sys.modules.get("torch")
+            # importlib sets __spec__._initializing while the module runs.
+            if torch is not None and not getattr(getattr(torch, "__spec__", None),
+                                                 "_initializing", False):
+                start[1] = time.time_ns()
+        if start[1] and not start[2]:
+            dist = _sys.modules.get("torch.distributed")
+            if dist is not None and getattr(dist, "is_initialized", lambda: False)():
+                start[2] = time.time_ns()
     period = min(0.02, interval)
     # Frames of the interpreter's library and installed packages (torch's all_reduce,
     # threading) are not the user's: the report also names the innermost frame outside.
@@ -96,8 +112,10 @@ def _ddprun_stack_probe():
     rec = {"dump": None, "off": False, "sent": {}}
 
     def recorder():
+        # Not before torch's import is done (its modules are half made until then).
         dist = _sys.modules.get("torch.distributed")
-        if rec["off"] or dist is None or not dist.is_initialized():
+        initialized = getattr(dist, "is_initialized", None)
+        if rec["off"] or not start[1] or initialized is None or not initialized():
             return ""
         if rec["dump"] is None:
             dump = getattr(_sys.modules.get("torch._C._distributed_c10d"), "_dump_fr_trace_json",
@@ -119,6 +137,8 @@ def _ddprun_stack_probe():
             if seq > rec["sent"].get(pg, 0):
                 new.setdefault(pg, []).append((seq, int(e["time_created_ns"])))
         lines = []
+        if new and not start[3]:
+            start[3] = min(t for arrivals in new.values() for _, t in arrivals)
         for pg in sorted(last)[:8]:
             st = status.get(str(pg)) or {}
             seq, op = last[pg]
@@ -146,6 +166,8 @@ def _ddprun_stack_probe():
                 return
             ident, frame = work(frames)
             frames = None
+            if not start[2]:
+                startup()
             key, f = [ident], frame
             while f is not None:
                 key.append((id(f.f_code), f.f_lasti))
@@ -174,6 +196,10 @@ def _ddprun_stack_probe():
                     records = recorder().encode("ascii", "replace")
                 except Exception:
                     rec["off"], records = True, b""
+                if not start_sent[0]:
+                    # Until every phase is known (the last once the recorder is off).
+                    start_sent[0] = all(start) or (rec["off"] and start[2] > 0)
+                    records = (b"S %d %d %d %d\n" % tuple(start)) + records
                 try:
                     if records:
                         _os.write(fd, records)
@@ -256,6 +282,9 @@ StackProbe::~StackProbe() {
 UniqueFd StackProbe::add(std::vector<std::string>& env) {
   auto w = std::make_unique<Worker>();
   Worker& worker = *w;
+  worker.position.startup.spawned = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count();
   workers_.push_back(std::move(w));
   if (dir_.empty()) return UniqueFd();
   int fds[2];
@@ -317,7 +346,7 @@ void StackProbe::read(Worker& w) {
   std::size_t end;
   while ((end = w.partial.find('\n')) != std::string::npos) {
     std::string_view rest(w.partial.data(), end);
-    if (rest.starts_with("F ") || rest.starts_with("A ")) {
+    if (rest.starts_with("F ") || rest.starts_with("A ") || rest.starts_with("S ")) {
       record_line(w, rest);
       w.partial.erase(0, end + 1);
       continue;
@@ -341,8 +370,24 @@ void StackProbe::read(Worker& w) {
 }
 
 void StackProbe::record_line(Worker& w, std::string_view line) {
-  const bool state = line[0] == 'F';
+  const char kind = line[0];
   line.remove_prefix(2);
+  if (kind == 'S') {  // "S <up> <torch> <group> <first collective>"
+    std::int64_t v[4];
+    for (int i = 0; i < 4; ++i) {
+      const char* end = line.data() + line.size();
+      const auto [p, ec] = std::from_chars(line.data(), end, v[i]);
+      if (ec != std::errc() || (i < 3 ? p == end || *p != ' ' : p != end)) return;
+      line.remove_prefix(static_cast<std::size_t>(p - line.data()) + (i < 3 ? 1 : 0));
+    }
+    StartupTimes& t = w.position.startup;
+    t.up = v[0];
+    t.torch = v[1];
+    t.group = v[2];
+    t.first_collective = v[3];
+    return;
+  }
+  const bool state = kind == 'F';
   int pg = 0;
   if (!next_number(line, pg)) return;
   if (state) {

@@ -10,7 +10,8 @@
 // pipe's end closes: no longer sampled). Where PyTorch's flight recorder is on (2.14+;
 // add() sets TORCH_FR_BUFFER_SIZE unless the user did), each report also carries, per
 // process group, the last collective entered and completed, and the new collectives'
-// arrival times (flight_record.h).
+// arrival times; and, until all are known, the worker's start-up times (interpreter up,
+// torch imported, process group formed, first collective) (flight_record.h).
 // Used by StallWatchdog. Thread-safety: none; the supervisor's EventLoop thread only.
 #pragma once
 
@@ -43,6 +44,7 @@ class StackProbe {
     // Its process groups, from PyTorch's flight recorder (empty: no recorder, or no
     // group yet).
     std::vector<CollectiveState> collectives;
+    StartupTimes startup;  // spawned: when add() was called
   };
 
   // Writes the hook into a new directory under $TMPDIR (/tmp when unset or when it holds

@@ -62,11 +62,22 @@ std::vector<std::pair<int, Arrival>> StallGate::take_arrivals() {
   return std::exchange(arrivals_, {});
 }
 
+void StallGate::set_startup(int local_rank, const StartupTimes& times) {
+  std::lock_guard lock(mu_);
+  startup_[local_rank] = times;
+}
+
+std::map<int, StartupTimes> StallGate::startup() const {
+  std::lock_guard lock(mu_);
+  return startup_;
+}
+
 void StallGate::reset() {
   std::lock_guard lock(mu_);
   judged_ = false;
   want_arrivals_ = false;
   arrivals_.clear();
+  startup_.clear();
   sample_ = NodeSample{};
   decision_.reset();
 }

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -63,7 +64,11 @@ class StallGate {
   // (local rank, arrival) since the last call.
   std::vector<std::pair<int, Arrival>> take_arrivals();
   static constexpr std::size_t kMaxArrivals = 16384;
-  // A new attempt: no judge, no sample, no decision, no arrivals wanted.
+  // Each worker's start-up times (the watchdog, every sample; the start-up timeline reads
+  // them: launcher/startup_timeline.h), by local rank.
+  void set_startup(int local_rank, const StartupTimes& times);
+  std::map<int, StartupTimes> startup() const;
+  // A new attempt: no judge, no sample, no decision, no arrivals wanted, no start-up.
   void reset();
 
  private:
@@ -73,6 +78,7 @@ class StallGate {
   std::optional<std::vector<std::string>> decision_;
   bool want_arrivals_ = false;
   std::vector<std::pair<int, Arrival>> arrivals_;
+  std::map<int, StartupTimes> startup_;
 };
 
 }  // namespace ddprun::launcher

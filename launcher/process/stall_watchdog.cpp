@@ -83,10 +83,9 @@ void StallWatchdog::tick() {
     if (router_.held_back(i)) detector_.held_back(i, now);
   }
   next_sample_ = now + detector_.sample_interval();
-  if (gate_.wants_arrivals()) {
-    for (std::size_t i = 0; i < group_.size(); ++i) {
-      gate_.add_arrivals(group_.local_rank(i), probe_.take_arrivals(i));
-    }
+  for (std::size_t i = 0; i < group_.size(); ++i) {
+    if (gate_.wants_arrivals()) gate_.add_arrivals(group_.local_rank(i), probe_.take_arrivals(i));
+    gate_.set_startup(group_.local_rank(i), probe_.position(i).startup);
   }
   const auto stalled = detector_.stalled(now);
   const bool all_idle = !stalled.empty() && detector_.all_stalled(now);

@@ -666,6 +666,40 @@ def straggler_named_by_node_0_and_its_own_node(c):
     check(0.2 < margin < 0.35, "the margin is the sleep's", lines)
 
 
+@test(tier="214")
+def startup_names_a_rank_slow_to_import(c):
+    """Issue 32's start-up timeline: 2 nodes x 2 ranks on 2.14 with --stall-timeout; rank 3
+    (node 1) sleeps 8 s before `import torch`. The node that ranks the job (group rank 0)
+    logs one summary line per phase and a warning naming rank 3, its host and the phase;
+    the named node logs the warning too; the first node's run record has every rank's
+    phases."""
+    port = c.reserve_port()
+    recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
+    script = os.path.join(HERE, "workers", "slow_import.py")
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "slow_import",
+                                            ["--nproc-per-node=2", "--stall-timeout=60",
+                                             f"--record-file={recs[i]}"]),
+                      ["3", "8"], script=script, env={"LOGLEVEL": "INFO"}) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    for a in agents:
+        warn = [l for l in a.text().splitlines() if "warning: start-up: " in l]
+        check(len(warn) == 1 and "start-up: rank 3 on localhost (127.0.0.2) took " in warn[0]
+              and " s to import torch (median of 4 ranks " in warn[0],
+              f"{a.name}: the warning names rank 3, its host and the phase", c.logs())
+    records = []
+    for rec in recs:
+        with open(rec) as f:
+            records.append(json.load(f)["startup"])
+    whole = max(records, key=len)
+    check(sorted(r["rank"] for r in whole) == [0, 1, 2, 3], "every rank in one record", records)
+    slow = next(r for r in whole if r["rank"] == 3)["phases"]["import_torch_s"]
+    check(slow is not None and slow >= 8, "rank 3's import includes its 8 s", whole)
+    summary = [l for a in agents for l in a.text().splitlines() if "info: start-up: " in l]
+    check(any("start-up: import torch: median " in l and "slowest rank 3 on " in l
+              for l in summary), "the summary line", c.logs())
+
+
 @test(every_tier=True)
 def root_cause_named_on_every_node(c):
     """Issue 32: 2 nodes, no restarts; the last rank raises ValueError while rank 0 waits
