@@ -50,11 +50,12 @@ class Job:
     """n agents, one per namespaced host, running the shared gloo worker."""
 
     def __init__(self, c, net, nnodes, run_id, worker_args, conf=FAST, extra=(),
-                 launch=None):
+                 launch=None, count=None):
+        """One agent on each of the first `count` hosts (all by default)."""
         self.c, self.net = c, net
         launch = launch or args(nnodes, run_id, conf)
         self.agents = [c.start(f"node{i}", launch + list(extra), worker_args,
-                               prefix=net.prefix(i)) for i in range(len(net.nodes))]
+                               prefix=net.prefix(i)) for i in range(count or len(net.nodes))]
         self.exited = {}  # node -> (rc, time.time() when seen exited)
 
     def running(self, timeout=90):
@@ -298,6 +299,50 @@ def etcd_node_cut_off(c):
         fault_line(job, 2, "cut off from etcd")
         check(job.wait([0, 1], 120) == {0: 0, 1: 0}, "the survivors finish", c.logs)
         no_overlap(job, 2, [0, 1])
+        job.nothing_left()
+    finally:
+        c.close()
+        net.close()
+
+
+@test
+def etcd_leader_member_cut_into_minority(c):
+    """etcd-v3, 4 nodes, a 3-member etcd with each member on a host of its own (hosts 4-6),
+    every agent given the leader's member first in --rdzv-endpoint. Mid-run the leader's
+    host drops everything from the two other members and from nodes 2 and 3: its member is
+    a minority (nodes 0-1 still reach it, nodes 2-3 hear nothing from it). Every agent goes
+    on through the majority's members, saying so in one line naming the member it left: no
+    node cut off, no new round, every node exits 0 after one round (never a split brain);
+    the majority elects another leader."""
+    net = hosts(7)
+    try:
+        at = [4, 5, 6]  # member m lives on host at[m]
+        etcd = EtcdCluster(c, members=3, hosts=[Netns.addr(h) for h in at],
+                           prefixes=[net.prefix(h) for h in at])
+        old = poll(lambda: [etcd.leader()] if etcd.leader() is not None else None, 30,
+                   "an etcd leader", etcd.logs)[0]
+        majority = [m for m in range(3) if m != old]
+        endpoint = ",".join(etcd.url(m) for m in [old] + majority)
+        launch = ["--nnodes=4", "--nproc-per-node=1", "--rdzv-id=etcd_minority",
+                  "--rdzv-backend=etcd-v3", f"--rdzv-endpoint={endpoint}", f"--rdzv-conf={FAST}"]
+        job = Job(c, net, 4, "etcd_minority", ["--steps", "80", "--step-sleep", "0.1"],
+                  launch=launch, count=4)
+        job.running()
+        for h in [at[m] for m in majority] + [2, 3]:
+            net.drop(at[old], h)
+        t0 = time.time()
+        poll(lambda: etcd.leader(among=majority) is not None, 15,
+             "the majority elects a leader of its own", etcd.logs)
+        rcs = job.wait([0, 1, 2, 3], 120)
+        print(f"the job ended {time.time() - t0:.1f} s after the cut")
+        check(rcs == {0: 0, 1: 0, 2: 0, 3: 0}, f"exit codes {rcs}", c.logs)
+        for a in job.agents:
+            text = a.text()
+            check(len(a.records()) == 1, f"{a.name}: one round only", c.logs)
+            check("cut off" not in text and "new round" not in text,
+                  f"{a.name}: not cut off, no new round", text)
+            check(f"etcd member {etcd.url(old)}" in text, f"{a.name} names the member it left",
+                  text)
         job.nothing_left()
     finally:
         c.close()
