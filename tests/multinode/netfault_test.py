@@ -376,8 +376,12 @@ def etcd_leader_member_cut_into_minority(c):
                    "an etcd leader", etcd.logs)[0]
         majority = [m for m in range(3) if m != old]
         endpoint = ",".join(etcd.url(m) for m in [old] + majority)
+        # A lease of 6 s: its fence (4.5 s) leaves room for the majority's election (up to
+        # 2 s) after the keepalive interval, and is shorter than read_timeout (5 s), which
+        # bounded a call on the minority member before.
+        conf = FAST.replace("keep_alive_max_attempt=5", "keep_alive_max_attempt=6")
         launch = ["--nnodes=4", "--nproc-per-node=1", "--rdzv-id=etcd_minority",
-                  "--rdzv-backend=etcd-v3", f"--rdzv-endpoint={endpoint}", f"--rdzv-conf={FAST}"]
+                  "--rdzv-backend=etcd-v3", f"--rdzv-endpoint={endpoint}", f"--rdzv-conf={conf}"]
         job = Job(c, net, 4, "etcd_minority", ["--steps", "80", "--step-sleep", "0.1"],
                   launch=launch, count=4)
         job.running()
