@@ -42,8 +42,9 @@ struct RemoteJob {
   std::vector<std::string> options;
   std::vector<std::string> program;  // the training script and its arguments
   // ssh's keep-alives (-o ServerAliveInterval, ServerAliveCountMax): ssh ends a session
-  // whose host said nothing for silent_after_s() (a cut link, a host gone). make_ssh_plan
-  // sets them from the rendezvous's heartbeats.
+  // whose host has answered nothing for silent_after_s() (a cut link, a host gone), OpenSSH
+  // counting from the host's last answer. make_ssh_plan sets them from the rendezvous's
+  // heartbeats.
   int alive_interval_s = 5;
   int alive_count_max = 2;
   int silent_after_s() const { return alive_interval_s * (alive_count_max + 1); }
