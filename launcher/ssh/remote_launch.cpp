@@ -157,10 +157,12 @@ std::vector<std::string> ssh_argv(const RemoteJob& job, const RemoteHost& host) 
   }
   // -T: no tty (a pipe keeps every byte and line as the agent wrote it); BatchMode: a
   // host that wants a password fails at once instead of prompting on a shared terminal;
-  // keep-alives: a dead link ends this ssh within about 30 s.
-  for (const char* opt : {"-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=10", "-o",
-                          "ServerAliveCountMax=3"}) {
-    argv.emplace_back(opt);
+  // keep-alives: a silent link ends this ssh after job.silent_after_s().
+  for (std::string opt :
+       {std::string("-T"), std::string("-o"), std::string("BatchMode=yes"), std::string("-o"),
+        fmt::format("ServerAliveInterval={}", job.alive_interval_s), std::string("-o"),
+        fmt::format("ServerAliveCountMax={}", job.alive_count_max)}) {
+    argv.push_back(std::move(opt));
   }
   argv.push_back(host.name);
   argv.push_back(remote_shell_command(job, host));

@@ -41,6 +41,13 @@ struct RemoteJob {
   // win, so the job's come last.
   std::vector<std::string> options;
   std::vector<std::string> program;  // the training script and its arguments
+  // ssh's keep-alives (-o ServerAliveInterval, ServerAliveCountMax): ssh ends a session
+  // whose host has answered nothing for silent_after_s() (a cut link, a host gone), OpenSSH
+  // counting from the host's last answer. make_ssh_plan sets them from the rendezvous's
+  // heartbeats.
+  int alive_interval_s = 5;
+  int alive_count_max = 2;
+  int silent_after_s() const { return alive_interval_s * (alive_count_max + 1); }
 };
 
 // One host's part.
@@ -74,7 +81,8 @@ std::vector<std::string> remote_agent_argv(const RemoteJob& job, const RemoteHos
 std::string remote_shell_command(const RemoteJob& job, const RemoteHost& host);
 
 // The local argv: ssh_command words, [-p PORT], the launcher's ssh options (no tty,
-// batch mode, keep-alives; after the user's words, so the user's -o wins), host, command.
+// batch mode, the job's keep-alives; after the user's words, so the user's -o wins),
+// host, command.
 std::vector<std::string> ssh_argv(const RemoteJob& job, const RemoteHost& host);
 
 }  // namespace ddprun::launcher

@@ -180,8 +180,13 @@ class SshLaunch {
                    e.exit_code);
     } else if (e.exit_code == kSshFailed) {
       lost_[i] = true;
+      std::string why = line.empty() ? "no message" : line;
+      // OpenSSH's "Timeout, server H not responding.": its keep-alives went unanswered.
+      if (why.find("not responding") != std::string::npos) {
+        why += " (ssh's keep-alives unanswered: its link or the host went silent)";
+      }
       std::fprintf(stderr, "ddprun: error: host %s: ssh failed (exit 255): %s\n", h.name.c_str(),
-                   line.empty() ? "no message" : line.c_str());
+                   why.c_str());
     } else if (e.exit_code == kNotFound || e.exit_code == kCannotExecute) {
       lost_[i] = true;
       std::fprintf(stderr,
@@ -271,6 +276,12 @@ SshPlan make_ssh_plan(const LaunchConfig& config, const std::map<std::string, st
     plan.run_id = run_id;
     job.options.push_back("--rdzv-id=" + run_id);
   }
+  // ssh's keep-alives follow the rendezvous's heartbeats (issue 33): a host whose link
+  // goes silent ends its ssh after the heartbeat budget I x A (whole seconds; 15 s by
+  // default), when the rendezvous declares it dead too, and not later.
+  const auto interval = config.rdzv_conf.keep_alive_interval.value_or(std::chrono::seconds(5));
+  job.alive_interval_s = static_cast<int>(std::max<long long>(1, (interval.count() + 999) / 1000));
+  job.alive_count_max = config.rdzv_conf.keep_alive_max_attempt.value_or(3) - 1;
   job.program.push_back(config.training_script);
   job.program.insert(job.program.end(), config.script_args.begin(), config.script_args.end());
   for (int i = 0; i < n; ++i) {

@@ -4,7 +4,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/beast/http.hpp>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -18,6 +21,28 @@ namespace http = beast::http;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
+
+// A try that failed after this long met a member that is silent or stalled (a timeout),
+// not one that refused at once ("no leader", a refused connection).
+constexpr Ms kSlowTry{500};
+
+// Says, at WARNING, that a call left `failed` ("member: why") for `now_on`: once per member
+// and minute in this process, whichever of the agent's clients (its own, its session's,
+// the revocation's) meets the member first; the others say it at DEBUG.
+void say_failover(const std::string& member, const std::string& failed, const std::string& now_on) {
+  static std::mutex mu;
+  static std::map<std::string, Clock::time_point> said;  // guarded by mu
+  constexpr auto kQuiet = std::chrono::minutes(1);
+  bool loud = false;
+  {
+    std::lock_guard lock(mu);
+    auto [it, fresh] = said.try_emplace(member, Clock::now());
+    loud = fresh || Clock::now() - it->second >= kQuiet;
+    if (loud) it->second = Clock::now();
+  }
+  spdlog::log(loud ? spdlog::level::warn : spdlog::level::debug, "etcd member {}; going on with {}",
+              failed, now_on);
+}
 
 }  // namespace
 
@@ -86,27 +111,44 @@ struct EtcdClient::Impl {
   json call(const std::string& path, const json& body) {
     const EtcdOptions& options = conn.options();
     const auto deadline = Clock::now() + options.failover_timeout;
-    std::string last;
-    for (std::size_t attempt = 0;; ++attempt) {
+    const std::size_t started = conn.member_index();
+    std::string first_member, first, last;
+    // Members that failed slowly in this call (silent, stalled) are tried again only once
+    // every member has: a minority member that refuses at once must not send the call
+    // back to a silent one while the majority elects its leader.
+    std::vector<bool> slow(conn.members(), false);
+    for (std::size_t since_pause = 1;; ++since_pause) {
       if (options.cancel && options.cancel->load()) {
         throw RendezvousInterruptedError(conn.where() + ": interrupted");
       }
+      const auto tried = Clock::now();
       try {
-        return call_once(path, body);
+        json answer = call_once(path, body);
+        if (conn.member_index() != started) {
+          say_failover(first_member, first, conn.member().to_string());
+        }
+        return answer;
       } catch (const EtcdUnreachable& u) {
         last = conn.member().to_string() + ": " + u.why;
+        if (first.empty()) {
+          first_member = conn.member().to_string();
+          first = last;
+        }
         spdlog::debug("{}: {}", conn.where(), last);
+        if (Clock::now() - tried >= kSlowTry) slow[conn.member_index()] = true;
       }
-      conn.next_member();  // the next try opens a connection to the next member
+      conn.next_member(&slow);  // the next try opens a connection to the next member
       if (Clock::now() >= deadline) {
         throw EtcdError(conn.where() + ": no member answered within " +
                         std::to_string(options.failover_timeout.count() / 1000.0).substr(0, 4) +
                         " s (last: " + last + ")");
       }
-      // A full turn of the list without an answer: pause before the next turn.
-      if ((attempt + 1) % conn.members() == 0) {
+      // A turn of the members left to try without an answer: pause before the next turn.
+      const auto quick = static_cast<std::size_t>(std::count(slow.begin(), slow.end(), false));
+      if (since_pause >= (quick ? quick : slow.size())) {
         const auto pause = std::min<Clock::duration>(Ms(200), deadline - Clock::now());
         std::this_thread::sleep_for(pause);
+        since_pause = 0;
       }
     }
   }

@@ -2,7 +2,8 @@
 // (EtcdConnection: Beast, plain or TLS), failing over along the member list. Used by
 // EtcdRendezvous and EtcdSession; contract tests against a real etcd in
 // tests/rendezvous/etcd/etcd_client_test.cpp. Thread-safety: one EtcdClient per thread
-// (it owns one connection); the cancel flag may be set from any thread.
+// (it owns one connection); the cancel flag may be set from any thread; the process-wide
+// record of the members a call left (one warning per member and minute) is locked.
 #pragma once
 
 #include <atomic>
@@ -21,10 +22,12 @@ namespace ddprun::rdzv {
 // The gateway etcd 3.4+ serves on its client URLs: POST /v3/kv/range, /v3/kv/put,
 // /v3/kv/txn, /v3/kv/deleterange, /v3/kv/compaction, /v3/lease/grant,
 // /v3/lease/keepalive, /v3/lease/revoke; JSON bodies, keys and values base64, 64-bit
-// numbers as decimal strings. Every call goes to the member it last reached; on a
-// connection loss, a timeout or an "unavailable" answer (no leader, leader changed) it
-// fails over to the next listed member, round the list, until the call's failover
-// deadline. Watches are EtcdWatch's (etcd_watch.h).
+// numbers as decimal strings. Every call goes to the member it last reached, requiring a
+// leader; on a connection loss, a timeout or an "unavailable" answer (no leader, leader
+// changed) it fails over to the next listed member, round the list, until the call's
+// failover deadline; a member that failed slowly (silent, stalled) is tried again in that
+// call only once every member has. Leaving a member is said in one warning line. Watches
+// are EtcdWatch's (etcd_watch.h).
 class EtcdClient {
  public:
   // Checks the endpoints (RendezvousError on a bad one, none, or a TLS file that cannot

@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -15,6 +16,7 @@
 #include <boost/beast/ssl.hpp>
 #include <fstream>
 
+#include "base/silent_peer.h"
 #include "base/text.h"
 #include "rendezvous/endpoint.h"
 
@@ -133,14 +135,22 @@ void EtcdConnection::close_from_any_thread() {
   asio::post(ioc_, [this] { close_socket(); });
 }
 
-void EtcdConnection::next_member() {
+void EtcdConnection::next_member(const std::vector<bool>* avoid) {
   close();
-  current_ = (current_ + 1) % endpoints_.size();
+  const bool every = !avoid || std::find(avoid->begin(), avoid->end(), false) == avoid->end();
+  do {
+    current_ = (current_ + 1) % endpoints_.size();
+  } while (!every && (*avoid)[current_]);
 }
 
 void EtcdConnection::run() {
   ioc_.restart();
   ioc_.run();
+}
+
+std::chrono::milliseconds EtcdConnection::connect_timeout() const {
+  const auto silent = options_.silent_member_timeout;
+  return silent.count() > 0 ? std::min(options_.request_timeout, silent) : options_.request_timeout;
 }
 
 void EtcdConnection::open() {
@@ -154,10 +164,11 @@ void EtcdConnection::open() {
   if (tls_) {
     secure_.emplace(ioc_, *ssl_ctx_);
     auto& low = beast::get_lowest_layer(*secure_);
-    low.expires_after(options_.request_timeout);
+    low.expires_after(connect_timeout());
     low.async_connect(results, done);
     run();
     if (ec) throw EtcdUnreachable{"cannot connect: " + ec.message()};
+    bound_silent_peer(low.socket().native_handle(), options_.silent_member_timeout);
     // The member's certificate must name the host or IP of the endpoint; OpenSSL's
     // own check, so that a refusal says why (SSL_get_verify_result).
     SSL* ssl = secure_->native_handle();
@@ -180,10 +191,11 @@ void EtcdConnection::open() {
     fresh_ = true;
   } else {
     plain_.emplace(ioc_);
-    plain_->expires_after(options_.request_timeout);
+    plain_->expires_after(connect_timeout());
     plain_->async_connect(results, done);
     run();
     if (ec) throw EtcdUnreachable{"cannot connect: " + ec.message()};
+    bound_silent_peer(plain_->socket().native_handle(), options_.silent_member_timeout);
   }
 }
 
@@ -208,6 +220,11 @@ http::request<http::string_body> EtcdConnection::post(const std::string& path,
   http::request<http::string_body> req{http::verb::post, path, 11};
   req.set(http::field::host, Endpoint{ep.host, ep.port}.to_string());
   req.set(http::field::content_type, "application/json");
+  // etcd's "require leader" metadata (the gateway passes Grpc-Metadata- headers on): a
+  // member that knows no leader (cut into a minority) answers "no leader" at once, and
+  // the caller fails over, instead of holding the call until etcd's own request timeout
+  // (7 s) or this client's.
+  req.set("Grpc-Metadata-hasleader", "true");
   req.keep_alive(true);
   req.body() = body;
   req.prepare_payload();

@@ -12,6 +12,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -51,13 +52,18 @@ class EtcdConnection {
   boost::asio::io_context& ioc() { return ioc_; }
   std::size_t members() const { return endpoints_.size(); }
   const EtcdEndpoint& member() const { return endpoints_[current_]; }
-  // Closes the connection and moves on to the next member of the list.
-  void next_member();
+  std::size_t member_index() const { return current_; }
+  // Closes the connection and moves on to the next member of the list; with `avoid` (one
+  // flag per member), to the next one not flagged, unless every member is.
+  void next_member(const std::vector<bool>* avoid = nullptr);
 
   bool is_open() const { return plain_ || secure_; }
-  // Connects to the current member (within request_timeout for the TCP connect and the
-  // TLS handshake each); EtcdUnreachable on failure.
+  // Connects to the current member (within connect_timeout() for the TCP connect and
+  // request_timeout for the TLS handshake); EtcdUnreachable on failure.
   void open();
+  // request_timeout, or silent_member_timeout when shorter: a member's kernel answers a
+  // connect at once unless the member is cut off or gone.
+  std::chrono::milliseconds connect_timeout() const;
   void close();
   // Closes the socket but keeps the stream: a pending operation completes with
   // operation_aborted when the io_context runs next (this thread).
@@ -89,7 +95,7 @@ class EtcdConnection {
   // An exchange completed on this connection (it is no longer new).
   void mark_used() { fresh_ = false; }
 
-  // A POST of `body` (JSON) to `path` on the current member.
+  // A POST of `body` (JSON) to `path` on the current member, requiring a leader.
   boost::beast::http::request<boost::beast::http::string_body> post(const std::string& path,
                                                                     const std::string& body) const;
 

@@ -17,15 +17,20 @@ namespace {
 using Clock = EtcdRendezvous::Clock;
 using Ms = EtcdRendezvous::Ms;
 
-EtcdRendezvous::Config with_clock(EtcdRendezvous::Config config) {
+// The clock, and the silent-member bound derived from the lease unless one is given.
+EtcdRendezvous::Config with_defaults(EtcdRendezvous::Config config) {
   config.round = RoundHandlerBase::with_default_clock(std::move(config.round));
+  if (config.etcd.silent_member_timeout.count() == 0) {
+    config.etcd.silent_member_timeout = EtcdSession::silent_member_bound(
+        config.round.keep_alive_interval, config.round.keep_alive_max_attempt);
+  }
   return config;
 }
 
 }  // namespace
 
 EtcdRendezvous::EtcdRendezvous(Config config)
-    : config_(with_clock(std::move(config))),
+    : config_(with_defaults(std::move(config))),
       keys_{config_.prefix + "/" + config_.round.run_id + "/"},
       client_(options_with(&interrupted_flag())),
       watch_(options_with(&interrupted_flag()), keys_.key("state")),

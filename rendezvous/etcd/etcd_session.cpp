@@ -18,6 +18,18 @@ EtcdOptions with_cancel(EtcdOptions o, const std::atomic<bool>* cancel) {
   return o;
 }
 
+// The background thread's options: its calls (keepalives, the round's reads) keep the
+// lease, so a member that holds one unanswered longer than the silent-member bound is
+// left for the next: a member cut into a minority keeps a read it took as leader until
+// etcd's request timeout (7 s; it steps down without failing it), past the fence.
+EtcdOptions background_options(const EtcdSession::Settings& s, const std::atomic<bool>* cancel) {
+  EtcdOptions o = with_cancel(s.etcd, cancel);
+  o.request_timeout =
+      std::min(o.request_timeout,
+               EtcdSession::silent_member_bound(s.keep_alive_interval, s.keep_alive_max_attempt));
+  return o;
+}
+
 }  // namespace
 
 EtcdLook look_at_round(EtcdClient& c, const EtcdKeys& keys, int round,
@@ -65,7 +77,7 @@ void settle(const std::atomic<bool>& stop, Clock::time_point until, int nodes_se
 }
 
 EtcdSession::EtcdSession(Settings settings)
-    : s_(std::move(settings)), watch_(with_cancel(s_.etcd, &stop_), s_.keys.base) {}
+    : s_(std::move(settings)), watch_(background_options(s_, &stop_), s_.keys.base) {}
 
 EtcdSession::~EtcdSession() { shutdown(); }
 
@@ -79,8 +91,8 @@ bool EtcdSession::ensure_lease(EtcdClient& client) {
     std::lock_guard lock(mu_);
     if (lease_.load() != 0 && !lease_lost_) return false;
   }
-  const auto ttl_ms = s_.keep_alive_interval * s_.keep_alive_max_attempt;
-  const std::int64_t ttl = std::max<std::int64_t>(2, (ttl_ms.count() + 999) / 1000);
+  const std::int64_t ttl =
+      lease_ttl(s_.keep_alive_interval, s_.keep_alive_max_attempt).count() / 1000;
   const auto sent = Clock::now();
   const std::int64_t id = client.lease_grant(ttl);
   kept_at_.store(sent.time_since_epoch().count());
@@ -93,7 +105,7 @@ bool EtcdSession::ensure_lease(EtcdClient& client) {
   }
   spdlog::debug("{}: lease {} ({} s)", s_.where, lease_hex(id), ttl);
   if (!thread_.joinable()) {
-    client_ = std::make_unique<EtcdClient>(with_cancel(s_.etcd, &stop_));
+    client_ = std::make_unique<EtcdClient>(background_options(s_, &stop_));
     thread_ = std::thread([this] { background(); });
   }
   return true;
@@ -222,6 +234,17 @@ void EtcdSession::background() {
 }
 
 EtcdSession::Ms EtcdSession::fence(Ms ttl) { return std::max<Ms>(ttl - Ms(1500), Ms(500)); }
+
+EtcdSession::Ms EtcdSession::lease_ttl(Ms keep_alive_interval, int keep_alive_max_attempt) {
+  const auto ms = keep_alive_interval * keep_alive_max_attempt;
+  return Ms(1000 * std::max<std::int64_t>(2, (ms.count() + 999) / 1000));
+}
+
+EtcdSession::Ms EtcdSession::silent_member_bound(Ms keep_alive_interval,
+                                                 int keep_alive_max_attempt) {
+  const Ms fenced = fence(lease_ttl(keep_alive_interval, keep_alive_max_attempt));
+  return std::max<Ms>((fenced - keep_alive_interval) / 2, Ms(500));
+}
 
 std::string EtcdSession::check_fence() {
   std::lock_guard lock(mu_);

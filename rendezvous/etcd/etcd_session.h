@@ -93,6 +93,14 @@ class EtcdSession {
   bool is_cut_off() const { return cut_off_.load(); }
   // TTL - 1.5 s (the agent's one-second look, and slack), 0.5 s at least.
   static Ms fence(Ms ttl);
+  // The lease's TTL: interval x attempts in whole seconds, 2 s at least.
+  static Ms lease_ttl(Ms keep_alive_interval, int keep_alive_max_attempt);
+  // How long a member may stay silent (nothing acknowledged: EtcdOptions::
+  // silent_member_timeout), or hold one of the background thread's calls unanswered,
+  // before the call leaves it for the next: half of what the fence leaves after a
+  // keepalive interval, 0.5 s at least, so that a keepalive behind a member cut off (its
+  // link, its host, or a minority) is answered by another before the fence (issue 33).
+  static Ms silent_member_bound(Ms keep_alive_interval, int keep_alive_max_attempt);
   void set_nodes_seen(int n) { nodes_seen_.store(n); }
   int nodes_seen() const { return nodes_seen_.load(); }
 

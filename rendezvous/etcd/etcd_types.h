@@ -25,6 +25,11 @@ struct EtcdOptions {
   std::string cacert, cert, key;
   std::chrono::milliseconds request_timeout{5'000};    // one HTTP exchange
   std::chrono::milliseconds failover_timeout{30'000};  // one call, across all members
+  // A member whose kernel acknowledges nothing for this long (a cut link, a host gone) is
+  // given up: keepalive probes and TCP_USER_TIMEOUT on every connection
+  // (base/silent_peer.h); 0 leaves the kernel's defaults. EtcdRendezvous derives it from
+  // the lease (EtcdSession::silent_member_bound).
+  std::chrono::milliseconds silent_member_timeout{0};
   // When set and true, a call gives up between tries (RendezvousInterruptedError).
   const std::atomic<bool>* cancel = nullptr;
 };

@@ -78,10 +78,9 @@ struct EtcdWatch::Impl {
     json create = etcd_prefix_range(prefix);
     create["start_revision"] = std::to_string(from);
     const json body = {{"create_request", create}};
+    // post() requires a leader: a member cut off from the leader ends the watch instead
+    // of keeping it silent.
     auto req = conn.post("/v3/watch", body.dump());
-    // etcd's "require leader" metadata (through the gateway's Grpc-Metadata- headers): a
-    // member cut off from the leader ends the watch instead of keeping it silent.
-    req.set("Grpc-Metadata-hasleader", "true");
     boost::system::error_code ec;
     auto done = [&ec](const boost::system::error_code& e, auto&&...) { ec = e; };
     conn.lowest().expires_after(conn.options().request_timeout);

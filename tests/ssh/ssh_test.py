@@ -421,6 +421,42 @@ def killed_agent_named(c):
 
 
 @test(needs_torch=False)
+def silent_host_named_and_left(c):
+    """Issue 33: a remote host's link drops every packet (an nft rule on the host: no reset,
+    no end of file) in a 2:3 job with 1 s heartbeats. The launcher's ssh for it ends after
+    its keep-alives (ServerAliveInterval 1 x 4 unanswered, from the heartbeats: 5 s) and the
+    launcher names the host in one line; the host's agent, cut off from the rendezvous
+    store, stops its worker and exits; the two other hosts finish in a world of 2; the
+    launcher exits 0 saying the job ran on 2 of 3 hosts; no process of the job is left."""
+    c.start_hosts(3)
+    # ssh's own log level (INFO): it says why it gave up ("Timeout, server ... not
+    # responding."), which LogLevel=ERROR would keep to itself.
+    c.ssh_command = c.ssh_command.replace("LogLevel=ERROR", "LogLevel=INFO")
+    worker = shell_worker('[ "$WORLD_SIZE" = 2 ] && exit 0; while :; do sleep 0.2; done')
+    conf = f"{FAST},keep_alive_interval=1,keep_alive_max_attempt=5"
+    p = c.launch(["--hosts", hosts_arg(c, 3), "--nnodes", "2:3", f"--rdzv-conf={conf}",
+                  "--shutdown-timeout", "2"], program=worker)
+    poll(lambda: ranks_started(c) == [0, 1, 2], 120, "three workers running", c.text)
+    agent = remote_agent_of(c, 2)
+    t0 = time.monotonic()
+    c.net.isolate(2)
+    line = rf"^ddprun: error: host {re.escape(c.host(2))}: ssh failed \(exit 255\): Timeout, " \
+           rf"server {re.escape(c.host(2))} not responding\. \(ssh's keep-alives unanswered"
+    poll(lambda: re.search(line, c.text(), re.M), 20, "the launcher names the silent host",
+         c.text)
+    took = time.monotonic() - t0
+    print(f"the launcher named the silent host {took:.1f} s after the drop")
+    check(took < 5 + 1 + 2, f"ssh noticed after {took:.1f} s (5 s of keep-alives)", c.text())
+    code = c.wait(p, 60)
+    t = c.text()
+    check(code == 0, f"the two other hosts finish the job: exit {code}", t)
+    check("the job ran on 2 of 3 hosts" in t, "the launcher says so", t)
+    poll(lambda: not os.path.exists(f"/proc/{agent}"), 10, "the silent host's agent is gone",
+         c.leftovers)
+    poll(lambda: not c.leftovers(), 30, "no process left on any host", c.leftovers, c.text)
+
+
+@test(needs_torch=False)
 def ssh_alias_hosts(c):
     """Host names that are ssh-config aliases (Host gpuN / HostName ADDRESS, in no
     resolver): the job runs, its endpoint is the address ssh connects to, and only the

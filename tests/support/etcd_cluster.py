@@ -7,8 +7,10 @@ rendezvous through etcd itself; etcdctl() runs the real `etcdctl`.
 
 With host= and prefix= the members listen on that address inside a network namespace
 (prefix: the command prefix that enters it, tests/support/netns.py): the agents of the
-namespaced hosts reach them there, this process does not, so readiness and etcdctl() go
-through the prefix and the HTTP helpers are not for such a cluster.
+namespaced hosts reach them there, this process does not, so readiness, etcdctl() and
+leader() go through the prefix and the other HTTP helpers are not for such a cluster.
+hosts= and prefixes= (one per member) put each member on a host of its own, so that a
+fault can cut one member from the others.
 
 With tls=True the members serve https client URLs with certificates made by make_tls()
 (the `openssl` CLI, EC P-256 keys) and require client certificates (--client-cert-auth);
@@ -68,11 +70,14 @@ def _b64(s):
 
 
 class EtcdCluster:
-    def __init__(self, ws, members=3, tls=False, host="127.0.0.1", prefix=()):
+    def __init__(self, ws, members=3, tls=False, host="127.0.0.1", prefix=(), hosts=None,
+                 prefixes=None):
         if not os.access(ETCD, os.X_OK):
             raise blackbox.Failed(f"{ETCD} missing (scripts/install-deps installs etcd-server)")
         self.ws = ws
-        self.host, self.prefix = host, list(prefix)
+        self.hosts = list(hosts) if hosts else [host] * members
+        self.prefixes = [list(p) for p in prefixes] if prefixes else [list(prefix)] * members
+        self.prefix = self.prefixes[0]  # etcdctl() runs there
         self.tls = make_tls(os.path.join(ws.dir, "tls")) if tls else None
         tls_flags = [f"--cert-file={self.tls.server_pem}", f"--key-file={self.tls.server_key}",
                      f"--trusted-ca-file={self.tls.ca_pem}", "--client-cert-auth"] if tls else []
@@ -82,15 +87,15 @@ class EtcdCluster:
             self._ssl.load_cert_chain(self.tls.client_pem, self.tls.client_key)
         self.client = [ws.reserve_port() for _ in range(members)]
         peer = [ws.reserve_port() for _ in range(members)]
-        initial = ",".join(f"m{i}=http://{host}:{p}" for i, p in enumerate(peer))
+        initial = ",".join(f"m{i}=http://{self.hosts[i]}:{p}" for i, p in enumerate(peer))
         self.procs = []
         for i in range(members):
             d = os.path.join(ws.dir, f"etcd{i}")
             self.procs.append(ws.start_process([
-                *self.prefix, ETCD, f"--name=m{i}", f"--data-dir={d}",
+                *self.prefixes[i], ETCD, f"--name=m{i}", f"--data-dir={d}",
                 f"--listen-client-urls={self.url(i)}", f"--advertise-client-urls={self.url(i)}",
-                f"--listen-peer-urls=http://{host}:{peer[i]}",
-                f"--initial-advertise-peer-urls=http://{host}:{peer[i]}",
+                f"--listen-peer-urls=http://{self.hosts[i]}:{peer[i]}",
+                f"--initial-advertise-peer-urls=http://{self.hosts[i]}:{peer[i]}",
                 f"--initial-cluster={initial}", "--initial-cluster-state=new",
                 "--initial-cluster-token=ddprun-test", "--heartbeat-interval=100",
                 "--election-timeout=1000", *tls_flags], os.environ.copy(), log=d + ".log"))
@@ -99,15 +104,23 @@ class EtcdCluster:
                           self.logs)
 
     def _ready(self, i):
-        if not self.prefix:
+        if not self.prefixes[i]:
             return self._try(i, "/v3/kv/put", {"key": _b64("/ready"), "value": _b64("1")})
-        r = subprocess.run([*self.prefix, ETCDCTL, f"--endpoints={self.url(i)}", "put", "/ready",
-                            "1"], capture_output=True, text=True, timeout=30,
-                           env={**os.environ, "ETCDCTL_API": "3"})
-        return r.returncode == 0
+        return self._ctl(i, "put", "/ready", "1") is not None
+
+    def _ctl(self, i, *args):
+        """etcdctl (v3 API, no TLS) against member i, run where it lives: its stdout, or None
+        when it fails or times out."""
+        try:
+            r = subprocess.run([*self.prefixes[i], ETCDCTL, f"--endpoints={self.url(i)}",
+                                "--command-timeout=3s", *args], capture_output=True, text=True,
+                               timeout=30, env={**os.environ, "ETCDCTL_API": "3"})
+        except subprocess.TimeoutExpired:
+            return None
+        return r.stdout if r.returncode == 0 else None
 
     def url(self, i):
-        return f"{'https' if self.tls else 'http'}://{self.host}:{self.client[i]}"
+        return f"{'https' if self.tls else 'http'}://{self.hosts[i]}:{self.client[i]}"
 
     def endpoints(self):
         return ",".join(self.url(i) for i in range(len(self.client)))
@@ -131,14 +144,27 @@ class EtcdCluster:
         except OSError:
             return None
 
-    def leader(self):
-        """The index of the member that is the raft leader now (None while unknown)."""
+    def status(self, i):
+        """Member i's own view: {"member_id", "leader"} (ids as decimal strings; leader "0"
+        while it knows none), or None when it does not answer."""
+        if not self.prefixes[i]:
+            st = self._try(i, "/v3/maintenance/status", {})
+            return st and {"member_id": st["header"]["member_id"], "leader": st.get("leader", "0")}
+        out = self._ctl(i, "endpoint", "status", "-w", "json")
+        if out is None:
+            return None
+        st = json.loads(out)[0]["Status"]
+        return {"member_id": str(st["header"]["member_id"]), "leader": str(st.get("leader", 0))}
+
+    def leader(self, among=None):
+        """The index of the member that is the raft leader now, as the members `among` (all
+        live ones by default) see it; None while unknown."""
         ids = {}
         leader = None
-        for i in self.alive():
-            st = self._try(i, "/v3/maintenance/status", {})
-            if st and "leader" in st:
-                ids[st["header"]["member_id"]] = i
+        for i in self.alive() if among is None else among:
+            st = self.status(i)
+            if st and st["leader"] != "0":
+                ids[st["member_id"]] = i
                 leader = st["leader"]
         return ids.get(leader)
 

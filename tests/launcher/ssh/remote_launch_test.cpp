@@ -139,6 +139,8 @@ TEST_CASE("each host's ssh argv and remote command", "[remote_launch]") {
         std::vector<std::string>{"ssh", "-i", "/k", "-p", "2222", "-T"});
   CHECK(argv[6] == "-o");
   CHECK(argv[7] == "BatchMode=yes");
+  CHECK(argv[9] == "ServerAliveInterval=5");
+  CHECK(argv[11] == "ServerAliveCountMax=2");
   CHECK(argv[12] == "user@b");
   // The remote shell splits the command back into exactly these words.
   const std::string& cmd = argv[13];
@@ -219,6 +221,20 @@ TEST_CASE("the plan: the user's options pass through and the job's are appended"
     CHECK(p.job.remote_ddprun == "/x/ddprun");
     CHECK(p.endpoint.empty());
     CHECK(!p.hosts[0].hosts_rendezvous);  // the user's endpoint: nobody is told
+  }
+  SECTION("ssh's keep-alives end a silent host's session after the heartbeat budget") {
+    const SshPlan d =
+        make_ssh_plan(parse({"--hosts", "a,b", "train.py"}), facts.env, hosts, "/d", "/w", "r");
+    CHECK(d.job.alive_interval_s == 5);
+    CHECK(d.job.alive_count_max == 2);
+    CHECK(d.job.silent_after_s() == 15);
+    const SshPlan f =
+        make_ssh_plan(parse({"--hosts", "a,b", "--rdzv-conf",
+                             "keep_alive_interval=0.5,keep_alive_max_attempt=5", "train.py"}),
+                      facts.env, hosts, "/d", "/w", "r");
+    CHECK(f.job.alive_interval_s == 1);  // whole seconds, rounded up
+    CHECK(f.job.alive_count_max == 4);
+    CHECK(f.job.silent_after_s() == 5);
   }
   SECTION("an IPv6 first host keeps its brackets in the rendezvous endpoint") {
     // The hostfile refuses ':' in names, but the plan formats through store/host_port.h

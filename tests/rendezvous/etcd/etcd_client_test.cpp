@@ -1,6 +1,7 @@
 // EtcdClient and EtcdWatch against a real etcd (members started per test case; see
 // etcd_cluster.h): the v3 gateway calls, base64 of binary keys and values, transactions,
-// leases, failover past an endpoint that does not answer, and the error when none does;
+// leases, failover past an endpoint that does not answer, and the error when none does; a
+// member without a leader refusing at once;
 // counts and the keys created first and last; a watch's start revision, its resumption
 // on another member after the one it streams from is killed, a compacted start, a move to
 // another prefix, and cancel().
@@ -143,6 +144,40 @@ TEST_CASE("EtcdClient against a real etcd: kv, txn, leases, failover", "[etcd]")
                                           Catch::Contains(cluster.url(0)) &&
                                           Catch::Contains("no member answered"));
   CHECK(std::chrono::steady_clock::now() - start < 20s);
+}
+
+// Issue 33: every call requires a leader (etcd's "hasleader" metadata), so a member cut
+// into a minority says "no leader" at once and the call goes on to the next member,
+// instead of holding it until etcd's request timeout (7 s) or this client's. Here the
+// member left alone answers so within a second; without the metadata each call waits
+// out request_timeout and ends "no answer within 5000 ms".
+TEST_CASE("EtcdClient: a member that knows no leader refuses at once", "[etcd]") {
+  EtcdCluster cluster(3);
+  cluster.kill(1);
+  cluster.kill(2);
+  EtcdOptions o;
+  o.endpoints = {cluster.url(0)};
+  o.request_timeout = 5s;
+  o.failover_timeout = 1s;
+  EtcdClient c(o);
+  std::string why;
+  std::chrono::steady_clock::duration took{};
+  // Until the member has noticed that it is alone (an election timeout or two).
+  CHECK(ddprun::test::eventually(
+      [&] {
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          c.get("/x");
+          why = "answered";
+        } catch (const EtcdError& e) {
+          why = e.what();
+        }
+        took = std::chrono::steady_clock::now() - start;
+        return why.find("no leader") != std::string::npos;
+      },
+      30s));
+  INFO(why);
+  CHECK(took < 3s);
 }
 
 namespace {
