@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""fr_overhead.py: what PyTorch's flight recorder costs a training job (issues 32 and 34:
-the job-wide hang verdict and the straggler ranking would switch it on). Runs
-examples/ddp_train.py under ddprun (--standalone, K CPU workers, gloo) with and without
-TORCH_FR_BUFFER_SIZE, the two interleaved, with the PyTorch 2.14 tier's interpreter
+"""fr_overhead.py: what PyTorch's flight recorder, and ddprun's reading of it, cost a
+training job (issues 32 and 34: the job-wide hang verdict, the straggler ranking and the
+start-up timeline switch it on under --stall-timeout). Runs examples/ddp_train.py under
+ddprun (--standalone, K CPU workers, gloo) three ways, interleaved: the recorder off;
+TORCH_FR_BUFFER_SIZE=N alone (recording only); and --stall-timeout (ddprun's own buffer of
+256, and the stack probe's thread reading the recorder once a second for the verdict, the
+stragglers and the start-up timeline), with the PyTorch 2.14 tier's interpreter
 (scripts/python-torch214: Debian sid's torch, whose generic recorder also records gloo);
-prints each run's training time as the script reports it, then the medians and the ratio.
-Standard library only.
+prints each run's training time as the script reports it, then the medians and the ratios
+to the recorder off. Standard library only.
 
     bench/fr_overhead.py [--ddprun build/bench/launcher/ddprun] [--runs 5] [--workers 2]
                          [--buffer 2000] [--epochs 3] [--samples 65536]
@@ -21,12 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one_run(a, buffer):
+def one_run(a, buffer, flags=()):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR", "PET_"))}
     env.update(PYTHON_EXEC=str(ROOT / "scripts" / "python-torch214"), USE_LIBUV="0")
     if buffer:
         env["TORCH_FR_BUFFER_SIZE"] = str(buffer)
-    r = subprocess.run([a.ddprun, "--standalone", f"--nproc-per-node={a.workers}",
+    r = subprocess.run([a.ddprun, "--standalone", f"--nproc-per-node={a.workers}", *flags,
                         str(ROOT / "examples" / "ddp_train.py"), "--device", "cpu",
                         "--epochs", str(a.epochs), "--samples", str(a.samples)],
                        env=env, capture_output=True, text=True, timeout=900)
@@ -45,18 +48,21 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--samples", type=int, default=65536)
     a = ap.parse_args()
-    off, on = [], []
+    modes = [("recorder off", 0, ()), (f"TORCH_FR_BUFFER_SIZE={a.buffer}", a.buffer, ()),
+             ("--stall-timeout=600 (ddprun reads it)", 0, ("--stall-timeout=600",))]
+    times = {name: [] for name, _, _ in modes}
     for r in range(a.runs):
-        for buffer in (0, a.buffer):
+        for name, buffer, flags in modes:
             load = os.getloadavg()[0]
-            t = one_run(a, buffer)
-            (on if buffer else off).append(t)
-            print(f"run {r + 1} {'TORCH_FR_BUFFER_SIZE=' + str(buffer) if buffer else 'recorder off':>26}: "
-                  f"{t:.2f} s, load {load:.1f}", flush=True)
+            t = one_run(a, buffer, flags)
+            times[name].append(t)
+            print(f"run {r + 1} {name:>40}: {t:.2f} s, load {load:.1f}", flush=True)
     steps = a.epochs * (a.samples * 3 // 4) // (64 * a.workers)  # the train split, batch 64
-    mo, mn = statistics.median(off), statistics.median(on)
-    print(f"median {mo:.2f} s off, {mn:.2f} s on (x{mn / mo:.3f}); about {steps} DDP steps a "
-          f"run per worker")
+    base = statistics.median(times["recorder off"])
+    for name, _, _ in modes:
+        m = statistics.median(times[name])
+        print(f"median {name}: {m:.2f} s (x{m / base:.3f})")
+    print(f"about {steps} DDP steps a run per worker")
 
 
 if __name__ == "__main__":
