@@ -132,18 +132,19 @@ std::string straggler_line(const Straggler& s, std::chrono::milliseconds window,
       seconds_text(s.median_margin_s), seconds_text(threshold_s));
 }
 
-std::vector<Arrival> sample_arrivals(std::vector<Arrival> arrivals) {
+std::vector<Arrival> sample_arrivals(const std::vector<Arrival>& arrivals) {
   std::map<int, std::vector<Arrival>> groups;
   for (const Arrival& a : arrivals) groups[a.pg].push_back(a);
   std::vector<Arrival> out;
-  for (auto& [pg, as] : groups) {
+  for (const auto& entry : groups) {
+    const std::vector<Arrival>& group = entry.second;
     std::int64_t stride = 1;
-    auto kept = [&] {
+    auto kept = [&group, &stride] {
       return static_cast<std::size_t>(std::count_if(
-          as.begin(), as.end(), [&](const Arrival& a) { return a.seq % stride == 0; }));
+          group.begin(), group.end(), [stride](const Arrival& a) { return a.seq % stride == 0; }));
     };
     while (kept() > kArrivalsPerWindow) stride *= 2;
-    for (const Arrival& a : as) {
+    for (const Arrival& a : group) {
       if (a.seq % stride == 0) out.push_back(a);
     }
   }

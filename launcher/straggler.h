@@ -55,7 +55,7 @@ std::string straggler_line(const Straggler& s, std::chrono::milliseconds window,
 
 // At most kArrivalsPerWindow arrivals per group: those whose sequence number is a multiple
 // of the smallest power of two that leaves no more.
-std::vector<Arrival> sample_arrivals(std::vector<Arrival> arrivals);
+std::vector<Arrival> sample_arrivals(const std::vector<Arrival>& arrivals);
 
 // One node's window on the board: its number and its ranks' (sampled) arrivals.
 std::string encode_window(std::int64_t window, const std::vector<RankArrivals>& ranks);

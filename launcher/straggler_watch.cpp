@@ -117,7 +117,7 @@ std::optional<std::pair<std::int64_t, std::int64_t>> StragglerWatch::stamp(int r
 
 void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {
   std::vector<RankArrivals> sampled = mine;
-  for (RankArrivals& r : sampled) r.arrivals = sample_arrivals(std::move(r.arrivals));
+  for (RankArrivals& r : sampled) r.arrivals = sample_arrivals(r.arrivals);
   board_->set(fmt::format("strag/{}/{}", board_->node(), window_ % 2),
               encode_window(window_, sampled));
   if (board_->node() != 0) {
