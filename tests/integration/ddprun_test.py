@@ -115,7 +115,8 @@ def ddp_job(job, nproc):
     check("OMP_NUM_THREADS" in err, "torchrun's OMP_NUM_THREADS notice missing", err)
 
 
-@test(every_tier=True)
+# One tier (1.13): ddp_four_workers runs the same job, with more workers, on every tier.
+@test(needs_torch=True)
 def ddp_two_workers(job):
     ddp_job(job, 2)
 

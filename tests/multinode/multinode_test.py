@@ -134,7 +134,9 @@ def c10d_256_agents_four_per_address(c):
     check(not restarts, f"agents that started another round: {restarts[:8]}", c.logs())
 
 
-@test(every_tier=True)
+# One tier (1.13): what differs by tier, the workers' torch, ddp_four_workers and
+# c10d_four_nodes_node_rank run on every tier; the rest is the agents' own logic.
+@test
 def static_two_nodes_two_procs(c):
     port = c.reserve_port()
     agents = []
@@ -175,7 +177,9 @@ def static_one_port_and_a_restart(c):
             check(r["allreduce_ok"] and r["WORLD_SIZE"] == "2", "layout", r)
 
 
-@test(every_tier=True)
+# One tier (1.13): what differs by tier, the workers' torch, ddp_four_workers and
+# c10d_four_nodes_node_rank run on every tier; the rest is the agents' own logic.
+@test
 def elastic_three_nodes_of_2_to_4(c):
     port = c.reserve_port()
     agents = [c.start(f"node{i}", c10d_args(i, port, "2:4", "elastic3")) for i in range(3)]
@@ -226,7 +230,9 @@ def c10d_restart_counts_once_on_every_node(c):
               f"{a.name}: the second attempt is restart 1", a.records())
 
 
-@test(every_tier=True)
+# One tier (1.13): what differs by tier, the workers' torch, ddp_four_workers and
+# c10d_four_nodes_node_rank run on every tier; the rest is the agents' own logic.
+@test
 def node_killed_mid_run(c):
     """2:3 with three nodes; one agent is SIGKILLed; the survivors re-rendezvous into a
     world of 2 and finish."""
