@@ -89,7 +89,9 @@ struct Etcd {
     c.round.join_timeout = 20s;
     c.round.last_call_timeout = 300ms;
     c.round.keep_alive_interval = 1s;
-    c.round.keep_alive_max_attempt = 2;
+    // A 3 s lease: its fence (TTL - 1.5 s) leaves a busy machine (TSan beside ctest) time
+    // for a keepalive; with 2 s the fence was 0.5 s, which such a machine missed.
+    c.round.keep_alive_max_attempt = 3;
     // Far beyond the cases' deadlines: only etcd watches can wake the waits in time.
     c.recheck_interval = 120s;
     c.round.progress_interval = 120s;
