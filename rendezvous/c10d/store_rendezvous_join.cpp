@@ -430,7 +430,7 @@ void StoreRendezvous::enter_round(int r, int slot, int n, const RendezvousInfo& 
   round_ = r;
   slot_ = slot;
   nodes_ = n;
-  board_ = std::make_unique<StoreJobBoard>(store_, r, slot, n, where());
+  board_ = std::make_unique<StoreJobBoard>(store_, r, info.group_rank, n, where());
   log_round_formed(info);
   watch_.start(hb_store_, r, slot, n);
 }

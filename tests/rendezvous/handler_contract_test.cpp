@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "rendezvous/c10d/store_rendezvous.h"
 #include "rendezvous/endpoint.h"
@@ -261,6 +262,33 @@ TEMPLATE_TEST_CASE("handler contract: rank bases and world size follow nproc by 
     CHECK(info.world_size == 6);
     CHECK(info.group_world_size == 3);
   }
+}
+
+TEMPLATE_TEST_CASE("handler contract: the job board names each node by its group rank",
+                   "[contract][etcd][layout]", C10dTcp, C10dMemory, Etcd) {
+  TestType b;
+  INFO(TestType::kName);
+  // Nodes join in the order 0, 2, 1 while group ranks follow the addresses (0, 1, 2): a
+  // board that numbered nodes by their order of joining (the c10d slot, the etcd member
+  // index) would swap nodes 1 and 2 (the job-wide judges' "node 0" then is not group rank
+  // 0, which the start-up timeline's test met).
+  Handlers hs;
+  for (int i : {0, 2, 1}) hs.push_back(b.node(i, 3, 3, {"127.0.0." + std::to_string(2 + i)}));
+  std::vector<std::future<RendezvousInfo>> fs;
+  for (auto& h : hs) {
+    fs.push_back(std::async(std::launch::async, [&h] { return h->next_rendezvous(); }));
+    std::this_thread::sleep_for(150ms);  // the joining order (a race lost only weakens it)
+  }
+  std::vector<RendezvousInfo> infos;
+  for (auto& f : fs) infos.push_back(f.get());
+  check_round(infos, 3);
+  for (std::size_t i = 0; i < hs.size(); ++i) {
+    rdzv::JobBoard* board = hs[i]->job_board();
+    REQUIRE(board != nullptr);
+    CHECK(board->node() == infos[i].group_rank);
+    CHECK(board->nodes() == 3);
+  }
+  CHECK(infos[1].group_rank == 2);  // node 2, by its address
 }
 
 TEMPLATE_TEST_CASE("handler contract: a loopback MASTER_ADDR for a member elsewhere is refused",
