@@ -52,7 +52,7 @@
 #include "launcher/events.h"
 #include "launcher/exit_status.h"
 #include "launcher/failure_report.h"
-#include "launcher/job_view.h"
+#include "launcher/jobwide/job_view.h"
 #include "launcher/numa.h"
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "launcher/agent.h"
-#include "launcher/job_failures.h"
+#include "launcher/jobwide/job_failures.h"
 
 namespace ddprun::launcher {
 namespace {

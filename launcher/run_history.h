@@ -17,7 +17,7 @@
 #include "launcher/events.h"
 #include "launcher/exit_status.h"
 #include "launcher/failure_report.h"
-#include "launcher/startup_timeline.h"
+#include "launcher/jobwide/startup_timeline.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::launcher {

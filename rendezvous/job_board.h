@@ -1,7 +1,7 @@
 // job_board.h: JobBoard, the job-wide channel: small facts every node of the current
 // round shares through what the rendezvous already shares (the c10d store, etcd), so
 // that a question about the whole job gets one answer on every node (the job-wide stall
-// judge, launcher/job_stall.h). Names are the board's own, scoped to the round: a new
+// judge, launcher/jobwide/job_stall.h). Names are the board's own, scoped to the round: a new
 // round starts with an empty board. Implementations: StoreJobBoard (c10d/), EtcdJobBoard
 // (etcd/).
 // Thread-safety: one thread at a time (the agent thread); a handler's board is valid until

@@ -6,7 +6,7 @@
 #include <optional>
 #include <thread>
 
-#include "launcher/job_stall.h"
+#include "launcher/jobwide/job_stall.h"
 #include "launcher/process/stall_gate.h"
 
 namespace ddprun::bench {

@@ -1,6 +1,6 @@
 // stall_phase.h: the simulator's job-wide stall phase (ddprun-rdzv-sim --stall-ranks R;
 // docs/benchmarks.md, "Job-wide stall verdict"): with the round formed, every agent runs
-// the real JobStallJudge (launcher/job_stall.h) on its handler's JobBoard, its node's R
+// the real JobStallJudge (launcher/jobwide/job_stall.h) on its handler's JobBoard, its node's R
 // ranks all idle from the phase's start (one rank elsewhere stands apart), and waits for
 // the verdict. Measured: how long after the job-wide timeout the last agent had it, and
 // what the phase cost the store. Used by rdzv_sim.cpp. Thread-safety: one call at a time.

@@ -1,5 +1,5 @@
 // stall_gate.h: StallGate, what the stall watchdog (stall_watchdog.h, on the supervisor's
-// loop thread) and the agent's job-wide stall judge (launcher/job_stall.h, on the agent
+// loop thread) and the agent's job-wide stall judge (launcher/jobwide/job_stall.h, on the agent
 // thread) share when a job spans nodes. The watchdog publishes each sample (are all of
 // this node's workers idle, when did one last progress, where is each); once all are idle
 // it acts only on the judge's word: a decision carrying the job-wide verdict. Ranks
@@ -56,7 +56,7 @@ class StallGate {
   // goes into the stall's report.
   void decide(std::vector<std::string> verdict);
   std::optional<std::vector<std::string>> decision() const;
-  // The straggler watch (launcher/straggler_watch.h) wants the workers' arrivals at
+  // The straggler watch (launcher/jobwide/straggler_watch.h) wants the workers' arrivals at
   // collectives; the watchdog then passes them on, at most kMaxArrivals (the newest).
   void want_arrivals(bool want);
   bool wants_arrivals() const;
@@ -65,7 +65,7 @@ class StallGate {
   std::vector<std::pair<int, Arrival>> take_arrivals();
   static constexpr std::size_t kMaxArrivals = 16384;
   // Each worker's start-up times (the watchdog, every sample; the start-up timeline reads
-  // them: launcher/startup_timeline.h), by local rank.
+  // them: launcher/jobwide/startup_timeline.h), by local rank.
   void set_startup(int local_rank, const StartupTimes& times);
   std::map<int, StartupTimes> startup() const;
   // A new attempt: no judge, no sample, no decision, no arrivals wanted, no start-up.

@@ -1,6 +1,6 @@
-// The job-wide root cause (launcher/job_failures.h): which failure caused the others, the
+// The job-wide root cause (launcher/jobwide/job_failures.h): which failure caused the others, the
 // record codec, and two nodes sharing their failures over a real store.
-#include "launcher/job_failures.h"
+#include "launcher/jobwide/job_failures.h"
 
 #include <catch2/catch.hpp>
 #include <csignal>

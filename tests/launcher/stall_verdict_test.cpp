@@ -1,14 +1,14 @@
-// The job-wide stall verdict (launcher/stall_verdict.h) and the judge that builds it over a
-// real store (launcher/job_stall.h over StoreJobBoard and a MemoryStore): two nodes' judges
+// The job-wide stall verdict (launcher/jobwide/stall_verdict.h) and the judge that builds it over a
+// real store (launcher/jobwide/job_stall.h over StoreJobBoard and a MemoryStore): two nodes' judges
 // on two threads, as two agents.
-#include "launcher/stall_verdict.h"
+#include "launcher/jobwide/stall_verdict.h"
 
 #include <catch2/catch.hpp>
 #include <future>
 #include <memory>
 #include <thread>
 
-#include "launcher/job_stall.h"
+#include "launcher/jobwide/job_stall.h"
 #include "rendezvous/c10d/store_job_board.h"
 #include "store/memory_store.h"
 

@@ -1,5 +1,5 @@
-// The start-up timeline's report and codec (launcher/startup_timeline.h).
-#include "launcher/startup_timeline.h"
+// The start-up timeline's report and codec (launcher/jobwide/startup_timeline.h).
+#include "launcher/jobwide/startup_timeline.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,14 +1,14 @@
-// The straggler ranking (launcher/straggler.h) and the watch that runs it job-wide
-// (launcher/straggler_watch.h) over a real store (StoreJobBoard on a MemoryStore): two
+// The straggler ranking (launcher/jobwide/straggler.h) and the watch that runs it job-wide
+// (launcher/jobwide/straggler_watch.h) over a real store (StoreJobBoard on a MemoryStore): two
 // nodes' watches on two threads, as two agents, one of them on a clock 5 s ahead.
-#include "launcher/straggler.h"
+#include "launcher/jobwide/straggler.h"
 
 #include <catch2/catch.hpp>
 #include <future>
 #include <memory>
 #include <thread>
 
-#include "launcher/straggler_watch.h"
+#include "launcher/jobwide/straggler_watch.h"
 #include "rendezvous/c10d/store_job_board.h"
 #include "store/memory_store.h"
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/jobwide/startup_timeline.h"
 #include "launcher/process/stall_gate.h"
-#include "launcher/startup_timeline.h"
 #include "rendezvous/job_board.h"
 
 namespace ddprun::launcher {

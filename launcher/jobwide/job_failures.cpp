@@ -1,5 +1,5 @@
 // job_failures.cpp: the job's root cause across nodes (job_failures.h).
-#include "launcher/job_failures.h"
+#include "launcher/jobwide/job_failures.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

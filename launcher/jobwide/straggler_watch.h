@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/jobwide/straggler.h"
 #include "launcher/process/stall_gate.h"
-#include "launcher/straggler.h"
 #include "rendezvous/job_board.h"
 
 namespace ddprun::launcher {

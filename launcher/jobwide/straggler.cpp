@@ -1,5 +1,5 @@
 // straggler.cpp: the straggler ranking and the window codec (straggler.h).
-#include "launcher/straggler.h"
+#include "launcher/jobwide/straggler.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // stall_verdict.cpp: the snapshot codec and the job-wide stall verdict (stall_verdict.h).
-#include "launcher/stall_verdict.h"
+#include "launcher/jobwide/stall_verdict.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // startup_watch.cpp: StartupWatch (startup_watch.h).
-#include "launcher/startup_watch.h"
+#include "launcher/jobwide/startup_watch.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,12 +1,12 @@
 // job_view.cpp: JobView (job_view.h), the agent's side of the job-wide view.
-#include "launcher/job_view.h"
+#include "launcher/jobwide/job_view.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
-#include "launcher/job_failures.h"
-#include "launcher/stall_verdict.h"
+#include "launcher/jobwide/job_failures.h"
+#include "launcher/jobwide/stall_verdict.h"
 
 namespace ddprun::launcher {
 

@@ -1,5 +1,5 @@
 // startup_timeline.cpp: the start-up timeline's report and codec (startup_timeline.h).
-#include "launcher/startup_timeline.h"
+#include "launcher/jobwide/startup_timeline.h"
 
 #include <fmt/format.h>
 

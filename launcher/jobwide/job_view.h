@@ -16,12 +16,12 @@
 
 #include "launcher/exit_status.h"
 #include "launcher/failure_report.h"
-#include "launcher/job_stall.h"
+#include "launcher/jobwide/job_stall.h"
+#include "launcher/jobwide/startup_watch.h"
+#include "launcher/jobwide/straggler_watch.h"
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
 #include "launcher/run_history.h"
-#include "launcher/startup_watch.h"
-#include "launcher/straggler_watch.h"
 #include "rendezvous/job_board.h"
 #include "rendezvous/rendezvous.h"
 

@@ -1,5 +1,5 @@
 // job_stall.cpp: JobStallJudge (job_stall.h): the job-wide stall decision over the board.
-#include "launcher/job_stall.h"
+#include "launcher/jobwide/job_stall.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <optional>
 
-#include "launcher/stall_verdict.h"
+#include "launcher/jobwide/stall_verdict.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -1,5 +1,5 @@
 // straggler_watch.cpp: StragglerWatch (straggler_watch.h).
-#include "launcher/straggler_watch.h"
+#include "launcher/jobwide/straggler_watch.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
