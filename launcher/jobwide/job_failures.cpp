@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "launcher/jobwide/board_json.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -46,29 +48,23 @@ std::string encode_failure_record(const FailureRecord& r) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+
+FailureRecord read_failure_record(const nlohmann::json& j) {
+  FailureRecord r;
+  r.node = j.at("node").get<int>();
+  r.host = j.at("host").get<std::string>().substr(0, kMaxSummary);
+  r.rank = j.at("rank").get<int>();
+  r.pid = j.at("pid").get<pid_t>();
+  r.exitcode = j.at("exitcode").get<int>();
+  r.summary = j.at("summary").get<std::string>().substr(0, kMaxSummary);
+  return r;
+}
+
+}  // namespace
+
 std::optional<FailureRecord> decode_failure_record(const std::string& text, std::string& error) {
-  if (text.size() > 4 * kMaxSummary) {
-    error = fmt::format("a failure record of {} bytes", text.size());
-    return std::nullopt;
-  }
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    if (j.at("version").get<int>() != 1) {
-      error = "a failure record of version " + j.at("version").dump();
-      return std::nullopt;
-    }
-    FailureRecord r;
-    r.node = j.at("node").get<int>();
-    r.host = j.at("host").get<std::string>().substr(0, kMaxSummary);
-    r.rank = j.at("rank").get<int>();
-    r.pid = j.at("pid").get<pid_t>();
-    r.exitcode = j.at("exitcode").get<int>();
-    r.summary = j.at("summary").get<std::string>().substr(0, kMaxSummary);
-    return r;
-  } catch (const nlohmann::json::exception& e) {
-    error = std::string("a malformed failure record: ") + e.what();
-    return std::nullopt;
-  }
+  return decode_board_json(text, "failure record", 4 * kMaxSummary, 1, error, read_failure_record);
 }
 
 bool says_peer_lost(const std::string& summary) {

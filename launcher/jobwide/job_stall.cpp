@@ -5,9 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 
+#include "base/numbers.h"
 #include "launcher/jobwide/stall_verdict.h"
 
 namespace ddprun::launcher {
@@ -16,7 +16,7 @@ namespace {
 using Ms = std::chrono::milliseconds;
 
 std::string seconds(std::chrono::steady_clock::duration d) {
-  return fmt::format("{:g}", std::round(std::chrono::duration<double>(d).count() * 10) / 10);
+  return seconds_text(std::chrono::duration<double>(d).count(), 1);
 }
 
 std::vector<std::string> split_lines(const std::string& text) {

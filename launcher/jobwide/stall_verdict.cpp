@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+
+#include "base/numbers.h"
+#include "launcher/jobwide/board_json.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -102,7 +104,7 @@ std::string say(const Group& g, const std::string& who) {
 }
 
 std::string seconds(std::chrono::milliseconds ms) {
-  return fmt::format("{:g}", std::round(static_cast<double>(ms.count()) / 100) / 10);
+  return seconds_text(static_cast<double>(ms.count()) / 1000, 1);
 }
 
 }  // namespace
@@ -127,44 +129,37 @@ std::string encode_snapshot(const NodeSnapshot& snapshot) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::optional<NodeSnapshot> decode_snapshot(const std::string& text, std::string& error) {
-  if (text.size() > kMaxSnapshotBytes) {
-    error =
-        fmt::format("a stall snapshot of {} bytes (more than {})", text.size(), kMaxSnapshotBytes);
-    return std::nullopt;
-  }
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    if (j.at("version").get<int>() != 1) {
-      error = "a stall snapshot of version " + j.at("version").dump();
-      return std::nullopt;
-    }
-    NodeSnapshot s;
-    s.node = j.at("node").get<int>();
-    s.host = cut(j.at("host").get<std::string>());
-    for (const nlohmann::json& r : j.at("ranks")) {
-      RankSnapshot rs;
-      rs.rank = r.at("rank").get<int>();
-      rs.pid = r.at("pid").get<pid_t>();
-      rs.sampled = r.at("sampled").get<bool>();
-      rs.where = cut(r.at("where").get<std::string>());
-      rs.user_where = cut(r.at("user_where").get<std::string>());
-      const std::string state = r.at("state").get<std::string>();
-      rs.state = state.size() == 1 ? state[0] : '?';
-      rs.idle_s = r.at("idle_s").get<double>();
-      if (const auto c = r.find("collectives"); c != r.end()) {
-        for (const nlohmann::json& g : *c) {
-          rs.collectives.push_back({g.at(0).get<int>(), g.at(1).get<std::int64_t>(),
-                                    g.at(2).get<std::int64_t>(), cut(g.at(3).get<std::string>())});
-        }
+namespace {
+
+NodeSnapshot read_snapshot(const nlohmann::json& j) {
+  NodeSnapshot s;
+  s.node = j.at("node").get<int>();
+  s.host = cut(j.at("host").get<std::string>());
+  for (const nlohmann::json& r : j.at("ranks")) {
+    RankSnapshot rs;
+    rs.rank = r.at("rank").get<int>();
+    rs.pid = r.at("pid").get<pid_t>();
+    rs.sampled = r.at("sampled").get<bool>();
+    rs.where = cut(r.at("where").get<std::string>());
+    rs.user_where = cut(r.at("user_where").get<std::string>());
+    const std::string state = r.at("state").get<std::string>();
+    rs.state = state.size() == 1 ? state[0] : '?';
+    rs.idle_s = r.at("idle_s").get<double>();
+    if (const auto c = r.find("collectives"); c != r.end()) {
+      for (const nlohmann::json& g : *c) {
+        rs.collectives.push_back({g.at(0).get<int>(), g.at(1).get<std::int64_t>(),
+                                  g.at(2).get<std::int64_t>(), cut(g.at(3).get<std::string>())});
       }
-      s.ranks.push_back(std::move(rs));
     }
-    return s;
-  } catch (const nlohmann::json::exception& e) {
-    error = std::string("a malformed stall snapshot: ") + e.what();
-    return std::nullopt;
+    s.ranks.push_back(std::move(rs));
   }
+  return s;
+}
+
+}  // namespace
+
+std::optional<NodeSnapshot> decode_snapshot(const std::string& text, std::string& error) {
+  return decode_board_json(text, "stall snapshot", kMaxSnapshotBytes, 1, error, read_snapshot);
 }
 
 std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshots,

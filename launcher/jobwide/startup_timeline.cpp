@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "base/numbers.h"
+#include "launcher/jobwide/board_json.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -14,7 +16,7 @@ namespace {
 constexpr std::size_t kMaxHostChars = 300;  // a host's name, cut beyond
 constexpr std::size_t kWarningsPerPhase = 5;
 
-std::string rounded_seconds(double s) { return fmt::format("{:g}", std::round(s * 10) / 10); }
+std::string rounded_seconds(double s) { return seconds_text(s, 1); }
 
 // The hook samples every 20 ms: a later phase may be seen a little before an earlier one
 // (the first collective inside init_process_group): 0 then.
@@ -47,9 +49,7 @@ StartupReport startup_report(const std::vector<RankStartup>& ranks) {
     if (known.size() < 2) continue;
     std::vector<double> d;
     for (const RankPhases* r : known) d.push_back(*r->phase[p]);
-    std::sort(d.begin(), d.end());
-    const double median =
-        d.size() % 2 == 1 ? d[d.size() / 2] : (d[d.size() / 2 - 1] + d[d.size() / 2]) / 2;
+    const double median = ddprun::median(std::move(d));
     const RankPhases* slowest = *std::max_element(
         known.begin(), known.end(),
         [p](const RankPhases* a, const RankPhases* b) { return *a->phase[p] < *b->phase[p]; });
@@ -113,35 +113,28 @@ std::string encode_startup(const std::vector<RankStartup>& ranks) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+
+std::vector<RankStartup> read_startup(const nlohmann::json& j) {
+  std::vector<RankStartup> ranks;
+  for (const nlohmann::json& r : j.at("ranks")) {
+    RankStartup rs;
+    rs.rank = r.at("rank").get<int>();
+    rs.host = r.at("host").get<std::string>().substr(0, kMaxHostChars);
+    const nlohmann::json& t = r.at("t");
+    rs.times = {t.at(0).get<std::int64_t>(), t.at(1).get<std::int64_t>(),
+                t.at(2).get<std::int64_t>(), t.at(3).get<std::int64_t>(),
+                t.at(4).get<std::int64_t>()};
+    ranks.push_back(std::move(rs));
+  }
+  return ranks;
+}
+
+}  // namespace
+
 std::optional<std::vector<RankStartup>> decode_startup(const std::string& text,
                                                        std::string& error) {
-  if (text.size() > kMaxStartupBytes) {
-    error = fmt::format("a start-up timeline of {} bytes (more than {})", text.size(),
-                        kMaxStartupBytes);
-    return std::nullopt;
-  }
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    if (j.at("version").get<int>() != 1) {
-      error = "a start-up timeline of version " + j.at("version").dump();
-      return std::nullopt;
-    }
-    std::vector<RankStartup> ranks;
-    for (const nlohmann::json& r : j.at("ranks")) {
-      RankStartup rs;
-      rs.rank = r.at("rank").get<int>();
-      rs.host = r.at("host").get<std::string>().substr(0, kMaxHostChars);
-      const nlohmann::json& t = r.at("t");
-      rs.times = {t.at(0).get<std::int64_t>(), t.at(1).get<std::int64_t>(),
-                  t.at(2).get<std::int64_t>(), t.at(3).get<std::int64_t>(),
-                  t.at(4).get<std::int64_t>()};
-      ranks.push_back(std::move(rs));
-    }
-    return ranks;
-  } catch (const nlohmann::json::exception& e) {
-    error = std::string("a malformed start-up timeline: ") + e.what();
-    return std::nullopt;
-  }
+  return decode_board_json(text, "start-up timeline", kMaxStartupBytes, 1, error, read_startup);
 }
 
 }  // namespace ddprun::launcher

@@ -4,21 +4,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+
+#include "base/numbers.h"
+#include "launcher/jobwide/board_json.h"
 
 namespace ddprun::launcher {
 namespace {
 
 constexpr std::size_t kMaxStragglerHost = 300;  // a host's name, cut beyond
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // One collective: (time, who) for every member, who being a rank's index or a host's.
 using Collective = std::vector<std::pair<std::int64_t, std::size_t>>;
@@ -39,7 +35,7 @@ std::optional<std::pair<std::size_t, std::pair<int, double>>> last_one(
       [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
   const int last = static_cast<int>(most->second.size());
   if (last < kLastShare * static_cast<double>(collectives.size())) return std::nullopt;
-  const double m = median_of(most->second);
+  const double m = median(most->second);
   if (m < threshold_s) return std::nullopt;
   return std::make_pair(most->first, std::make_pair(last, m));
 }
@@ -50,7 +46,7 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-std::string seconds_text(double s) { return fmt::format("{:g}", std::round(s * 1000) / 1000); }
+std::string seconds_text(double s) { return ddprun::seconds_text(s, 3); }
 
 }  // namespace
 
@@ -163,35 +159,28 @@ std::string encode_window(std::int64_t window, const std::vector<RankArrivals>& 
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+
+std::pair<std::int64_t, std::vector<RankArrivals>> read_window(const nlohmann::json& j) {
+  std::vector<RankArrivals> ranks;
+  for (const nlohmann::json& r : j.at("ranks")) {
+    RankArrivals ra;
+    ra.rank = r.at("rank").get<int>();
+    ra.host = r.at("host").get<std::string>().substr(0, kMaxStragglerHost);
+    for (const nlohmann::json& a : r.at("arrivals")) {
+      ra.arrivals.push_back(
+          {a.at(0).get<int>(), a.at(1).get<std::int64_t>(), a.at(2).get<std::int64_t>()});
+    }
+    ranks.push_back(std::move(ra));
+  }
+  return std::make_pair(j.at("window").get<std::int64_t>(), std::move(ranks));
+}
+
+}  // namespace
+
 std::optional<std::pair<std::int64_t, std::vector<RankArrivals>>> decode_window(
     const std::string& text, std::string& error) {
-  if (text.size() > kMaxWindowBytes) {
-    error =
-        fmt::format("a straggler window of {} bytes (more than {})", text.size(), kMaxWindowBytes);
-    return std::nullopt;
-  }
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    if (j.at("version").get<int>() != 1) {
-      error = "a straggler window of version " + j.at("version").dump();
-      return std::nullopt;
-    }
-    std::vector<RankArrivals> ranks;
-    for (const nlohmann::json& r : j.at("ranks")) {
-      RankArrivals ra;
-      ra.rank = r.at("rank").get<int>();
-      ra.host = r.at("host").get<std::string>().substr(0, kMaxStragglerHost);
-      for (const nlohmann::json& a : r.at("arrivals")) {
-        ra.arrivals.push_back(
-            {a.at(0).get<int>(), a.at(1).get<std::int64_t>(), a.at(2).get<std::int64_t>()});
-      }
-      ranks.push_back(std::move(ra));
-    }
-    return std::make_pair(j.at("window").get<std::int64_t>(), std::move(ranks));
-  } catch (const nlohmann::json::exception& e) {
-    error = std::string("a malformed straggler window: ") + e.what();
-    return std::nullopt;
-  }
+  return decode_board_json(text, "straggler window", kMaxWindowBytes, 1, error, read_window);
 }
 
 }  // namespace ddprun::launcher

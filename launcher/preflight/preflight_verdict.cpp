@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "base/numbers.h"
+
 namespace ddprun::launcher::preflight {
 namespace {
 
@@ -27,12 +29,6 @@ std::optional<double> device_seconds(const NodeResult& r) {
     if (is_device(c.name) && c.ok) worst = std::max(worst.value_or(0), c.seconds);
   }
   return worst;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // The nodes whose value stands out: above factor x median and the floor above it.
