@@ -23,6 +23,7 @@ JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
         std::chrono::milliseconds(static_cast<std::int64_t>(config.straggler_window_s * 1000));
     p.host = host_;
     p.rank_base = info.rank_base;
+    p.workers = config.nproc_per_node;
     stragglers_ = std::make_unique<StragglerWatch>(*gate, board_, std::move(p));
   }
   if (gate != nullptr) {

@@ -65,36 +65,46 @@ StartupReport startup_report(const std::vector<RankStartup>& ranks) {
       const double x = *r->phase[p];
       if (x >= kStandOutFactor * median && x >= median + kStandOutSeconds) out.push_back(r);
     }
-    std::vector<std::string> lines;
+    std::vector<NamedLine> lines;
     for (const auto& [host, entry] : by_host) {
       const auto& [out, all] = entry;
       if (out.empty()) continue;
       if (out.size() == all && all > 1 && by_host.size() > 1) {
         std::string rs;
+        std::vector<int> named;
         double lo = 1e300, hi = 0;
         for (const RankPhases* r : out) {
           rs += (rs.empty() ? "" : ",") + std::to_string(r->rank);
+          named.push_back(r->rank);
           lo = std::min(lo, *r->phase[p]);
           hi = std::max(hi, *r->phase[p]);
         }
         lines.push_back(
-            fmt::format("start-up: host {} (ranks {}) took {}-{} s to {} (median of {} ranks {} s)",
-                        host, rs, rounded_seconds(lo), rounded_seconds(hi), kStartupPhases[p],
-                        known.size(), rounded_seconds(median)));
+            {fmt::format(
+                 "start-up: host {} (ranks {}) took {}-{} s to {} (median of {} ranks {} s)", host,
+                 rs, rounded_seconds(lo), rounded_seconds(hi), kStartupPhases[p], known.size(),
+                 rounded_seconds(median)),
+             std::move(named)});
         continue;
       }
       for (const RankPhases* r : out) {
         lines.push_back(
-            fmt::format("start-up: rank {} on {} took {} s to {} (median of {} ranks {} s)",
-                        r->rank, host, rounded_seconds(*r->phase[p]), kStartupPhases[p],
-                        known.size(), rounded_seconds(median)));
+            {fmt::format("start-up: rank {} on {} took {} s to {} (median of {} ranks {} s)",
+                         r->rank, host, rounded_seconds(*r->phase[p]), kStartupPhases[p],
+                         known.size(), rounded_seconds(median)),
+             {r->rank}});
       }
     }
     if (lines.size() > kWarningsPerPhase) {
       const std::size_t more = lines.size() - kWarningsPerPhase;
+      std::vector<int> rest;  // the ranks of the lines left out
+      for (std::size_t i = kWarningsPerPhase; i < lines.size(); ++i) {
+        rest.insert(rest.end(), lines[i].ranks.begin(), lines[i].ranks.end());
+      }
       lines.resize(kWarningsPerPhase);
       lines.push_back(
-          fmt::format("start-up: and {} more that took long to {}", more, kStartupPhases[p]));
+          {fmt::format("start-up: and {} more that took long to {}", more, kStartupPhases[p]),
+           std::move(rest)});
     }
     report.warnings.insert(report.warnings.end(), lines.begin(), lines.end());
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/jobwide/named_line.h"
 #include "launcher/process/flight_record.h"
 
 namespace ddprun::launcher {
@@ -37,9 +38,9 @@ struct RankPhases {
 extern const char* const kStartupPhases[4];
 
 struct StartupReport {
-  std::vector<RankPhases> ranks;      // by rank
-  std::vector<std::string> summary;   // one line per phase with two ranks or more
-  std::vector<std::string> warnings;  // those that stand out
+  std::vector<RankPhases> ranks;     // by rank
+  std::vector<std::string> summary;  // one line per phase with two ranks or more
+  std::vector<NamedLine> warnings;   // those that stand out, with the ranks they name
 };
 
 StartupReport startup_report(const std::vector<RankStartup>& ranks);

@@ -69,15 +69,14 @@ void StartupWatch::tick(Clock::time_point now) {
       if (!found && !late) return;
       state_ = State::kDone;
       if (!found) return;
-      std::size_t start = 0;
-      while (start < found->size()) {
-        const std::size_t end = std::min(found->find('\n', start), found->size());
-        const std::string line = found->substr(start, end - start);
-        if (line.find(" on " + params_.host + " ") != std::string::npos ||
-            line.find("host " + params_.host + " ") != std::string::npos) {
-          spdlog::warn("{}", line);
-        }
-        start = end + 1;
+      std::string error;
+      const auto lines = decode_named_lines(*found, error);
+      if (!lines) {
+        spdlog::warn("start-up timeline: node 0's findings are unreadable ({})", error);
+        return;
+      }
+      for (const NamedLine& l : *lines) {
+        if (l.names_any_of(params_.rank_base, params_.workers)) spdlog::warn("{}", l.line);
       }
       return;
     }
@@ -102,9 +101,7 @@ void StartupWatch::tick(Clock::time_point now) {
       spdlog::warn("start-up: {} of {} nodes sent no start-up times within {} s", missing,
                    board_->nodes(), kJobWait.count());
     }
-    std::string text;
-    for (const std::string& w : report_->warnings) text += (text.empty() ? "" : "\n") + w;
-    board_->set("start/found", text);
+    board_->set("start/found", encode_named_lines(report_->warnings));
     state_ = State::kDone;
   } catch (const std::exception& e) {
     spdlog::warn("start-up timeline: the job-wide view failed ({}); none for this attempt",
@@ -115,7 +112,7 @@ void StartupWatch::tick(Clock::time_point now) {
 
 void StartupWatch::log(const StartupReport& report) const {
   for (const std::string& l : report.summary) spdlog::info("{}", l);
-  for (const std::string& l : report.warnings) spdlog::warn("{}", l);
+  for (const NamedLine& l : report.warnings) spdlog::warn("{}", l.line);
 }
 
 }  // namespace ddprun::launcher

@@ -121,16 +121,23 @@ void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {
   board_->set(fmt::format("strag/{}/{}", board_->node(), window_ % 2),
               encode_window(window_, sampled));
   if (board_->node() != 0) {
-    // Node 0's finding, said here when it names this host.
+    // Node 0's finding, said here when it names one of this node's ranks.
     const auto found = board_->get({"strag/found"}, Ms(0)).front();
     if (!found) return;
-    const bool here = found->find(" on " + params_.host + " ") != std::string::npos ||
-                      found->find("host " + params_.host + " ") != std::string::npos;
-    if (here && who(*found) != who(last_said_)) {
-      spdlog::warn("{}", *found);
-      said_.push_back(*found);
+    std::string error;
+    const auto lines = decode_named_lines(*found, error);
+    const NamedLine* mine_named = nullptr;
+    if (lines) {
+      for (const NamedLine& l : *lines) {
+        if (l.names_any_of(params_.rank_base, params_.workers)) mine_named = &l;
+      }
     }
-    last_said_ = here ? *found : "";
+    const std::string line = mine_named ? mine_named->line : std::string();
+    if (!line.empty() && who(line) != who(last_said_)) {
+      spdlog::warn("{}", line);
+      said_.push_back(line);
+    }
+    last_said_ = line;
     return;
   }
   // The previous window: every node has put it on the board by now.
@@ -147,8 +154,12 @@ void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {
     for (RankArrivals& r : w->second) job.push_back(std::move(r));
   }
   const auto found = find_straggler(job, params_.threshold_s);
-  board_->set("strag/found",
-              found ? straggler_line(*found, params_.window, params_.threshold_s) : "");
+  std::vector<NamedLine> lines;
+  if (found) {
+    lines.push_back({straggler_line(*found, params_.window, params_.threshold_s),
+                     found->host_wide ? found->ranks : std::vector<int>{found->rank}});
+  }
+  board_->set("strag/found", encode_named_lines(lines));
   say(found);
 }
 

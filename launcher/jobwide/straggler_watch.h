@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/jobwide/named_line.h"
 #include "launcher/jobwide/straggler.h"
 #include "launcher/process/stall_gate.h"
 #include "rendezvous/job_board.h"
@@ -33,6 +34,7 @@ class StragglerWatch {
     std::chrono::milliseconds window{10000};  // --straggler-window
     std::string host;                         // this node as the lines name it
     int rank_base = 0;                        // global rank of local rank 0
+    int workers = 1;                          // this node's
     // This host's wall clock in ns since the epoch (the flight recorder's clock); tests
     // skew it.
     std::function<std::int64_t()> wall_ns;

@@ -131,6 +131,7 @@ struct StragglerNode {
     p.window = 300ms;
     p.host = node == 0 ? "a" : "b";
     p.rank_base = 2 * node;
+    p.workers = 2;
     p.wall_ns = [skew_ns] {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(
                  std::chrono::system_clock::now().time_since_epoch())
