@@ -226,6 +226,9 @@ Agent::Step Agent::monitor(RunResult& result) {
     switch (ev.kind) {
       case Kind::kTimeout: {
         if (job_view_) job_view_->tick(Clock::now());
+        if (const auto why = job_view_ ? job_view_->leave_job() : std::nullopt) {
+          return leave_as_straggler(*why, result);
+        }
         if (Clock::now() < next_poll) break;
         next_poll = Clock::now() + kMembershipPoll;
         if (auto step = end_if_wedged(result)) return *step;

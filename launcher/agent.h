@@ -140,6 +140,10 @@ class Agent {
   // kRendezvous when the round goes on without a bad node (or without this one: then
   // kDone), nullopt when the workers may start.
   std::optional<Step> preflight(const rdzv::RendezvousInfo& info, RunResult& result);
+  // --exclude-stragglers (agent_preflight.cpp): node 0 named this node's rank or host the
+  // straggler for long enough; it stops its workers and leaves (the block-list keeps it),
+  // the others' next round goes on without it. kDone.
+  Step leave_as_straggler(const std::string& why, RunResult& result);
   // What the run history (torchrun's events, the run record) knows from the start.
   RunHistory::Facts history_facts() const;
 

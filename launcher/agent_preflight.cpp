@@ -1,11 +1,13 @@
 // agent_preflight.cpp: the Agent's part of bad-node handling (issue 34, docs/preflight.md):
-// the block-list read before the first rendezvous, and --preflight between a round's
-// forming and its workers' start: the check (launcher/preflight/), its table, and what
-// the verdict makes this node do (start, leave the job, re-form the round without the bad
-// nodes, or stop). Part of agent.h's state machine.
+// the block-list read before the first rendezvous, --preflight between a round's forming
+// and its workers' start: the check (launcher/preflight/), its table, and what the verdict
+// makes this node do (start, leave the job, re-form the round without the bad nodes, or
+// stop); and, with --exclude-stragglers, this node leaving a running job as the straggler
+// (launcher/jobwide/straggler_watch.h). Part of agent.h's state machine.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdio>
 
 #include "launcher/agent.h"
@@ -19,6 +21,19 @@ namespace {
 // share a host name, and the address is what a cluster's tools name), else the host name.
 std::string node_key(const LaunchConfig& config) {
   return config.local_addr ? *config.local_addr : host_fqdn();
+}
+
+// Adds `entries` to --blocklist `file` (none: nothing), saying how many were new.
+void keep_on_blocklist(const std::string& file, const std::vector<preflight::BlockEntry>& entries,
+                       const char* who) {
+  if (file.empty() || entries.empty()) return;
+  try {
+    if (const int added = preflight::add_to_blocklist(file, entries)) {
+      spdlog::warn("{}: {} host(s) added to the block-list {}", who, added, file);
+    }
+  } catch (const preflight::BlocklistError& e) {
+    spdlog::warn("{}", e.what());
+  }
 }
 
 }  // namespace
@@ -112,16 +127,7 @@ std::optional<Agent::Step> Agent::preflight(const rdzv::RendezvousInfo& info, Ru
     if (!r.key.empty()) entries.push_back({r.key, preflight::utc_now(), b.why});
     spdlog::error("pre-flight: node {} {} is bad: {}", b.node, r.host, b.why);
   }
-  if (!config_.blocklist_file.empty()) {
-    try {
-      if (const int added = preflight::add_to_blocklist(config_.blocklist_file, entries)) {
-        spdlog::warn("pre-flight: {} host(s) added to the block-list {}", added,
-                     config_.blocklist_file);
-      }
-    } catch (const preflight::BlocklistError& e) {
-      spdlog::warn("{}", e.what());
-    }
-  }
+  keep_on_blocklist(config_.blocklist_file, entries, "pre-flight");
   failure_ = {ExitClass::kInfrastructure, 0};
   if (v.action == Action::kStop) {
     spdlog::error("pre-flight: the job stops before its workers start: {}", v.why);
@@ -145,6 +151,25 @@ std::optional<Agent::Step> Agent::preflight(const rdzv::RendezvousInfo& info, Ru
       "pre-flight: the job goes on without the bad node(s) in a new rendezvous round (no "
       "restart spent; a waiting node may take their place)");
   return Step::kRendezvous;
+}
+
+Agent::Step Agent::leave_as_straggler(const std::string& why, RunResult& result) {
+  spdlog::error(
+      "this node leaves the job as a straggler (--exclude-stragglers; node 0's ranking: {}); "
+      "the others go on in a new round without it",
+      why);
+  keep_on_blocklist(config_.blocklist_file,
+                    {{node_key(config_), preflight::utc_now(), "straggler: " + why}}, "straggler");
+  try {
+    // Refused if started again while this job runs (as a node the pre-flight left out).
+    if (round_) handler_->leave_out(round_->node_address, "the straggler: " + why);
+  } catch (const std::exception& e) {
+    spdlog::debug("leave_out: {}", e.what());
+  }
+  history_->attempt_ended("left out as a straggler");
+  stop_workers(SIGTERM);
+  failure_ = {ExitClass::kInfrastructure, 0};
+  return finish(result, RunResult::Outcome::kFailed);
 }
 
 }  // namespace ddprun::launcher

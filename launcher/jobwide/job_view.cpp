@@ -24,6 +24,9 @@ JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
     p.host = host_;
     p.rank_base = info.rank_base;
     p.workers = config.nproc_per_node;
+    p.exclude = config.exclude_stragglers;
+    p.min_nodes = config.min_nodes;
+    p.spares = [&handler] { return handler.num_nodes_waiting(); };
     stragglers_ = std::make_unique<StragglerWatch>(*gate, board_, std::move(p));
   }
   if (gate != nullptr) {

@@ -50,6 +50,11 @@ class JobView {
   // After a stall, each failure whose report entry does not start with the verdict's
   // headline (a rank that failed before this node stopped it) gets it.
   std::optional<ExitClass> log_root_cause(std::vector<Failure>& failures);
+  // Why this node is to leave the job as a straggler (--exclude-stragglers; node 0's
+  // decision), nullopt while it is not.
+  std::optional<std::string> leave_job() const {
+    return stragglers_ ? stragglers_->leave() : std::nullopt;
+  }
 
  private:
   RunHistory& history_;

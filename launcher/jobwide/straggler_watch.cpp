@@ -121,23 +121,8 @@ void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {
   board_->set(fmt::format("strag/{}/{}", board_->node(), window_ % 2),
               encode_window(window_, sampled));
   if (board_->node() != 0) {
-    // Node 0's finding, said here when it names one of this node's ranks.
-    const auto found = board_->get({"strag/found"}, Ms(0)).front();
-    if (!found) return;
-    std::string error;
-    const auto lines = decode_named_lines(*found, error);
-    const NamedLine* mine_named = nullptr;
-    if (lines) {
-      for (const NamedLine& l : *lines) {
-        if (l.names_any_of(params_.rank_base, params_.workers)) mine_named = &l;
-      }
-    }
-    const std::string line = mine_named ? mine_named->line : std::string();
-    if (!line.empty() && who(line) != who(last_said_)) {
-      spdlog::warn("{}", line);
-      said_.push_back(line);
-    }
-    last_said_ = line;
+    const auto values = board_->get({"strag/found", "strag/out"}, Ms(0));
+    hear(values[0], values[1]);
     return;
   }
   // The previous window: every node has put it on the board by now.
@@ -161,6 +146,78 @@ void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {
   }
   board_->set("strag/found", encode_named_lines(lines));
   say(found);
+  maybe_exclude(found, lines.empty() ? std::string() : lines.front().line);
+}
+
+// Node 0's findings, as another node reads them: the line said here when it names one of
+// this node's ranks; the leave-out when it names one.
+void StragglerWatch::hear(const std::optional<std::string>& found,
+                          const std::optional<std::string>& out) {
+  std::string error;
+  const auto named = [&](const std::optional<std::string>& value) -> std::optional<NamedLine> {
+    const auto lines = value ? decode_named_lines(*value, error) : std::nullopt;
+    if (!lines) return std::nullopt;
+    for (const NamedLine& l : *lines) {
+      if (l.names_any_of(params_.rank_base, params_.workers)) return l;
+    }
+    return std::nullopt;
+  };
+  if (const auto o = named(out); o && !leave_) leave_ = o->line;
+  if (!found) return;
+  const auto mine = named(found);
+  const std::string line = mine ? mine->line : std::string();
+  if (!line.empty() && who(line) != who(last_said_)) {
+    spdlog::warn("{}", line);
+    said_.push_back(line);
+  }
+  last_said_ = line;
+}
+
+// Node 0, with --exclude-stragglers: the straggler named kExcludeAfter windows in a row
+// leaves the job, when it is not node 0's (which holds the rendezvous) and the job can
+// go on without its node.
+void StragglerWatch::maybe_exclude(const std::optional<Straggler>& found, const std::string& line) {
+  if (!params_.exclude || excluded_) return;
+  if (!found) {
+    streak_ = 0;
+    return;
+  }
+  streak_ = who(line) == who(streak_line_) ? streak_ + 1 : 1;
+  streak_line_ = line;
+  if (streak_ < kExcludeAfter) return;
+  const std::vector<int> ranks = found->host_wide ? found->ranks : std::vector<int>{found->rank};
+  const NamedLine out{line, ranks};
+  std::string why;
+  if (out.names_any_of(params_.rank_base, params_.workers)) {
+    why = "it is on node 0, which holds the rendezvous";
+  } else {
+    int spares = 0;
+    try {
+      spares = params_.spares ? params_.spares() : 0;
+    } catch (const std::exception& e) {
+      spdlog::debug("straggler ranking: spares: {}", e.what());
+    }
+    if (board_->nodes() - 1 < params_.min_nodes && spares == 0) {
+      why = fmt::format(
+          "the job has {} nodes, --nnodes allows no fewer than {}, and no spare "
+          "waits",
+          board_->nodes(), params_.min_nodes);
+    }
+  }
+  if (!why.empty()) {
+    if (who(line) != refused_) {
+      spdlog::warn("straggler: {} is not left out of the job (--exclude-stragglers): {}",
+                   who(line).substr(std::string("straggler: ").size()), why);
+      refused_ = who(line);
+    }
+    return;
+  }
+  board_->set_once("strag/out", encode_named_lines({out}));
+  excluded_ = true;
+  spdlog::warn(
+      "straggler: leaving {} out of the job: the straggler in {} rankings in a row "
+      "(--exclude-stragglers); the others go on in a new round without its node",
+      who(line).substr(std::string("straggler: ").size()), streak_);
 }
 
 void StragglerWatch::say(const std::optional<Straggler>& found) {

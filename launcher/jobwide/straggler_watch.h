@@ -7,8 +7,12 @@
 // once every node waits for it: the offset is known within half the time a node waited),
 // then puts each window's sampled arrivals, on node 0's clock, on the board; node 0 ranks
 // the whole job's previous window and publishes the finding; it and the node it names
-// log it, once per straggler. Board keys: "clock/<round>/ready" and "clock/<round>/t",
-// "strag/<node>/<window % 2>", "strag/found".
+// log it, once per straggler. With --exclude-stragglers, node 0 leaves the node of a
+// straggler named kExcludeAfter windows in a row out of the job when the elastic bounds
+// allow (a spare waiting, or more nodes than --nnodes MIN): it publishes the line
+// ("strag/out", set once), the named node's leave() says why, and its Agent leaves.
+// Board keys: "clock/<round>/ready" and "clock/<round>/t", "strag/<node>/<window % 2>",
+// "strag/found", "strag/out".
 // The Agent's JobView makes one per attempt. Thread-safety: the agent thread only.
 #pragma once
 
@@ -35,6 +39,11 @@ class StragglerWatch {
     std::string host;                         // this node as the lines name it
     int rank_base = 0;                        // global rank of local rank 0
     int workers = 1;                          // this node's
+    // --exclude-stragglers: node 0 leaves a straggler's node out when `min_nodes` and the
+    // spares waiting (`spares`, the rendezvous' count; may throw) allow.
+    bool exclude = false;
+    int min_nodes = 1;
+    std::function<int()> spares;
     // This host's wall clock in ns since the epoch (the flight recorder's clock); tests
     // skew it.
     std::function<std::int64_t()> wall_ns;
@@ -53,6 +62,11 @@ class StragglerWatch {
   std::optional<std::pair<std::int64_t, std::int64_t>> clock_offset() const { return offset_; }
   // The lines said so far (for the run record and tests).
   const std::vector<std::string>& said() const { return said_; }
+  // Why this node is to leave the job (--exclude-stragglers), once node 0 decided so.
+  const std::optional<std::string>& leave() const { return leave_; }
+
+  // How many windows in a row a straggler is named before it is left out.
+  static constexpr int kExcludeAfter = 3;
 
  private:
   void sync_clock();
@@ -60,6 +74,8 @@ class StragglerWatch {
   std::vector<RankArrivals> collect();
   void judge_job(const std::vector<RankArrivals>& mine);
   void say(const std::optional<Straggler>& found);
+  void hear(const std::optional<std::string>& found, const std::optional<std::string>& out);
+  void maybe_exclude(const std::optional<Straggler>& found, const std::string& line);
 
   StallGate& gate_;
   rdzv::JobBoard* board_;
@@ -70,6 +86,11 @@ class StragglerWatch {
   bool failed_ = false;  // the board failed once: ranking this node alone from then on
   std::string last_said_;
   std::vector<std::string> said_;
+  int streak_ = 0;           // node 0: windows in a row naming the same straggler
+  std::string streak_line_;  // node 0: the line that named it last
+  bool excluded_ = false;    // node 0: "strag/out" is set
+  std::string refused_;      // node 0: the straggler it last said it could not leave out
+  std::optional<std::string> leave_;
 };
 
 }  // namespace ddprun::launcher

@@ -314,6 +314,12 @@ void read_watchdogs(const RawOptions& raw, const HostFacts& host, LaunchConfig& 
     c.straggler_window_s = std::min(seconds_value("--straggler-window", *w), 1e6);
     if (c.straggler_window_s < 1) throw UsageError("--straggler-window: at least 1 second");
   }
+  c.exclude_stragglers = raw.flags.count("exclude_stragglers") > 0;
+  if (c.exclude_stragglers && (c.stall_timeout_s <= 0 || c.straggler_threshold_s <= 0)) {
+    throw UsageError(
+        "--exclude-stragglers: needs the straggler ranking, which runs with --stall-timeout "
+        "and a --straggler-threshold above 0");
+  }
   if (const auto* e = find(raw.values, "exit_codes")) {
     if (*e != "torchrun" && *e != "classes") {
       throw UsageError("--exit-codes: '" + *e +

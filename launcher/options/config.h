@@ -112,6 +112,9 @@ struct LaunchConfig {
   // --straggler-threshold (0: off), --straggler-window (at least 1 s).
   double straggler_threshold_s = 0.05;
   double straggler_window_s = 10;
+  // --exclude-stragglers: a node the ranking names 3 windows in a row leaves the job when
+  // the elastic bounds allow (docs/usage.md, "Stragglers").
+  bool exclude_stragglers = false;
   // The pre-flight check (docs/preflight.md): --preflight, --preflight-slow-factor (> 1),
   // --preflight-timeout; --blocklist FILE ("": none), read once at start.
   bool preflight = false;

@@ -97,6 +97,9 @@ constexpr OptionDef kOptions[] = {
      "last at collectives by a median of this many seconds (default 0.05; 0: off)"},
     {"--straggler-window,--straggler_window", "straggler_window", false, kLaunch,
      "Seconds of collectives each straggler ranking looks at (default 10)"},
+    {"--exclude-stragglers,--exclude_stragglers", "exclude_stragglers", true, kLaunch,
+     "Leave a node whose rank or host is the straggler for 3 rankings in a row out of the job "
+     "(a new round without it) when --nnodes MIN:MAX allows (default: off)"},
     // Bad nodes (issue 34): the pre-flight check and the block-list (docs/preflight.md).
     {"--preflight", "preflight", true, kLaunch,
      "Before the workers start, check every node (import torch, each device, a collective "

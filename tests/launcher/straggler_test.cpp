@@ -4,6 +4,7 @@
 #include "launcher/jobwide/straggler.h"
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
@@ -118,14 +119,19 @@ TEST_CASE("straggler: window codec round trip, and bad input named", "[straggler
 namespace {
 
 // One node as its agent runs it: the gate fed by hand with its two ranks' arrivals, on a
-// clock `skew_ns` ahead of node 0's; rank 1 (node 0's second) 0.2 s late.
+// clock `skew_ns` ahead of node 0's; global rank `late` (default 1, node 0's second) 0.2 s
+// late; `tweak` changes the watch's parameters.
 struct StragglerNode {
-  StragglerNode(std::shared_ptr<ddprun::store::Store> store, int number, std::int64_t skew_ns)
+  StragglerNode(std::shared_ptr<ddprun::store::Store> store, int number, std::int64_t skew_ns,
+                int late_rank = 1,
+                const std::function<void(StragglerWatch::Params&)>& tweak = nullptr)
       : board(std::move(store), 0, number, 2, "test"),
-        watch(gate, &board, params(number, skew_ns)),
+        watch(gate, &board, params(number, skew_ns, tweak)),
         skew(skew_ns),
-        node(number) {}
-  static StragglerWatch::Params params(int node, std::int64_t skew_ns) {
+        node(number),
+        late(late_rank) {}
+  static StragglerWatch::Params params(int node, std::int64_t skew_ns,
+                                       const std::function<void(StragglerWatch::Params&)>& tweak) {
     StragglerWatch::Params p;
     p.threshold_s = 0.05;
     p.window = 300ms;
@@ -138,6 +144,7 @@ struct StragglerNode {
                  .count() +
              skew_ns;
     };
+    if (tweak) tweak(p);
     return p;
   }
   void run(StragglerWatch::Clock::time_point until) {
@@ -148,8 +155,8 @@ struct StragglerNode {
       for (int i = 0; i < 10; ++i) {
         ++seq;
         for (int local = 0; local < 2; ++local) {
-          const bool late = node == 0 && local == 1;
-          gate.add_arrivals(local, {{0, seq, now + i * 1'000'000 + (late ? 200'000'000 : 0)}});
+          const bool slow = 2 * node + local == late;
+          gate.add_arrivals(local, {{0, seq, now + i * 1'000'000 + (slow ? 200'000'000 : 0)}});
         }
       }
       watch.tick(StragglerWatch::Clock::now());
@@ -167,6 +174,7 @@ struct StragglerNode {
   StragglerWatch watch;
   std::int64_t skew;
   int node;
+  int late;
 };
 
 }  // namespace
@@ -190,4 +198,45 @@ TEST_CASE("straggler watch: job-wide, node 1's clock 5 s ahead is corrected", "[
   CHECK(a.watch.said().front().rfind("straggler: rank 1 on a arrived last at ", 0) == 0);
   CHECK(a.watch.said().size() == 1);  // said once, not every window
   CHECK(b.watch.said().empty());      // said on node 0 and on the straggler's node only
+}
+
+namespace {
+
+// Two nodes for 2.5 s (about 8 windows of 0.3 s), rank `late` 0.2 s late, exclusion on with
+// `min_nodes` and `spares`.
+std::pair<std::optional<std::string>, std::optional<std::string>> run_excluding(int late,
+                                                                                int min_nodes,
+                                                                                int spares) {
+  auto store = std::make_shared<ddprun::store::MemoryStore>();
+  const auto tweak = [&](StragglerWatch::Params& p) {
+    p.exclude = true;
+    p.min_nodes = min_nodes;
+    p.spares = [spares] { return spares; };
+  };
+  StragglerNode a(store, 0, 0, late, tweak), b(store, 1, 0, late, tweak);
+  const auto until = StragglerWatch::Clock::now() + 2500ms;
+  auto fa = std::async(std::launch::async, [&] { a.run(until); });
+  b.run(until);
+  fa.get();
+  return {a.watch.leave(), b.watch.leave()};
+}
+
+}  // namespace
+
+TEST_CASE("straggler watch: --exclude-stragglers leaves the straggler's node out when it can",
+          "[straggler]") {
+  // Rank 3 (node 1) late, MIN 1: node 1 is told to leave after 3 windows in a row.
+  const auto [a, b] = run_excluding(3, 1, 0);
+  CHECK_FALSE(a);
+  REQUIRE(b);
+  CHECK(b->rfind("straggler: rank 3 on b arrived last at ", 0) == 0);
+  // MIN 2 and no spare: nobody leaves; with a spare waiting, node 1 does.
+  const auto [a2, b2] = run_excluding(3, 2, 0);
+  CHECK_FALSE(a2);
+  CHECK_FALSE(b2);
+  CHECK(run_excluding(3, 2, 1).second);
+  // The straggler on node 0 (which holds the rendezvous): nobody leaves.
+  const auto [a3, b3] = run_excluding(1, 1, 0);
+  CHECK_FALSE(a3);
+  CHECK_FALSE(b3);
 }

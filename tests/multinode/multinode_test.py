@@ -677,6 +677,37 @@ def straggler_named_by_node_0_and_its_own_node(c):
 
 
 @test(tier="214")
+def straggler_left_out_and_job_goes_on(c):
+    """Issue 34's --exclude-stragglers: 3 nodes x 1 rank, --nnodes 2:3, --straggler-window 2;
+    rank 2 (node 2) sleeps 0.3 s before each all_reduce. Node 0 names it 3 rankings in a
+    row, then leaves its node out: node 2 stops its worker and exits 1 saying why, its
+    address goes on the --blocklist; nodes 0 and 1 go on in a new round of 2 nodes, with
+    no restart spent (--max-restarts 0), and succeed."""
+    port = c.reserve_port()
+    blocklist = os.path.join(c.dir, "blocklist")
+    extra = ["--stall-timeout=60", "--straggler-window=2", "--exclude-stragglers",
+             "--max-restarts=0", f"--blocklist={blocklist}"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "strag_out", extra),
+                      ["straggle-out", "3"], script=JOB_WORKER, env={"LOGLEVEL": "INFO"})
+              for i in range(3)]
+    for a in agents:
+        a.wait(150)
+    rcs = [a.proc.returncode for a in agents]
+    check(rcs == [0, 0, 1], f"nodes 0 and 1 succeed, node 2 leaves: {rcs}", c.logs())
+    text0, text2 = agents[0].text(), agents[2].text()
+    check("straggler: leaving rank 2 on localhost (127.0.0.3) out of the job: the straggler "
+          "in 3 rankings in a row" in text0, "node 0 says whom it leaves out", c.logs())
+    check("this node leaves the job as a straggler (--exclude-stragglers; node 0's ranking: "
+          "straggler: rank 2 on localhost (127.0.0.3) arrived last at " in text2,
+          "node 2 says why it leaves", c.logs())
+    for a in agents[:2]:
+        check("round 1 formed: 2 nodes" in a.text() and "restarts spent 0" in a.text(),
+              f"{a.name}: a new round of 2 nodes, no restart spent", c.logs())
+    with open(blocklist) as f:
+        check("127.0.0.3" in f.read(), "node 2's address on the block-list", c.logs())
+
+
+@test(tier="214")
 def startup_names_a_rank_slow_to_import(c):
     """Issue 32's start-up timeline: 2 nodes x 2 ranks on 2.14 with --stall-timeout; rank 3
     (node 1) sleeps 12 s before `import torch`. The node that ranks the job (group rank 0)

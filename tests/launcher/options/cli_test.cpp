@@ -395,6 +395,20 @@ TEST_CASE("preflight options: --preflight and its settings, PET_ forms, --blockl
   CHECK(ok({"--blocklist", listed, "train.py"}).blocklist_file == listed);
 }
 
+TEST_CASE("straggler options: --exclude-stragglers needs the ranking on", "[cli]") {
+  CHECK_FALSE(ok({"--stall-timeout=60", "train.py"}).exclude_stragglers);
+  CHECK(ok({"--stall-timeout=60", "--exclude-stragglers", "train.py"}).exclude_stragglers);
+  CHECK(
+      ok({"--stall_timeout=60", "train.py"}, {{"PET_EXCLUDE_STRAGGLERS", "1"}}).exclude_stragglers);
+  const CliOutcome off = parse({"--exclude-stragglers", "train.py"});
+  CHECK(off.kind == CliOutcome::Kind::kError);
+  CHECK_THAT(off.text, Catch::Contains("--exclude-stragglers: needs the straggler ranking"));
+  const CliOutcome zero =
+      parse({"--stall-timeout=60", "--straggler-threshold=0", "--exclude-stragglers", "train.py"});
+  CHECK(zero.kind == CliOutcome::Kind::kError);
+  CHECK_THAT(zero.text, Catch::Contains("--straggler-threshold above 0"));
+}
+
 TEST_CASE("an empty value after '=' is the value, never the next argument", "[cli]") {
   // CLI11 alone would take "train.py" as the value of "--rdzv-id=".
   const LaunchConfig c = ok({"--rdzv-id=", "--local-addr=", "--role=x", "train.py", "a"});

@@ -10,6 +10,10 @@
                                          where the others call all_reduce
     job_worker.py straggle SECONDS       for SECONDS, all_reduce in a loop, the last rank
                                          0.3 s late each time
+    job_worker.py straggle-out WORLD     while the job has WORLD ranks, straggle for 120 s, the
+                                         last rank 0.15 s late (the job must leave the last
+                                         rank's node out first); in a smaller round, 5
+                                         all_reduces and exit 0
     job_worker.py hang                   the last rank sleeps forever before its all_reduce
                                          (STALL-SLEEP) while the others wait in it
                                          (STALL-ALLREDUCE); a restarted attempt exits 0
@@ -45,11 +49,11 @@ def mismatch(rank, world):
         dist.all_reduce(t)
 
 
-def straggle(rank, world, seconds):
-    # The last rank sleeps 0.3 s before each all_reduce, the others 0.02 s.
+def straggle(rank, world, seconds, late=0.3):
+    # The last rank sleeps `late` s before each all_reduce, the others 0.02 s.
     t, deadline = torch.ones(4), time.time() + seconds
     while time.time() < deadline:
-        time.sleep(0.3 if rank == world - 1 else 0.02)
+        time.sleep(late if rank == world - 1 else 0.02)
         dist.all_reduce(t)
     dist.barrier()
 
@@ -80,6 +84,13 @@ def main():
         mismatch(rank, world)
     elif sys.argv[1] == "straggle":
         straggle(rank, world, float(sys.argv[2]))
+    elif sys.argv[1] == "straggle-out":
+        if world == int(sys.argv[2]):
+            straggle(rank, world, 120, late=0.15)
+        else:
+            for _ in range(5):
+                dist.all_reduce(torch.ones(4))
+            dist.barrier()
     else:
         step(rank, world)
 
