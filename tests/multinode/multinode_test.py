@@ -620,6 +620,37 @@ def stall_verdict_names_the_culprit_on_every_node(c):
               and r["exit_class"] == "stall", "the record carries the verdict", r)
 
 
+@test
+def stall_verdict_without_torch_or_python(c):
+    """Issue 32's bad input, end to end: --stall-timeout 3 on two jobs of 2 nodes at once,
+    whose workers never import torch: one a Python script sleeping at a known line, one not
+    Python at all (--no-python /bin/sh). Every node of each job prints the same verdict
+    (the script's line; "without a Python stack" for the shell), the report's root cause is
+    the stall, and no node hangs or crashes."""
+    script = os.path.join(c.dir, "no_torch.py")
+    with open(script, "w") as f:
+        f.write("import time\n\ntime.sleep(120)  # NO-TORCH-SLEEP\n")
+    ports = [c.reserve_port(), c.reserve_port()]
+    extra = ["--stall-timeout=3", "--max-restarts=0"]
+    py = [c.start(f"py{i}", c10d_args(i, ports[0], 2, "no_torch", extra), [], script=script)
+          for i in range(2)]
+    sh = [c.start(f"sh{i}", c10d_args(i, ports[1], 2, "no_python", [*extra, "--no-python"]),
+                  ["-c", "sleep 120"], script="/bin/sh") for i in range(2)]
+    for a in py + sh:
+        check(a.wait(90) == 1, f"{a.name} must fail with 1", c.logs())
+    for job, want in ((py, f"all 2 ranks are at {script}:3 in <module>"),
+                      (sh, "all 2 ranks are without a Python stack (not sampled)")):
+        heads = []
+        for a in job:
+            lines = [l for l in a.text().splitlines() if "stall (job-wide): " in l]
+            check(lines, f"{a.name}: no verdict", c.logs())
+            heads.append(lines[0][lines[0].index("stall (job-wide): "):])
+            check(want in heads[-1], f"{a.name}: the verdict says where the ranks are", heads)
+            check("root cause (job-wide): the job stalled" in a.text(),
+                  f"{a.name}: the root cause is the stall", c.logs())
+        check(heads[0] == heads[1], "the same verdict on both nodes", heads)
+
+
 @test(tier="214")
 def stall_verdict_names_a_mismatched_collective(c):
     """Issue 32, PyTorch 2.14's flight recorder: 2 nodes, --stall-timeout 3; rank 1 calls
