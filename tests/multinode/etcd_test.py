@@ -266,6 +266,54 @@ def etcd_stall_judged_job_wide(c):
               c.logs())
 
 
+@test(tier="214")
+def etcd_collective_verdict_and_straggler(c):
+    """Issues 32 and 34 over etcd-v3 with PyTorch 2.14's flight recorder, two jobs of 2
+    nodes on one cluster. In one, rank 1 sleeps before its all_reduce (--stall-timeout 3):
+    both nodes print the same verdict naming the collective rank 1 never entered and the
+    one rank 0 waits in. In the other (--straggler-window 4), rank 1 arrives 0.3 s late at
+    every all_reduce for 16 s: node 1 measures its clock against node 0's through etcd
+    (within 0.25 s), and both nodes name rank 1 the straggler with a margin near 0.28 s."""
+    etcd = EtcdCluster(c, 1)
+    eps = etcd.endpoints()
+    worker = os.path.join(HERE, "workers", "job_worker.py")
+    hang = [c.start(f"hang{i}", etcd_args(i, eps, 2, "fr_hang",
+                                          ["--stall-timeout=3", "--max-restarts=0"]),
+                    ["hang"], script=worker) for i in range(2)]
+    slow = [c.start(f"slow{i}", etcd_args(i + 2, eps, 2, "fr_slow",
+                                          ["--stall-timeout=60", "--straggler-window=4"]),
+                    ["straggle", "16"], script=worker, env={"LOGLEVEL": "INFO"})
+            for i in range(2)]
+    heads = []
+    for a in hang:
+        check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
+        lines = [l for l in a.text().splitlines() if "stall (job-wide): " in l]
+        check(lines, f"{a.name}: no verdict", c.logs())
+        heads.append(lines[0][lines[0].index("stall (job-wide): "):])
+    check(heads[0] == heads[1], "the same verdict on both nodes", c.logs())
+    parts = heads[0].split("; ")
+    seq = parts[1].partition(" never entered all_reduce #")[2].partition(" ")[0] \
+        if len(parts) == 3 else ""
+    check(parts[1].startswith("rank 1 on ") and seq.isdigit()
+          and f" waits in all_reduce #{seq} of group 0 at " in parts[2],
+          "rank 1 never entered the all_reduce rank 0 waits in", heads[0])
+    lines = []
+    for a in slow:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+        found = [l[l.index("straggler: "):] for l in a.text().splitlines()
+                 if "warning: straggler: " in l]
+        check(found and found[0].startswith("straggler: rank 1 on localhost (127.0.0.4) "
+                                            "arrived last at "),
+              f"{a.name}: the straggler line", c.logs())
+        lines.append(found[0])
+    check(lines[0] == lines[1], "the same straggler line on both nodes", lines)
+    margin = float(lines[0].partition("by a median of ")[2].partition(" s")[0])
+    check(0.2 < margin < 0.35, "the margin is the sleep's", lines)
+    offset = [l for l in slow[1].text().splitlines() if "straggler ranking: this host's clock" in l]
+    within = float(offset[0].partition("(within ")[2].partition(" ms")[0]) if offset else 1e9
+    check(within < 250, "node 1's clock offset to node 0's, measured through etcd", offset)
+
+
 @test
 def etcd_preflight_leaves_a_bad_node_out(c):
     """Issue 34 over etcd-v3 (the findings and the verdict on etcd's board): --nnodes 2:3
