@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""straggler_worker.py: bench/straggler_delay.py's worker: a gloo all_reduce loop for
+SECONDS in which the last rank sleeps LATE s before each all_reduce (the others 0.02 s);
+rank 0 prints "STEP <n>" after each step, so the bench counts the steps done before
+ddprun names the straggler.
+
+    straggler_worker.py SECONDS LATE
+"""
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    seconds, late = float(sys.argv[1]), float(sys.argv[2])
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t, deadline, n = torch.ones(4), time.time() + seconds, 0
+    while time.time() < deadline:
+        time.sleep(late if rank == world - 1 else 0.02)
+        dist.all_reduce(t)
+        n += 1
+        if rank == 0:
+            print(f"STEP {n}", flush=True)
+    dist.barrier()
+
+
+main()
