@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <map>
-#include <thread>
 #include <utility>
 
 #include "base/text.h"
@@ -15,10 +14,6 @@ namespace ddprun::launcher {
 namespace {
 
 using Ms = std::chrono::milliseconds;
-
-// How long node 0 waits for every node to ask for its clock, and a node for the stamp.
-constexpr Ms kClockWait{3000};
-constexpr Ms kStampWait{5000};
 
 // The part of a finding's line that names whom: a new one is said, the same one is not
 // said again.
@@ -35,33 +30,50 @@ StragglerWatch::StragglerWatch(StallGate& gate, rdzv::JobBoard* board, Params pa
           .count();
     };
   }
+  if (board_ != nullptr) clock_.emplace(*board_, params_.wall_ns, Clock::now());
   gate_.want_arrivals(true);
+}
+
+StragglerWatch::Clock::time_point StragglerWatch::next_tick() const {
+  const bool syncing = clock_ && !failed_ && !clock_->done();
+  return syncing ? std::min(next_, clock_->next_tick()) : next_;
+}
+
+std::optional<ClockSync::Offset> StragglerWatch::clock_offset() const {
+  return clock_ && clock_->done() ? clock_->offset() : std::nullopt;
 }
 
 StragglerWatch::~StragglerWatch() { gate_.want_arrivals(false); }
 
 void StragglerWatch::tick(Clock::time_point now) {
-  if (now < next_) return;
-  next_ = now + params_.window;
-  ++window_;
-  if (board_ != nullptr && !failed_) {
-    try {
-      if (!offset_) sync_clock();
-      judge_job(collect());
-      return;
-    } catch (const std::exception& e) {
-      spdlog::warn(
-          "straggler ranking: the job-wide view failed ({}); ranking this node's ranks alone "
-          "from now on",
-          e.what());
-      failed_ = true;
+  try {
+    if (clock_ && !failed_ && !clock_->done()) {
+      clock_->poll(now);
+      if (clock_->done()) say_offset();
     }
+    if (now < next_) return;
+    next_ = now + params_.window;
+    ++window_;
+    if (board_ != nullptr && !failed_) {
+      // Arrivals taken before this host's clock is known against node 0's are dropped.
+      std::vector<RankArrivals> arrivals = collect();
+      if (clock_->done()) judge_job(arrivals);
+      return;
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn(
+        "straggler ranking: the job-wide view failed ({}); ranking this node's ranks alone "
+        "from now on",
+        e.what());
+    failed_ = true;
+    return;
   }
   say(find_straggler(collect(), params_.threshold_s));
 }
 
 std::vector<RankArrivals> StragglerWatch::collect() {
-  const std::int64_t offset = offset_ ? offset_->first : 0;
+  const auto known = clock_offset();
+  const std::int64_t offset = known ? known->first : 0;
   std::map<int, RankArrivals> by_rank;
   for (auto& [local_rank, a] : gate_.take_arrivals()) {
     RankArrivals& r = by_rank[local_rank];
@@ -75,44 +87,18 @@ std::vector<RankArrivals> StragglerWatch::collect() {
   return out;
 }
 
-void StragglerWatch::sync_clock() {
-  const auto first = stamp(1);
-  const auto second = first ? stamp(2) : std::nullopt;
-  offset_ = second && second->second <= first->second ? second : first;
-  if (!offset_) {
-    offset_ = std::make_pair(std::int64_t{0}, std::int64_t{-1});
+void StragglerWatch::say_offset() const {
+  const auto& o = clock_->offset();
+  if (o->second < 0) {
     spdlog::warn(
         "straggler ranking: node 0 stamped no clock within {} s; taking this host's clock as "
         "node 0's",
-        kStampWait.count() / 1000);
+        ClockSync::kStampWait.count() / 1000);
   } else if (board_->node() != 0) {
     spdlog::info("straggler ranking: this host's clock is {:.3f} ms {} node 0's (within {:.3f} ms)",
-                 std::abs(static_cast<double>(offset_->first)) / 1e6,
-                 offset_->first > 0 ? "behind" : "ahead of",
-                 static_cast<double>(offset_->second) / 1e6);
+                 std::abs(static_cast<double>(o->first)) / 1e6,
+                 o->first > 0 ? "behind" : "ahead of", static_cast<double>(o->second) / 1e6);
   }
-}
-
-std::optional<std::pair<std::int64_t, std::int64_t>> StragglerWatch::stamp(int round) {
-  const std::string ready = fmt::format("clock/{}/ready", round);
-  const std::string stamp = fmt::format("clock/{}/t", round);
-  if (board_->node() == 0) {
-    // Once every other node waits (or the wait is over), one stamp of this clock: each
-    // node knows it was taken between its asking and its reading it.
-    const auto deadline = Clock::now() + kClockWait;
-    while (board_->add(ready, 0) < board_->nodes() - 1 && Clock::now() < deadline) {
-      std::this_thread::sleep_for(Ms(5));
-    }
-    board_->set(stamp, std::to_string(params_.wall_ns()));
-    return std::make_pair(std::int64_t{0}, std::int64_t{0});
-  }
-  const std::int64_t asked = params_.wall_ns();
-  board_->add(ready, 1);
-  const auto value = board_->get({stamp}, kStampWait).front();
-  const std::int64_t read = params_.wall_ns();
-  const auto t0 = value ? parse_int<std::int64_t>(*value) : std::nullopt;
-  if (!t0) return std::nullopt;
-  return std::make_pair(*t0 - (asked + read) / 2, (read - asked) / 2);
 }
 
 void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {

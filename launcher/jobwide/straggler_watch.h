@@ -3,9 +3,9 @@
 // workers' arrivals at collectives (PyTorch's flight recorder, through the stack probe and
 // the StallGate) and ranks them (straggler.h). Alone (one node) it ranks its own ranks. In
 // a job of several nodes each node first measures its clock's offset to node 0's through
-// the round's JobBoard (rendezvous/job_board.h; two stamps of node 0's clock, each set
-// once every node waits for it: the offset is known within half the time a node waited),
-// then puts each window's sampled arrivals, on node 0's clock, on the board; node 0 ranks
+// the round's JobBoard (rendezvous/job_board.h; ClockSync, clock_sync.h, polled between the
+// agent's other work), then puts each window's sampled arrivals, on node 0's clock, on the
+// board; node 0 ranks
 // the whole job's previous window and publishes the finding; it and the node it names
 // log it, once per straggler. With --exclude-stragglers, node 0 leaves the node of a
 // straggler named kExcludeAfter windows in a row out of the job when the elastic bounds
@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/jobwide/clock_sync.h"
 #include "launcher/jobwide/named_line.h"
 #include "launcher/jobwide/straggler.h"
 #include "launcher/process/stall_gate.h"
@@ -55,11 +56,11 @@ class StragglerWatch {
   StragglerWatch(const StragglerWatch&) = delete;
   StragglerWatch& operator=(const StragglerWatch&) = delete;
 
-  Clock::time_point next_tick() const { return next_; }
+  Clock::time_point next_tick() const;
   void tick(Clock::time_point now);
 
   // This node's clock offset to node 0's (ns to add) and its bound, once measured.
-  std::optional<std::pair<std::int64_t, std::int64_t>> clock_offset() const { return offset_; }
+  std::optional<ClockSync::Offset> clock_offset() const;
   // The lines said so far (for the run record and tests).
   const std::vector<std::string>& said() const { return said_; }
   // Why this node is to leave the job (--exclude-stragglers), once node 0 decided so.
@@ -69,8 +70,7 @@ class StragglerWatch {
   static constexpr int kExcludeAfter = 3;
 
  private:
-  void sync_clock();
-  std::optional<std::pair<std::int64_t, std::int64_t>> stamp(int round);
+  void say_offset() const;
   std::vector<RankArrivals> collect();
   void judge_job(const std::vector<RankArrivals>& mine);
   void say(const std::optional<Straggler>& found);
@@ -81,9 +81,9 @@ class StragglerWatch {
   rdzv::JobBoard* board_;
   Params params_;
   Clock::time_point next_;
-  std::int64_t window_ = 0;  // windows ended
-  std::optional<std::pair<std::int64_t, std::int64_t>> offset_;
-  bool failed_ = false;  // the board failed once: ranking this node alone from then on
+  std::int64_t window_ = 0;         // windows ended
+  std::optional<ClockSync> clock_;  // several nodes: this host's clock against node 0's
+  bool failed_ = false;             // the board failed once: ranking this node alone from then on
   std::string last_said_;
   std::vector<std::string> said_;
   int streak_ = 0;           // node 0: windows in a row naming the same straggler

@@ -240,3 +240,39 @@ TEST_CASE("straggler watch: --exclude-stragglers leaves the straggler's node out
   CHECK_FALSE(a3);
   CHECK_FALSE(b3);
 }
+
+TEST_CASE("clock sync: polled, never blocking; a stamp missing in time is said unknown",
+          "[straggler]") {
+  auto store = std::make_shared<ddprun::store::MemoryStore>();
+  ddprun::rdzv::StoreJobBoard node0(store, 0, 0, 2, "test"), node1(store, 0, 1, 2, "test");
+  const auto t0 = ClockSync::Clock::now();
+  std::int64_t wall = 1'000'000'000;
+  ClockSync alone(
+      node1, [&] { return wall; }, t0);
+  // Node 0 never stamps: each poll returns at once, the sync gives up after kStampWait.
+  for (auto t = t0; t < t0 + ClockSync::kStampWait; t += 500ms) {
+    const auto start = std::chrono::steady_clock::now();
+    alone.poll(t);
+    CHECK(std::chrono::steady_clock::now() - start < 1s);
+    CHECK_FALSE(alone.done());
+  }
+  alone.poll(t0 + ClockSync::kStampWait + 10ms);
+  REQUIRE(alone.done());
+  CHECK(*alone.offset() == ClockSync::Offset{0, -1});
+  CHECK(alone.next_tick() == ClockSync::Clock::time_point::max());
+  // Node 0 with a node that is ready: it stamps at once; the node, 7 ns behind, reads it.
+  ddprun::rdzv::StoreJobBoard b0(store, 1, 0, 2, "test"), b1(store, 1, 1, 2, "test");
+  std::int64_t wall0 = 5'000;
+  ClockSync zero(
+      b0, [&] { return wall0; }, t0);
+  ClockSync one(
+      b1, [&] { return wall0 - 7; }, t0);
+  for (auto t = t0; !(zero.done() && one.done()) && t < t0 + 2s; t += ClockSync::kPoll) {
+    one.poll(t);
+    zero.poll(t);
+  }
+  REQUIRE(zero.done());
+  REQUIRE(one.done());
+  CHECK(*zero.offset() == ClockSync::Offset{0, 0});
+  CHECK(*one.offset() == ClockSync::Offset{7, 0});
+}

@@ -306,7 +306,9 @@ def etcd_collective_verdict_and_straggler(c):
                                             "arrived last at "),
               f"{a.name}: the straggler line", c.logs())
         lines.append(found[0])
-    check(lines[0] == lines[1], "the same straggler line on both nodes", lines)
+    # Node 1 says node 0's finding when it reads it: a window later, its counts may differ.
+    check(len({l.partition(" arrived last at ")[0] for l in lines}) == 1,
+          "the same straggler on both nodes", lines)
     margin = float(lines[0].partition("by a median of ")[2].partition(" s")[0])
     check(0.2 < margin < 0.35, "the margin is the sleep's", lines)
     offset = [l for l in slow[1].text().splitlines() if "straggler ranking: this host's clock" in l]

@@ -677,8 +677,8 @@ def straggler_named_by_node_0_and_its_own_node(c):
     """Issue 34: 2 nodes x 2 ranks, PyTorch 2.14's flight recorder (on with
     --stall-timeout), --straggler-window 5; for 20 s the last rank (3, on node 1) sleeps
     0.3 s before each all_reduce, the others 0.02 s. Node 0 (which ranks the job) and node 1
-    (the straggler's) log the same line naming rank 3, its host and a median margin
-    near 0.28 s, once; the run record carries it; the job succeeds."""
+    (the straggler's) log a line naming rank 3, its host and a median margin near 0.28 s,
+    once; the run record carries it; the job succeeds."""
     port = c.reserve_port()
     recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
     extra = ["--nproc-per-node=2", "--stall-timeout=60", "--straggler-window=5"]
@@ -700,7 +700,9 @@ def straggler_named_by_node_0_and_its_own_node(c):
         with open(rec) as f:
             check(json.load(f)["stragglers"] == mine, f"{a.name}: the record's stragglers",
                   c.logs())
-    check(lines[0] == lines[1], "the same line on both nodes", lines)
+    # Node 1 says node 0's finding when it reads it: a window later, its counts may differ.
+    check(len({l.partition(" arrived last at ")[0] for l in lines}) == 1,
+          "the same straggler on both nodes", lines)
     check(lines[0].startswith("straggler: rank 3 on localhost (127.0.0.2) arrived last at "),
           "rank 3 and its host named", lines)
     margin = float(lines[0].partition("by a median of ")[2].partition(" s")[0])
