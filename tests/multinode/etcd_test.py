@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
-from cluster import Cluster, left_out_then_started_again  # noqa: E402
+from cluster import Cluster, left_out_then_started_again, stall_verdict_of  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
@@ -249,17 +249,11 @@ def etcd_stall_judged_job_wide(c):
     for a in evaluate:
         check(a.wait(120) == 0, f"{a.name} failed: a waiting node was judged stalled", c.logs())
     check(all("stall (job-wide)" not in a.text() for a in evaluate), "no verdict", c.logs())
-    heads = []
-    for a in hang:
-        check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
-        lines = [l for l in a.text().splitlines() if "stall (job-wide): " in l]
-        check(lines, f"{a.name}: no verdict", c.logs())
-        heads.append(lines[0][lines[0].index("stall (job-wide): "):])
-    check(heads[0] == heads[1], "the same verdict on both nodes", c.logs())
-    parts = heads[0].split("; ")
+    head = stall_verdict_of(c, hang)
+    parts = head.split("; ")
     check(len(parts) == 3 and parts[1].startswith("rank 1 on ") and " is at " in parts[1]
           and parts[2].startswith("rank 0 on ") and " waits at " in parts[2],
-          "rank 1 first, rank 0 waiting", heads[0])
+          "rank 1 first, rank 0 waiting", head)
     # The root cause over etcd's board (its counters compared-and-swapped): both nodes name
     # the last rank's ValueError, not their own rank's closed connection.
     for a in raise_:
@@ -288,19 +282,13 @@ def etcd_collective_verdict_and_straggler(c):
                                           ["--stall-timeout=60", "--straggler-window=4"]),
                     ["straggle", "16"], script=worker, env={"LOGLEVEL": "INFO"})
             for i in range(2)]
-    heads = []
-    for a in hang:
-        check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
-        lines = [l for l in a.text().splitlines() if "stall (job-wide): " in l]
-        check(lines, f"{a.name}: no verdict", c.logs())
-        heads.append(lines[0][lines[0].index("stall (job-wide): "):])
-    check(heads[0] == heads[1], "the same verdict on both nodes", c.logs())
-    parts = heads[0].split("; ")
+    head = stall_verdict_of(c, hang)
+    parts = head.split("; ")
     seq = parts[1].partition(" never entered all_reduce #")[2].partition(" ")[0] \
         if len(parts) == 3 else ""
     check(parts[1].startswith("rank 1 on ") and seq.isdigit()
           and f" waits in all_reduce #{seq} of group 0 at " in parts[2],
-          "rank 1 never entered the all_reduce rank 0 waits in", heads[0])
+          "rank 1 never entered the all_reduce rank 0 waits in", head)
     lines = []
     for a in slow:
         check(a.wait(120) == 0, f"{a.name} failed", c.logs())

@@ -80,6 +80,22 @@ def left_out_then_started_again(c, launch):
     return agents, again
 
 
+def stall_verdict_of(c, agents, rc=None):
+    """Issue 32's job-wide stall verdict as a job's nodes printed it: waits for each agent
+    to exit (with `rc`, else any failure), checks each printed a verdict and that all are
+    the same, and returns its headline (from "stall (job-wide): ")."""
+    heads = []
+    for a in agents:
+        code = a.wait(120)
+        blackbox.check(code == rc if rc is not None else code != 0,
+                       f"{a.name} must fail" + (f" with {rc}" if rc is not None else ""), c.logs())
+        lines = [l for l in a.text().splitlines() if "stall (job-wide): " in l]
+        blackbox.check(lines, f"{a.name}: no verdict", c.logs())
+        heads.append(lines[0][lines[0].index("stall (job-wide): "):])
+    blackbox.check(len(set(heads)) == 1, "the same verdict on every node", heads)
+    return heads[0]
+
+
 class Cluster(blackbox.Workspace):
     def __init__(self, ddprun):
         super().__init__(ddprun, "ddprun_mn_")
