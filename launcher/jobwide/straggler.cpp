@@ -46,8 +46,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-std::string seconds_text(double s) { return ddprun::seconds_text(s, 3); }
-
 }  // namespace
 
 std::optional<Straggler> find_straggler(const std::vector<RankArrivals>& ranks,
@@ -124,8 +122,8 @@ std::string straggler_line(const Straggler& s, std::chrono::milliseconds window,
   return fmt::format(
       "straggler: {} arrived last at {} of {} collectives of group {} in the last {} s, by a "
       "median of {} s (threshold {} s)",
-      who, s.last, s.collectives, s.pg, seconds_text(static_cast<double>(window.count()) / 1000),
-      seconds_text(s.median_margin_s), seconds_text(threshold_s));
+      who, s.last, s.collectives, s.pg, seconds_text(static_cast<double>(window.count()) / 1000, 3),
+      seconds_text(s.median_margin_s, 3), seconds_text(threshold_s, 3));
 }
 
 std::vector<Arrival> sample_arrivals(const std::vector<Arrival>& arrivals) {

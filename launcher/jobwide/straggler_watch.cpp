@@ -8,6 +8,7 @@
 #include <map>
 #include <utility>
 
+#include "base/numbers.h"
 #include "base/text.h"
 
 namespace ddprun::launcher {
@@ -54,6 +55,7 @@ void StragglerWatch::tick(Clock::time_point now) {
     if (now < next_) return;
     next_ = now + params_.window;
     ++window_;
+    check_recorder();
     if (board_ != nullptr && !failed_) {
       // Arrivals taken before this host's clock is known against node 0's are dropped.
       std::vector<RankArrivals> arrivals = collect();
@@ -85,6 +87,35 @@ std::vector<RankArrivals> StragglerWatch::collect() {
   std::vector<RankArrivals> out;
   for (auto& [local_rank, r] : by_rank) out.push_back(std::move(r));
   return out;
+}
+
+// Workers whose torch has no flight recorder that records their collectives (PyTorch
+// before 2.14 for gloo, or TORCH_FR_BUFFER_SIZE=0) never report a first collective: said
+// once, as a warning when the user asked for --exclude-stragglers.
+void StragglerWatch::check_recorder() {
+  if (recorder_said_) return;
+  const auto times = gate_.startup();
+  bool grouped = static_cast<int>(times.size()) == params_.workers;
+  for (const auto& [local_rank, t] : times) {
+    if (t.first_collective > 0) {
+      recorder_said_ = true;  // a recorder reports: nothing to say
+      return;
+    }
+    grouped = grouped && t.group > 0;
+  }
+  if (!grouped || ++windows_without_recorder_ < kNoRecorderWindows) return;
+  recorder_said_ = true;
+  const std::string line = fmt::format(
+      "straggler ranking: no worker of this node reported a collective from PyTorch's flight "
+      "recorder {} s after forming its process group; the ranking needs one that records "
+      "the workers' collectives (PyTorch 2.14+, TORCH_FR_BUFFER_SIZE unset or above 0): no "
+      "ranking of this node's ranks",
+      seconds_text(static_cast<double>(params_.window.count()) * kNoRecorderWindows / 1000, 0));
+  if (params_.exclude) {
+    spdlog::warn("{}", line);
+  } else {
+    spdlog::info("{}", line);
+  }
 }
 
 void StragglerWatch::say_offset() const {

@@ -68,9 +68,13 @@ class StragglerWatch {
 
   // How many windows in a row a straggler is named before it is left out.
   static constexpr int kExcludeAfter = 3;
+  // Windows after every worker formed its process group with no collective from a flight
+  // recorder before the watch says, once, that the ranking has nothing to rank.
+  static constexpr int kNoRecorderWindows = 2;
 
  private:
   void say_offset() const;
+  void check_recorder();
   std::vector<RankArrivals> collect();
   void judge_job(const std::vector<RankArrivals>& mine);
   void say(const std::optional<Straggler>& found);
@@ -91,6 +95,8 @@ class StragglerWatch {
   bool excluded_ = false;    // node 0: "strag/out" is set
   std::string refused_;      // node 0: the straggler it last said it could not leave out
   std::optional<std::string> leave_;
+  int windows_without_recorder_ = 0;  // since every worker formed its group, none recorded
+  bool recorder_said_ = false;
 };
 
 }  // namespace ddprun::launcher

@@ -1157,6 +1157,27 @@ def read_time(path):
 
 
 @test(every_tier=True)
+def straggler_ranking_says_when_it_has_no_recorder(job):
+    """Issue 34: under --stall-timeout the straggler ranking needs a flight recorder that
+    records the workers' collectives. One node, 2 ranks, the last one 0.3 s late at each
+    all_reduce for 9 s, --straggler-window 3: with PyTorch 1.13 and 2.6 ddprun says once
+    that no worker reported a collective from a recorder (INFO); with 2.14 it says nothing
+    of the kind and names rank 1 the straggler. The job succeeds either way."""
+    worker = os.path.join(REPO, "tests", "multinode", "workers", "job_worker.py")
+    rc, out, err = job.run(["--nproc-per-node=2", "--stall-timeout=60", "--straggler-window=3",
+                            worker, "straggle", "9"], env={"LOGLEVEL": "INFO"}, timeout=120)
+    check(rc == 0, f"ddprun exited {rc}", out, err)
+    said = [l for l in err.splitlines() if "straggler ranking: no worker of this node reported "
+            "a collective from PyTorch's flight recorder" in l]
+    if tuple(map(int, torch_version().split(".")[:2])) >= (2, 14):
+        check(not said, "a recorder reports: nothing said of its absence", err)
+        check(any("warning: straggler: rank 1 on " in l for l in err.splitlines()),
+              "rank 1 named the straggler", err)
+    else:
+        check(len(said) == 1 and "info: " in said[0], "said once, at INFO", err)
+
+
+@test(every_tier=True)
 def stall_watchdog_reports_stacks(job):
     """PET_STALL_TIMEOUT=3, a gloo job (workers/stall.py) whose ranks first compute for twice
     the timeout without printing (no false alarm), then rank 1 sleeps forever in its
