@@ -241,7 +241,7 @@ TEST_CASE("straggler watch: --exclude-stragglers leaves the straggler's node out
   CHECK_FALSE(b3);
 }
 
-TEST_CASE("clock sync: polled, never blocking; a stamp missing in time is said unknown",
+TEST_CASE("clock sync: polled, never blocking, a stamp missing in time is said unknown",
           "[straggler]") {
   auto store = std::make_shared<ddprun::store::MemoryStore>();
   ddprun::rdzv::StoreJobBoard node0(store, 0, 0, 2, "test"), node1(store, 0, 1, 2, "test");
