@@ -3,8 +3,9 @@
 // the round's JobBoard (rendezvous/job_board.h): the stall judge (job_stall.h) while the
 // workers run, the job's root cause when they fail (job_failures.h). The Agent makes one
 // per attempt and drops it before its next rendezvous (the board ends with the round).
-// In a one-node round, or without a board, only the start-up timeline and the straggler
-// ranking run (on this node's ranks).
+// In a round of several nodes it also publishes this node's live status for `ddprun
+// status` (status_publisher.h). In a one-node round, or without a board, only the start-up
+// timeline and the straggler ranking run (on this node's ranks).
 // Thread-safety: the agent thread only.
 #pragma once
 
@@ -18,6 +19,7 @@
 #include "launcher/failure_report.h"
 #include "launcher/jobwide/job_stall.h"
 #include "launcher/jobwide/startup_watch.h"
+#include "launcher/jobwide/status_publisher.h"
 #include "launcher/jobwide/straggler_watch.h"
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
@@ -35,9 +37,11 @@ class JobView {
   static constexpr std::chrono::milliseconds kFailureWindow{1000};
 
   // After the attempt's workers started. `supervisor` and `handler` must outlive it.
-  // `history` gets the job's cause (the run record).
+  // `history` gets the job's cause (the run record). `attempt` and `restarts` (spent) are
+  // the Agent's, for the status.
   JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
-          const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history);
+          const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history,
+          int attempt, int restarts);
 
   // When tick() wants to run next (Clock::time_point::max(): never).
   Clock::time_point next_tick() const;
@@ -50,6 +54,9 @@ class JobView {
   // After a stall, each failure whose report entry does not start with the verdict's
   // headline (a rank that failed before this node stopped it) gets it.
   std::optional<ExitClass> log_root_cause(std::vector<Failure>& failures);
+  // The attempt's state changed ("restarting", "rendezvous", "failed", "succeeded"): this
+  // node's status says so at once (several nodes; else nothing).
+  void set_state(const std::string& state);
 
  private:
   RunHistory& history_;
@@ -59,6 +66,7 @@ class JobView {
   std::unique_ptr<StragglerWatch> stragglers_;  // also in a one-node round
   std::size_t stragglers_said_ = 0;             // its lines in the run record so far
   std::unique_ptr<StartupWatch> startup_;       // also in a one-node round
+  std::unique_ptr<StatusPublisher> status_;     // several nodes only
   bool startup_recorded_ = false;
 };
 

@@ -183,13 +183,19 @@ std::string usage_hint() {
          "(see ddprun --help)";
 }
 
-HostFacts current_host_facts() {
-  HostFacts host;
+std::map<std::string, std::string> current_environment() {
+  std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
     const std::string kv(*e);
     const auto eq = kv.find('=');
-    if (eq != std::string::npos) host.env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
   }
+  return env;
+}
+
+HostFacts current_host_facts() {
+  HostFacts host;
+  host.env = current_environment();
   host.cpu_count = cpu_count();
   const auto cvd = host.env.find("CUDA_VISIBLE_DEVICES");
   host.gpu_count = visible_gpu_count(

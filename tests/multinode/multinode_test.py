@@ -676,6 +676,68 @@ def straggler_named_by_node_0_and_its_own_node(c):
     check(0.2 < margin < 0.35, "the margin is the sleep's", lines)
 
 
+def ddprun_status(c, *args, timeout=20):
+    """`ddprun status ARGS`: (exit code, stdout, stderr, seconds it took)."""
+    t0 = time.monotonic()
+    p = subprocess.run([c.ddprun, "status", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+
+@test(tier="214")
+def status_shows_every_node_rank_place_and_collective(c):
+    """Issue 32 item 1: 2 nodes x 2 ranks, --stall-timeout 60; the last rank (3, on node 1)
+    sleeps 12 s in Python before an all_reduce the others wait in. Meanwhile `ddprun status`
+    (read-only, from outside the job) names both nodes and all four ranks with their pids,
+    rank 3 at the sleep's file:line, and (PyTorch 2.14's flight recorder) ranks 0-2 in the
+    all_reduce; the text table shows the same. The job still succeeds; afterwards status
+    says the run has ended (exit 7), and an unknown run id is exit 4, both within seconds."""
+    port = c.reserve_port()
+    extra = ["--nproc-per-node=2", "--stall-timeout=60", "--max-restarts=0"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "status_job", extra), ["doze", "12"],
+                      script=JOB_WORKER) for i in range(2)]
+    where = f"job_worker.py:{_marked_line(JOB_WORKER, '# STATUS-SLEEP')}"
+    read = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=status_job"]
+
+    def shown():
+        rc, out, _, _ = ddprun_status(c, *read, "--json")
+        if rc != 0:
+            return None
+        job = json.loads(out)
+        ranks = {r["rank"]: r for n in job["nodes"] for r in n.get("ranks", [])}
+        if sorted(ranks) != [0, 1, 2, 3] or where not in ranks[3].get("where", ""):
+            return None
+        if any("in all_reduce" not in _status_collective(ranks[r]) for r in range(3)):
+            return None
+        return job
+
+    job = poll(shown, 40, "status names every rank, rank 3's sleep and the all_reduce",
+               c.logs)
+    check([n["node"] for n in job["nodes"]] == [0, 1]
+          and all(n["state"] == "running" and n["host"] for n in job["nodes"]),
+          "both nodes, running", job)
+    check(all(r["pid"] > 0 for n in job["nodes"] for r in n["ranks"]), "every rank's pid", job)
+    rc, table, err, took = ddprun_status(c, *read)
+    check(rc == 0 and where in table and table.count("in all_reduce #") >= 3
+          and all(f"\n      {r} " in table for r in range(4)), "the text table", table + err)
+    rc, _, err, took = ddprun_status(c, "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                                     "--rdzv-id=no_such_job")
+    check(rc == 4 and "no run 'no_such_job'" in err and took < 5, "an unknown run id", err)
+    for a in agents:
+        check(a.wait(60) == 0, f"{a.name} failed: the status reads disturbed the job", c.logs())
+    rc, _, err, took = ddprun_status(c, *read)
+    # The store went with its host: unreachable (3) once it is gone, ended (7) before.
+    check(rc in (3, 7) and took < 5 and len(err.splitlines()) == 1, "after the job", err)
+
+
+def _status_collective(rank):
+    groups = [g for g in rank.get("collectives", []) if g["entered"] >= 0]
+    if not groups:
+        return ""
+    g = min(groups, key=lambda g: g["pg"])
+    return ("after " if g["completed"] >= g["entered"] else "in ") + g["op"].split(":")[-1]
+
+
 @test(tier="214")
 def startup_names_a_rank_slow_to_import(c):
     """Issue 32's start-up timeline: 2 nodes x 2 ranks on 2.14 with --stall-timeout; rank 3

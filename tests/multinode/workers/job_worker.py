@@ -10,6 +10,9 @@
                                          where the others call all_reduce
     job_worker.py straggle SECONDS       for SECONDS, all_reduce in a loop, the last rank
                                          0.3 s late each time
+    job_worker.py doze SECONDS           the last rank sleeps SECONDS (STATUS-SLEEP) before
+                                         an all_reduce the others wait in; then every rank
+                                         exits 0
     job_worker.py hang                   the last rank sleeps forever before its all_reduce
                                          (STALL-SLEEP) while the others wait in it
                                          (STALL-ALLREDUCE); a restarted attempt exits 0
@@ -35,6 +38,13 @@ def step(rank, world):
     if rank == world - 1:
         time.sleep(1e6)  # STALL-SLEEP
     dist.all_reduce(t)  # STALL-ALLREDUCE
+
+
+def doze(rank, world, seconds):
+    t = torch.ones(4)
+    if rank == world - 1:
+        time.sleep(seconds)  # STATUS-SLEEP
+    dist.all_reduce(t)
 
 
 def mismatch(rank, world):
@@ -78,6 +88,9 @@ def main():
         fail(rank, world)
     elif sys.argv[1] == "mismatch":
         mismatch(rank, world)
+    elif sys.argv[1] == "doze":
+        doze(rank, world, float(sys.argv[2]))
+        os._exit(0)  # as evaluate: no gloo teardown race at exit
     elif sys.argv[1] == "straggle":
         straggle(rank, world, float(sys.argv[2]))
     else:
