@@ -73,8 +73,8 @@ void JobView::tick(Clock::time_point now) {
   if (status_) status_->tick(now);
 }
 
-void JobView::set_state(const std::string& state) {
-  if (status_) status_->set_state(state);
+void JobView::set_state(const std::string& state, int restarts) {
+  if (status_) status_->set_state(state, restarts);
 }
 
 std::optional<ExitClass> JobView::log_root_cause(std::vector<Failure>& failures) {

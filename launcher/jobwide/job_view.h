@@ -54,9 +54,9 @@ class JobView {
   // After a stall, each failure whose report entry does not start with the verdict's
   // headline (a rank that failed before this node stopped it) gets it.
   std::optional<ExitClass> log_root_cause(std::vector<Failure>& failures);
-  // The attempt's state changed ("restarting", "rendezvous", "failed", "succeeded"): this
-  // node's status says so at once (several nodes; else nothing).
-  void set_state(const std::string& state);
+  // The attempt's state changed ("restarting", "rendezvous", "failed", "succeeded"; with the
+  // restarts spent now): this node's status says so at once (several nodes; else nothing).
+  void set_state(const std::string& state, int restarts);
 
  private:
   RunHistory& history_;

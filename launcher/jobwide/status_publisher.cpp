@@ -67,8 +67,9 @@ void StatusPublisher::tick(Clock::time_point now) {
   publish();
 }
 
-void StatusPublisher::set_state(const std::string& state) {
+void StatusPublisher::set_state(const std::string& state, int restarts) {
   state_ = state;
+  params_.restarts = restarts;
   publish();
 }
 

@@ -44,8 +44,9 @@ class StatusPublisher {
   Clock::time_point next_tick() const { return next_; }
   // Publishes "running" when the period is up.
   void tick(Clock::time_point now);
-  // The attempt's state changed ("restarting", "failed", "succeeded"): published now.
-  void set_state(const std::string& state);
+  // The attempt's state changed ("restarting", "rendezvous", "failed", "succeeded"), with
+  // the restarts spent now: published now.
+  void set_state(const std::string& state, int restarts);
   // The straggler line this node said last (published with the next status).
   void set_straggler(const std::string& line) { straggler_ = line; }
 

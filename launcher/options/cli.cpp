@@ -227,7 +227,9 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       "conda env ddprun is installed in, else python3 from PATH), LOGLEVEL\n"
       "(DEBUG, INFO, WARNING, ERROR), TORCHELASTIC_SIGNALS_TO_HANDLE,\n"
       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.\n"
-      "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.");
+      "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.\n"
+      "\nddprun status --rdzv-endpoint HOST[:PORT] --rdzv-id ID: the live view of a running\n"
+      "job (ddprun status --help); a training script named status is given as ./status.");
   bool version = false;
   app.add_flag("--version", version, "Print the version and exit");
   std::string completion_shell;

@@ -186,10 +186,11 @@ TEST_CASE("status: published by a node, read back read-only in each state of a r
   CHECK(got->ranks[1].where == "train.py:5 in step");
   CHECK(got->ranks[1].idle_s == 3.0);
 
-  publisher.set_state("failed");
+  publisher.set_state("failed", 2);
   got = decode_node_status(*reader.read(StatusPublisher::kNamePrefix).values[1]);
   REQUIRE(got);
   CHECK(got->state == "failed");
+  CHECK(got->restarts == 2);
 
   store->set("r2/final", "two");
   CHECK_THROWS_AS(reader.read(StatusPublisher::kNamePrefix), ddprun::rdzv::RendezvousStateError);
