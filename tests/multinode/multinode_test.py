@@ -738,6 +738,61 @@ def _status_collective(rank):
     return ("after " if g["completed"] >= g["entered"] else "in ") + g["op"].split(":")[-1]
 
 
+@test(needs_torch=False)
+def status_bad_input_one_line_and_its_exit_code(c):
+    """`ddprun status` where it cannot show a job, against a ddprun-store holding what the
+    rendezvous would: each case one line on stderr, its own exit code, within seconds:
+    nothing listening (3), no such run id (4), a run with no round formed yet (5), a node's
+    value that is not a status (6: the table is printed without it), a corrupt round key
+    (6), the run ended (7), no endpoint (2)."""
+    store_bin = os.path.join(os.path.dirname(os.path.dirname(c.ddprun)), "store", "ddprun-store")
+    port, idle = c.reserve_port(), c.reserve_port()
+    addr = f"127.0.0.1:{port}"
+    server = subprocess.Popen([store_bin, "serve", "--host=127.0.0.1", f"--port={port}"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        check("listening" in server.stdout.readline(), "the store serves")
+
+        def put(run_id, key, value):
+            subprocess.run([store_bin, "set", f"--addr={addr}", f"ddprun/rdzv/{run_id}/{key}",
+                            value], check=True, capture_output=True)
+
+        def status(endpoint, run_id, *more):
+            rc, out, err, took = ddprun_status(c, "--rdzv-backend=c10d",
+                                               f"--rdzv-endpoint={endpoint}",
+                                               f"--rdzv-id={run_id}", *more)
+            check(took < 5 and len(err.strip().splitlines()) == 1, "one line, at once",
+                  (rc, out, err, took))
+            return rc, out, err
+
+        rc, _, err = status(f"127.0.0.1:{idle}", "j")
+        check(rc == 3 and "cannot be reached" in err, "nothing listening", err)
+        rc, _, err = status(addr, "j")
+        check(rc == 4 and "no run 'j' at " in err, "no such run id", err)
+        put("forming", "job", '["train.py"]')
+        rc, _, err = status(addr, "forming")
+        check(rc == 5 and "no round formed yet" in err, "no round yet", err)
+        for key, value in [("job", "x"), ("round", "0"), ("r0/final", "2"),
+                           ("r0/view/status/0", "garbage")]:
+            put("foreign", key, value)
+        rc, out, err = status(addr, "foreign")
+        check(rc == 6 and err.startswith("ddprun status: node 0: not a ddprun status value: "
+                                         "'garbage'"), "a foreign value", err)
+        check("\n0     -                        not a ddprun status value" in out
+              and "\n1     -                        no status yet" in out, "the table", out)
+        put("corrupt", "round", "zz")
+        rc, _, err = status(addr, "corrupt")
+        check(rc == 6 and "corrupt rendezvous key round = 'zz'" in err, "a corrupt key", err)
+        put("ended", "closed", "1")
+        rc, _, err = status(addr, "ended")
+        check(rc == 7 and "has ended" in err, "the run ended", err)
+        rc, _, err, _ = ddprun_status(c, "--rdzv-id=j")
+        check(rc == 2 and "--rdzv-endpoint is needed" in err, "no endpoint", err)
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 @test(tier="214")
 def startup_names_a_rank_slow_to_import(c):
     """Issue 32's start-up timeline: 2 nodes x 2 ranks on 2.14 with --stall-timeout; rank 3
