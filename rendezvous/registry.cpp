@@ -15,7 +15,6 @@
 #include "rendezvous/local_rendezvous.h"
 #include "rendezvous/published_address.h"
 #include "rendezvous/rdzv_conf.h"
-#include "rendezvous/round_member.h"
 
 namespace ddprun::rdzv {
 namespace {
@@ -349,9 +348,8 @@ std::unique_ptr<BoardReader> make_board_reader(const RendezvousParams& params,
                           ? Endpoint{*params.master_addr, default_port}
                           : parse_endpoint(params.endpoint, default_port, "--rdzv-endpoint");
   const std::string backend = params.backend == Backend::kStatic ? "static" : "c10d";
-  return std::make_unique<StoreBoardReader>(
-      connect_rendezvous_reader(ep, params.run_id, timeout),
-      rendezvous_where(params.run_id, backend + " at " + ep.to_string()));
+  return std::make_unique<StoreBoardReader>(connect_rendezvous_reader(ep, params.run_id, timeout),
+                                            backend + " at " + ep.to_string());
 }
 
 }  // namespace ddprun::rdzv

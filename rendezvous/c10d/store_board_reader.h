@@ -17,7 +17,8 @@ namespace ddprun::rdzv {
 
 class StoreBoardReader final : public BoardReader {
  public:
-  // `store`: the run's key space (kRdzvKeyPrefix + run id); `where` names it in errors.
+  // `store`: the run's key space (kRdzvKeyPrefix + run id); `where` names the store in
+  // errors ("c10d at host:port").
   StoreBoardReader(std::shared_ptr<store::Store> store, std::string where);
 
   BoardSnapshot read(const std::string& name) override;
