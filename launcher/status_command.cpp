@@ -111,18 +111,20 @@ int show_once(rdzv::BoardReader& reader, const StatusArgs& a) {
     std::fprintf(stderr, "ddprun status: cannot read the rendezvous: %s\n", e.what());
     return kStatusUnreachable;
   }
-  const std::string run = "run '" + a.run_id + "' at " + reader.where();
+  const std::string where = reader.where();
+  const std::string run = "run '" + a.run_id + "'";
   switch (snap.kind) {
     case Kind::kNoRun:
-      std::fprintf(stderr, "ddprun status: no %s (no such --rdzv-id, or not started yet)\n",
-                   run.c_str());
+      std::fprintf(stderr, "ddprun status: %s: no %s (no such --rdzv-id, or not started yet)\n",
+                   where.c_str(), run.c_str());
       return kStatusNoRun;
     case Kind::kForming:
-      std::fprintf(stderr, "ddprun status: %s: no round formed yet (its nodes are joining)\n",
-                   run.c_str());
+      std::fprintf(stderr,
+                   "ddprun status: %s: %s has no round formed yet (its nodes are joining)\n",
+                   where.c_str(), run.c_str());
       return kStatusNoRound;
     case Kind::kClosed:
-      std::fprintf(stderr, "ddprun status: %s has ended%s\n", run.c_str(),
+      std::fprintf(stderr, "ddprun status: %s: %s has ended%s\n", where.c_str(), run.c_str(),
                    snap.closed == "1" ? "" : (" (closed: " + snap.closed + ")").c_str());
       return kStatusEnded;
     case Kind::kRound:
@@ -130,7 +132,7 @@ int show_once(rdzv::BoardReader& reader, const StatusArgs& a) {
   }
   JobStatus job;
   job.run_id = a.run_id;
-  job.where = reader.where();
+  job.where = where;
   job.round = snap.round;
   const int bad = join_node_values(job, snap.values);
   const std::string text =

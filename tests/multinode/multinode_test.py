@@ -744,7 +744,7 @@ def status_bad_input_one_line_and_its_exit_code(c):
     rendezvous would: each case one line on stderr, its own exit code, within seconds:
     nothing listening (3), no such run id (4), a run with no round formed yet (5), a node's
     value that is not a status (6: the table is printed without it), a corrupt round key
-    (6), the run ended (7), no endpoint (2)."""
+    (6), the run ended (7, --watch too), no endpoint (2)."""
     store_bin = os.path.join(os.path.dirname(os.path.dirname(c.ddprun)), "store", "ddprun-store")
     port, idle = c.reserve_port(), c.reserve_port()
     addr = f"127.0.0.1:{port}"
@@ -768,7 +768,7 @@ def status_bad_input_one_line_and_its_exit_code(c):
         rc, _, err = status(f"127.0.0.1:{idle}", "j")
         check(rc == 3 and "cannot be reached" in err, "nothing listening", err)
         rc, _, err = status(addr, "j")
-        check(rc == 4 and "no run 'j' at " in err, "no such run id", err)
+        check(rc == 4 and f"c10d at {addr}: no run 'j' (" in err, "no such run id", err)
         put("forming", "job", '["train.py"]')
         rc, _, err = status(addr, "forming")
         check(rc == 5 and "no round formed yet" in err, "no round yet", err)
@@ -786,6 +786,8 @@ def status_bad_input_one_line_and_its_exit_code(c):
         put("ended", "closed", "1")
         rc, _, err = status(addr, "ended")
         check(rc == 7 and "has ended" in err, "the run ended", err)
+        rc, _, err = status(addr, "ended", "--watch")
+        check(rc == 7 and "has ended" in err, "--watch ends with the run", err)
         rc, _, err, _ = ddprun_status(c, "--rdzv-id=j")
         check(rc == 2 and "--rdzv-endpoint is needed" in err, "no endpoint", err)
     finally:
