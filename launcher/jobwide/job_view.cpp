@@ -30,15 +30,18 @@ JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
     startup_ = std::make_unique<StartupWatch>(
         *gate, board_, StartupWatch::Params{host_, info.rank_base, config.nproc_per_node});
   }
+  // The status also in a round of one node (of --nnodes 1:N): `ddprun status` reads it.
+  if (rdzv::JobBoard* board = handler.job_board(); board != nullptr) {
+    StatusPublisher::Params sp;
+    sp.host = host_;
+    sp.rank_base = info.rank_base;
+    sp.nproc = config.nproc_per_node;
+    sp.attempt = attempt;
+    sp.restarts = restarts;
+    sp.max_restarts = config.max_restarts;
+    status_ = std::make_unique<StatusPublisher>(gate, *board, std::move(sp));
+  }
   if (board_ == nullptr) return;
-  StatusPublisher::Params sp;
-  sp.host = host_;
-  sp.rank_base = info.rank_base;
-  sp.nproc = config.nproc_per_node;
-  sp.attempt = attempt;
-  sp.restarts = restarts;
-  sp.max_restarts = config.max_restarts;
-  status_ = std::make_unique<StatusPublisher>(gate, *board_, std::move(sp));
   if (gate != nullptr) {
     JobStallJudge::Params p;
     p.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.stall_timeout_s * 1000));

@@ -3,9 +3,10 @@
 // the round's JobBoard (rendezvous/job_board.h): the stall judge (job_stall.h) while the
 // workers run, the job's root cause when they fail (job_failures.h). The Agent makes one
 // per attempt and drops it before its next rendezvous (the board ends with the round).
-// In a round of several nodes it also publishes this node's live status for `ddprun
-// status` (status_publisher.h). In a one-node round, or without a board, only the start-up
-// timeline and the straggler ranking run (on this node's ranks).
+// In any round with a board (static, c10d, etcd-v3; one node of --nnodes 1:N too) it
+// publishes this node's live status for `ddprun status` (status_publisher.h). In a
+// one-node round, or without a board, only the start-up timeline and the straggler
+// ranking run (on this node's ranks).
 // Thread-safety: the agent thread only.
 #pragma once
 
@@ -55,7 +56,8 @@ class JobView {
   // headline (a rank that failed before this node stopped it) gets it.
   std::optional<ExitClass> log_root_cause(std::vector<Failure>& failures);
   // The attempt's state changed ("restarting", "rendezvous", "failed", "succeeded"; with the
-  // restarts spent now): this node's status says so at once (several nodes; else nothing).
+  // restarts spent now): this node's status says so at once (a round with a board; else
+  // nothing).
   void set_state(const std::string& state, int restarts);
 
  private:
@@ -66,7 +68,7 @@ class JobView {
   std::unique_ptr<StragglerWatch> stragglers_;  // also in a one-node round
   std::size_t stragglers_said_ = 0;             // its lines in the run record so far
   std::unique_ptr<StartupWatch> startup_;       // also in a one-node round
-  std::unique_ptr<StatusPublisher> status_;     // several nodes only
+  std::unique_ptr<StatusPublisher> status_;     // any round with a board
   bool startup_recorded_ = false;
 };
 

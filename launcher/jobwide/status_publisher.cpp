@@ -12,12 +12,17 @@ namespace ddprun::launcher {
 
 StatusPublisher::StatusPublisher(StallGate* gate, rdzv::JobBoard& board, Params params)
     : gate_(gate), board_(board), params_(std::move(params)), next_(Clock::now()) {
+  if (gate_ != nullptr) gate_->want_samples(true);
   if (!params_.wall_s) {
     params_.wall_s = [] {
       return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
           .count();
     };
   }
+}
+
+StatusPublisher::~StatusPublisher() {
+  if (gate_ != nullptr) gate_->want_samples(false);
 }
 
 NodeStatus StatusPublisher::status() const {

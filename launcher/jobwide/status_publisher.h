@@ -4,8 +4,10 @@
 // since progress, file:line and last collective from the stall watchdog's sample through
 // the StallGate) on the round's JobBoard under "status/<node>" with one set; and at once
 // when the attempt's state changes (restarting, failed, succeeded). A board that fails
-// once is not written again this attempt (never a second wait on a store gone).
-// The Agent's JobView makes one per attempt in a round of several nodes.
+// once is not written again this attempt (never a second wait on a store gone). It asks
+// the gate for the watchdog's samples (StallGate::want_samples) while it lives.
+// The Agent's JobView makes one per attempt in a round of the static, c10d or etcd-v3
+// rendezvous (one of a single node too: --nnodes 1:N).
 // Thread-safety: the agent thread only.
 #pragma once
 
@@ -40,6 +42,9 @@ class StatusPublisher {
 
   // `gate` (nullptr: no --stall-timeout, ranks without details) and `board` must outlive it.
   StatusPublisher(StallGate* gate, rdzv::JobBoard& board, Params params);
+  ~StatusPublisher();
+  StatusPublisher(const StatusPublisher&) = delete;
+  StatusPublisher& operator=(const StatusPublisher&) = delete;
 
   Clock::time_point next_tick() const { return next_; }
   // Publishes "running" when the period is up.

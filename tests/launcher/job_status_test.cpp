@@ -165,6 +165,7 @@ TEST_CASE("status: published by a node, read back read-only in each state of a r
   gate.publish(sample);
   ddprun::rdzv::StoreJobBoard board(store, 2, 1, 2, "test");
   StatusPublisher publisher(&gate, board, {"b", 2, 2, 1, 1, 3, [] { return 100.0; }});
+  CHECK(gate.wants_samples());  // the watchdog publishes its samples while it lives
   publisher.tick(StatusPublisher::Clock::now());
 
   auto snap = reader.read(StatusPublisher::kNamePrefix);
@@ -192,6 +193,8 @@ TEST_CASE("status: published by a node, read back read-only in each state of a r
   CHECK(got->state == "failed");
   CHECK(got->restarts == 2);
 
+  { StatusPublisher other(&gate, board, {"b", 2, 2, 1, 1, 3, {}}); }
+  CHECK_FALSE(gate.wants_samples());
   store->set("r2/final", "two");
   CHECK_THROWS_AS(reader.read(StatusPublisher::kNamePrefix), ddprun::rdzv::RendezvousStateError);
   store->set("closed", "1");
