@@ -551,6 +551,14 @@ def _marked_line(path, mark):
         return next(i for i, l in enumerate(f, 1) if mark in l)
 
 
+def ddprun_status(c, *args, timeout=20):
+    """`ddprun status ARGS`: (exit code, stdout, stderr, seconds it took)."""
+    t0 = time.monotonic()
+    p = subprocess.run([c.ddprun, "status", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+
 @test
 def stall_waiting_node_is_not_a_stall(c):
     """Issue 32: --stall-timeout 3 on 2 nodes; rank 0 (node 0 or 1) computes silently for
@@ -647,13 +655,24 @@ def straggler_named_by_node_0_and_its_own_node(c):
     --stall-timeout), --straggler-window 5; for 20 s the last rank (3, on node 1) sleeps
     0.3 s before each all_reduce, the others 0.02 s. Node 0 (which ranks the job) and node 1
     (the straggler's) log the same line naming rank 3, its host and a median margin
-    near 0.28 s, once; the run record carries it; the job succeeds."""
+    near 0.28 s, once; the run record carries it, and `ddprun status` shows it while the job
+    runs (issue 34's ranking in the live view); the job succeeds."""
     port = c.reserve_port()
     recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
     extra = ["--nproc-per-node=2", "--stall-timeout=60", "--straggler-window=5"]
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "straggle",
                                             [*extra, f"--record-file={recs[i]}"]),
                       ["straggle", "20"], script=JOB_WORKER) for i in range(2)]
+
+    def in_status():  # `ddprun status` shows the line while the job runs
+        time.sleep(0.5)  # a value every 2 s: no need to start an ASan ddprun every 50 ms
+        rc, out, _, _ = ddprun_status(c, "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                                      "--rdzv-id=straggle", "--json")
+        return rc == 0 and [n["straggler"] for n in json.loads(out)["nodes"] if "straggler" in n]
+
+    shown = poll(in_status, 60, "ddprun status shows the straggler line", c.logs)
+    check(all(l.startswith("straggler: rank 3 on localhost (127.0.0.2) arrived last at ")
+              for l in shown), "the line in the status", shown)
     for a in agents:
         check(a.wait(120) == 0, f"{a.name} failed", c.logs())
     lines = []
@@ -676,14 +695,6 @@ def straggler_named_by_node_0_and_its_own_node(c):
     check(0.2 < margin < 0.35, "the margin is the sleep's", lines)
 
 
-def ddprun_status(c, *args, timeout=20):
-    """`ddprun status ARGS`: (exit code, stdout, stderr, seconds it took)."""
-    t0 = time.monotonic()
-    p = subprocess.run([c.ddprun, "status", *args], capture_output=True, text=True,
-                       timeout=timeout)
-    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
-
-
 @test(tier="214")
 def status_shows_every_node_rank_place_and_collective(c):
     """Issue 32 item 1: 2 nodes x 2 ranks, --stall-timeout 60; the last rank (3, on node 1)
@@ -700,6 +711,7 @@ def status_shows_every_node_rank_place_and_collective(c):
     read = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=status_job"]
 
     def shown():
+        time.sleep(0.5)  # a value every 2 s: no need to start an ASan ddprun every 50 ms
         rc, out, _, _ = ddprun_status(c, *read, "--json")
         if rc != 0:
             return None
