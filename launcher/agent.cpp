@@ -238,6 +238,7 @@ Agent::Step Agent::monitor(RunResult& result) {
               "membership changed; restarting the workers in a new rendezvous round "
               "(no restart spent)");
           history_->attempt_ended("membership change");
+          if (job_view_) job_view_->set_state("rendezvous", restart_count_);
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
@@ -262,6 +263,7 @@ Agent::Step Agent::monitor(RunResult& result) {
           unspent_failures_ = {
               make_failure(ev.exit, run_dirs_->error_file(attempt_, ev.exit.local_rank))};
           history_->attempt_ended("membership change");
+          if (job_view_) job_view_->set_state("rendezvous", restart_count_);
           stop_workers(SIGTERM);
           return Step::kRendezvous;
         }
@@ -335,6 +337,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
     ++restart_count_;
     spdlog::warn("worker group failed (rank {} exitcode {}); restarting ({}/{} restarts)",
                  root.global_rank, root.exitcode, restart_count_, config_.max_restarts);
+    if (job_view_) job_view_->set_state("restarting", restart_count_);
     return Step::kRendezvous;
   }
   return fail_job(std::move(failures), result);
@@ -343,6 +346,7 @@ Agent::Step Agent::on_failure(std::vector<WorkerExit> failed, RunResult& result)
 Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
   run_dirs_->keep_default_dir(RunDirs::Keep::kFailure);  // also a failure no restart was spent on
   result.failures = std::move(failures);
+  if (job_view_) job_view_->set_state("failed", restart_count_);
   // The job's cause first (before the node's report); it may give this failure its class.
   if (const auto c = job_view_ ? job_view_->log_root_cause(result.failures) : std::nullopt)
     failure_ = {*c, 0};
@@ -362,6 +366,7 @@ Agent::Step Agent::fail_job(std::vector<Failure> failures, RunResult& result) {
 
 Agent::Step Agent::on_success(RunResult& result) {
   history_->attempt_ended("success");
+  if (job_view_) job_view_->set_state("succeeded", restart_count_);
   spdlog::info("all {} local workers succeeded", config_.nproc_per_node);
   bool passed = false;
   const CallOutcome call = call_interruptibly(
@@ -432,7 +437,8 @@ RunResult Agent::run() {
         finish(result, RunResult::Outcome::kFailed);
         break;
       }
-      job_view_.emplace(supervisor_, *handler_, *info, config_, *history_);
+      job_view_.emplace(supervisor_, *handler_, *info, config_, *history_, attempt_,
+                        restart_count_);
       history_->attempt_started(attempt_, restart_count_);
       spdlog::info(
           "started {} workers with {} (attempt {}, restarts spent {})", config_.nproc_per_node,

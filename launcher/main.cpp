@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "launcher/options/cli.h"
 #include "launcher/ssh/ssh_launch.h"
 #include "launcher/ssh/stdin_watch.h"
+#include "launcher/status_command.h"
 #include "launcher/supervision.h"
 #include "launcher/torch_version.h"
 #include "launcher/worker_python.h"
@@ -67,6 +69,13 @@ class TerminalModes {
 
 int main(int argc, char** argv) {
   fill_closed_std_fds();
+  // `ddprun status ...`: the live view of a running job (a script named "status" is
+  // given as ./status).
+  if (argc >= 2 && std::string(argv[1]) == "status") {
+    const std::map<std::string, std::string> env = current_environment();
+    setup_agent_logging(env);
+    return run_status_command(std::vector<std::string>(argv + 2, argv + argc), env);
+  }
   const TerminalModes terminal;  // restored when main returns
   HostFacts host = current_host_facts();
   host.launcher_python = python_beside_this_launcher(argv[0]);

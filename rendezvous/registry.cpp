@@ -6,9 +6,11 @@
 
 #include <sstream>
 
+#include "rendezvous/c10d/store_board_reader.h"
 #include "rendezvous/c10d/store_rendezvous.h"
 #include "rendezvous/c10d/tcp_rendezvous_store.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/etcd/etcd_board_reader.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/local_rendezvous.h"
 #include "rendezvous/published_address.h"
@@ -226,6 +228,27 @@ std::vector<std::string> etcd_endpoints(const std::string& text) {
   return out;
 }
 
+// The members to reach and how, from --rdzv-endpoint and --rdzv-conf.
+EtcdOptions etcd_options(const RdzvConf& conf, const std::vector<std::string>& endpoints) {
+  using namespace std::chrono_literals;
+  EtcdOptions o;
+  o.endpoints = endpoints;
+  // torchrun's protocol=https: TLS for the members given as host:port (a URL says its own).
+  if (conf.etcd_protocol == "https") {
+    for (auto& e : o.endpoints) {
+      if (e.find("://") == std::string::npos) e = "https://" + e;
+    }
+  }
+  o.cacert = conf.cacert.value_or("");
+  o.cert = conf.cert.value_or("");
+  o.key = conf.key.value_or("");
+  o.request_timeout = conf.read_timeout.value_or(5s);
+  o.failover_timeout = conf.failover_timeout.value_or(30s);
+  return o;
+}
+
+std::string etcd_prefix(const RdzvConf& conf) { return conf.etcd_prefix.value_or("/ddprun/rdzv"); }
+
 std::unique_ptr<RendezvousHandler> make_etcd(const RendezvousParams& p,
                                              const std::vector<std::string>& endpoints) {
   using namespace std::chrono_literals;
@@ -303,6 +326,30 @@ std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParam
   }
   if (params.backend == Backend::kStatic) return make_static(params);
   return make_c10d(params);
+}
+
+std::unique_ptr<BoardReader> make_board_reader(const RendezvousParams& params,
+                                               std::chrono::milliseconds timeout) {
+  if (params.backend == Backend::kEtcdV3) {
+    EtcdOptions o = etcd_options(params.conf, etcd_endpoints(params.endpoint));
+    o.request_timeout = std::min(o.request_timeout, timeout);
+    o.failover_timeout = timeout;
+    o.silent_member_timeout = timeout;
+    return std::make_unique<EtcdBoardReader>(std::move(o),
+                                             etcd_prefix(params.conf) + "/" + params.run_id + "/");
+  }
+  if (params.endpoint.empty() && !params.master_addr) {
+    throw RendezvousError("--rdzv-endpoint host[:port] is needed: the job's rendezvous store");
+  }
+  const int default_port = params.backend == Backend::kStatic
+                               ? params.master_port.value_or(kDefaultMasterPort)
+                               : kDefaultC10dPort;
+  const Endpoint ep = params.endpoint.empty()
+                          ? Endpoint{*params.master_addr, default_port}
+                          : parse_endpoint(params.endpoint, default_port, "--rdzv-endpoint");
+  const std::string backend = params.backend == Backend::kStatic ? "static" : "c10d";
+  return std::make_unique<StoreBoardReader>(connect_rendezvous_reader(ep, params.run_id, timeout),
+                                            backend + " at " + ep.to_string());
 }
 
 }  // namespace ddprun::rdzv

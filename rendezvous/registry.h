@@ -4,9 +4,11 @@
 // --rdzv-backend. Thread-safety: make_rendezvous_handler() is reentrant.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
+#include "rendezvous/board_reader.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::rdzv {
@@ -39,5 +41,14 @@ std::string backend_alias(const std::string& name);
 // are checked where they were parsed (see RendezvousParams). --rdzv-conf keys the
 // backend does not use only log a warning.
 std::unique_ptr<RendezvousHandler> make_rendezvous_handler(const RendezvousParams& params);
+
+// A read-only look at run `params.run_id`'s board (board_reader.h) at `params.endpoint`
+// (static, c10d: the rendezvous store, default port 29500 / 29400; etcd-v3: the members,
+// with --rdzv-conf's prefix and TLS files), for `ddprun status`: every call answers, or
+// throws RendezvousConnectionError, within about `timeout`. Connects now: throws
+// RendezvousConnectionError when the store cannot be reached (c10d), RendezvousError on a
+// bad endpoint.
+std::unique_ptr<BoardReader> make_board_reader(const RendezvousParams& params,
+                                               std::chrono::milliseconds timeout);
 
 }  // namespace ddprun::rdzv

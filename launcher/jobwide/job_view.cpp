@@ -11,7 +11,8 @@
 namespace ddprun::launcher {
 
 JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
-                 const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history)
+                 const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history,
+                 int attempt, int restarts)
     : history_(history) {
   host_ = node_label(config.local_addr);
   if (info.group_world_size >= 2) board_ = handler.job_board();
@@ -33,6 +34,17 @@ JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
     startup_ = std::make_unique<StartupWatch>(
         *gate, board_, StartupWatch::Params{host_, info.rank_base, config.nproc_per_node});
   }
+  // The status also in a round of one node (of --nnodes 1:N): `ddprun status` reads it.
+  if (rdzv::JobBoard* board = handler.job_board(); board != nullptr) {
+    StatusPublisher::Params sp;
+    sp.host = host_;
+    sp.rank_base = info.rank_base;
+    sp.nproc = config.nproc_per_node;
+    sp.attempt = attempt;
+    sp.restarts = restarts;
+    sp.max_restarts = config.max_restarts;
+    status_ = std::make_unique<StatusPublisher>(gate, *board, std::move(sp));
+  }
   if (board_ == nullptr) return;
   if (gate != nullptr) {
     JobStallJudge::Params p;
@@ -46,7 +58,8 @@ JobView::JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
 JobView::Clock::time_point JobView::next_tick() const {
   return std::min({stall_ ? stall_->next_tick() : Clock::time_point::max(),
                    stragglers_ ? stragglers_->next_tick() : Clock::time_point::max(),
-                   startup_ ? startup_->next_tick() : Clock::time_point::max()});
+                   startup_ ? startup_->next_tick() : Clock::time_point::max(),
+                   status_ ? status_->next_tick() : Clock::time_point::max()});
 }
 
 void JobView::tick(Clock::time_point now) {
@@ -62,7 +75,13 @@ void JobView::tick(Clock::time_point now) {
     stragglers_->tick(now);
     const auto& said = stragglers_->said();
     while (stragglers_said_ < said.size()) history_.straggler(said[stragglers_said_++]);
+    if (status_ && !said.empty()) status_->set_straggler(said.back());
   }
+  if (status_) status_->tick(now);
+}
+
+void JobView::set_state(const std::string& state, int restarts) {
+  if (status_) status_->set_state(state, restarts);
 }
 
 std::optional<ExitClass> JobView::log_root_cause(std::vector<Failure>& failures) {

@@ -3,7 +3,9 @@
 // the round's JobBoard (rendezvous/job_board.h): the stall judge (job_stall.h) while the
 // workers run, the job's root cause when they fail (job_failures.h). The Agent makes one
 // per attempt and drops it before its next rendezvous (the board ends with the round).
-// In a one-node round, or without a board, only the start-up timeline and the straggler
+// In any round with a board (static, c10d, etcd-v3; one node of --nnodes 1:N too) it
+// publishes this node's live status for `ddprun status` (status_publisher.h). In a
+// one-node round, or without a board, only the start-up timeline and the straggler
 // ranking run (on this node's ranks).
 // Thread-safety: the agent thread only.
 #pragma once
@@ -18,6 +20,7 @@
 #include "launcher/failure_report.h"
 #include "launcher/jobwide/job_stall.h"
 #include "launcher/jobwide/startup_watch.h"
+#include "launcher/jobwide/status_publisher.h"
 #include "launcher/jobwide/straggler_watch.h"
 #include "launcher/options/config.h"
 #include "launcher/process/supervisor_interface.h"
@@ -35,9 +38,11 @@ class JobView {
   static constexpr std::chrono::milliseconds kFailureWindow{1000};
 
   // After the attempt's workers started. `supervisor` and `handler` must outlive it.
-  // `history` gets the job's cause (the run record).
+  // `history` gets the job's cause (the run record). `attempt` and `restarts` (spent) are
+  // the Agent's, for the status.
   JobView(Supervisor& supervisor, rdzv::RendezvousHandler& handler,
-          const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history);
+          const rdzv::RendezvousInfo& info, const LaunchConfig& config, RunHistory& history,
+          int attempt, int restarts);
 
   // When tick() wants to run next (Clock::time_point::max(): never).
   Clock::time_point next_tick() const;
@@ -55,6 +60,10 @@ class JobView {
   std::optional<std::string> leave_job() const {
     return stragglers_ ? stragglers_->leave() : std::nullopt;
   }
+  // The attempt's state changed ("restarting", "rendezvous", "failed", "succeeded"; with the
+  // restarts spent now): this node's status says so at once (a round with a board; else
+  // nothing).
+  void set_state(const std::string& state, int restarts);
 
  private:
   RunHistory& history_;
@@ -64,6 +73,7 @@ class JobView {
   std::unique_ptr<StragglerWatch> stragglers_;  // also in a one-node round
   std::size_t stragglers_said_ = 0;             // its lines in the run record so far
   std::unique_ptr<StartupWatch> startup_;       // also in a one-node round
+  std::unique_ptr<StatusPublisher> status_;     // any round with a board
   bool startup_recorded_ = false;
 };
 

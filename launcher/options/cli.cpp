@@ -183,13 +183,19 @@ std::string usage_hint() {
          "(see ddprun --help)";
 }
 
-HostFacts current_host_facts() {
-  HostFacts host;
+std::map<std::string, std::string> current_environment() {
+  std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
     const std::string kv(*e);
     const auto eq = kv.find('=');
-    if (eq != std::string::npos) host.env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
   }
+  return env;
+}
+
+HostFacts current_host_facts() {
+  HostFacts host;
+  host.env = current_environment();
   host.cpu_count = cpu_count();
   const auto cvd = host.env.find("CUDA_VISIBLE_DEVICES");
   host.gpu_count = visible_gpu_count(
@@ -221,7 +227,9 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
       "conda env ddprun is installed in, else python3 from PATH), LOGLEVEL\n"
       "(DEBUG, INFO, WARNING, ERROR), TORCHELASTIC_SIGNALS_TO_HANDLE,\n"
       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.\n"
-      "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.");
+      "exit status: 0 when every worker succeeded, 1 on any failure, 2 on bad usage.\n"
+      "\nddprun status --rdzv-endpoint HOST[:PORT] --rdzv-id ID: the live view of a running\n"
+      "job (ddprun status --help); a training script named status is given as ./status.");
   bool version = false;
   app.add_flag("--version", version, "Print the version and exit");
   std::string completion_shell;

@@ -4,6 +4,7 @@
 // of CLI11. Used by main.cpp and tests. Thread-safety: pure (reads only `host`).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
 
 // The hint printed after an error line.
 std::string usage_hint();
+
+// This process's environment (environ), as a map.
+std::map<std::string, std::string> current_environment();
 
 // Collects the facts about this host that parsing needs (environ, CPU and GPU counts).
 HostFacts current_host_facts();

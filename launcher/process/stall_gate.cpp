@@ -42,6 +42,16 @@ void StallGate::want_arrivals(bool want) {
   if (!want) arrivals_.clear();
 }
 
+void StallGate::want_samples(bool want) {
+  std::lock_guard lock(mu_);
+  want_samples_ = want;
+}
+
+bool StallGate::wants_samples() const {
+  std::lock_guard lock(mu_);
+  return want_samples_;
+}
+
 bool StallGate::wants_arrivals() const {
   std::lock_guard lock(mu_);
   return want_arrivals_;
@@ -76,6 +86,7 @@ void StallGate::reset() {
   std::lock_guard lock(mu_);
   judged_ = false;
   want_arrivals_ = false;
+  want_samples_ = false;
   arrivals_.clear();
   startup_.clear();
   sample_ = NodeSample{};

@@ -49,7 +49,7 @@ class StallGate {
   // The judge decides from now on (true), or no more (false: the watchdog alone again).
   void set_judged(bool judged);
   bool judged() const;
-  // The watchdog, after each sample.
+  // The watchdog, after each sample, while a judge or the status (want_samples) reads them.
   void publish(NodeSample sample);
   NodeSample sample() const;
   // The judge: the job is stalled; `verdict` (one line per entry, the first a headline)
@@ -59,6 +59,10 @@ class StallGate {
   // The straggler watch (launcher/jobwide/straggler_watch.h) wants the workers' arrivals at
   // collectives; the watchdog then passes them on, at most kMaxArrivals (the newest).
   void want_arrivals(bool want);
+  // `ddprun status`'s publisher (launcher/jobwide/status_publisher.h) reads the samples
+  // also where no judge does (a round of one node).
+  void want_samples(bool want);
+  bool wants_samples() const;
   bool wants_arrivals() const;
   void add_arrivals(int local_rank, const std::vector<Arrival>& arrivals);
   // (local rank, arrival) since the last call.
@@ -68,7 +72,8 @@ class StallGate {
   // them: launcher/jobwide/startup_timeline.h), by local rank.
   void set_startup(int local_rank, const StartupTimes& times);
   std::map<int, StartupTimes> startup() const;
-  // A new attempt: no judge, no sample, no decision, no arrivals wanted, no start-up.
+  // A new attempt: no judge, no sample, no decision, no arrivals or samples wanted, no
+  // start-up.
   void reset();
 
  private:
@@ -77,6 +82,7 @@ class StallGate {
   NodeSample sample_;
   std::optional<std::vector<std::string>> decision_;
   bool want_arrivals_ = false;
+  bool want_samples_ = false;
   std::vector<std::pair<int, Arrival>> arrivals_;
   std::map<int, StartupTimes> startup_;
 };

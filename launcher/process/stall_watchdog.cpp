@@ -89,8 +89,9 @@ void StallWatchdog::tick() {
   }
   const auto stalled = detector_.stalled(now);
   const bool all_idle = !stalled.empty() && detector_.all_stalled(now);
-  // Only a judge reads the samples: a node alone pays no /proc reads for them.
-  if (gate_.judged()) publish(now, all_idle);
+  // Only a judge or the status reads the samples: a node alone without them pays no /proc
+  // reads for them.
+  if (gate_.judged() || gate_.wants_samples()) publish(now, all_idle);
   // With a job-wide judge, this node's workers all idle is a stall only when the judge
   // says the whole job is stuck (ranks elsewhere may be working while these wait).
   if (all_idle && gate_.judged()) {

@@ -199,4 +199,23 @@ void TcpRendezvousStore::shutdown() {
   if (server) server->stop();
 }
 
+std::shared_ptr<store::Store> connect_rendezvous_reader(const Endpoint& endpoint,
+                                                        const std::string& run_id, Ms timeout) {
+  store::TcpStoreOptions options;
+  options.host = endpoint.host;
+  options.port = static_cast<std::uint16_t>(endpoint.port);
+  options.timeout = timeout;
+  options.connect_timeout = timeout;
+  options.silent_peer_timeout = timeout;
+  options.world_size.reset();  // no "init/" key: the reader is no participant
+  options.wait_for_workers = false;
+  try {
+    return std::make_shared<store::PrefixStore>(kRdzvKeyPrefix + run_id,
+                                                std::make_shared<store::TcpStore>(options));
+  } catch (const store::StoreError& e) {
+    throw RendezvousConnectionError("the rendezvous store at " + endpoint.to_string() +
+                                    " cannot be reached: " + e.what());
+  }
+}
+
 }  // namespace ddprun::rdzv

@@ -78,4 +78,12 @@ struct TcpRendezvousStore {
   void shutdown();  // stops a hosted store
 };
 
+// One connection to run `run_id`'s key space at `endpoint` for a reader from outside the
+// job (`ddprun status`: c10d/store_board_reader.h): never hosts, tries to connect for at
+// most `timeout`, and each later call waits at most `timeout` for its reply. Throws
+// RendezvousConnectionError naming the endpoint.
+std::shared_ptr<store::Store> connect_rendezvous_reader(const Endpoint& endpoint,
+                                                        const std::string& run_id,
+                                                        std::chrono::milliseconds timeout);
+
 }  // namespace ddprun::rdzv

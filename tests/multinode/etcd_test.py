@@ -309,6 +309,47 @@ def etcd_collective_verdict_and_straggler(c):
 
 
 @test
+def etcd_status_read_only(c):
+    """Issue 32 item 1 over etcd-v3: 2 nodes, --stall-timeout 60; rank 1 sleeps 10 s before
+    an all_reduce rank 0 waits in. `ddprun status --rdzv-backend etcd-v3` (range reads only)
+    names both nodes and ranks, rank 1 at the sleep's file:line; an unknown run id is exit
+    4; the job succeeds; afterwards status says the run has ended (exit 7)."""
+    etcd = EtcdCluster(c, 1)
+    eps = etcd.endpoints()
+    worker = os.path.join(HERE, "workers", "job_worker.py")
+    with open(worker) as f:
+        line = next(i for i, l in enumerate(f, 1) if "# STATUS-SLEEP" in l)
+    agents = [c.start(f"node{i}", etcd_args(i, eps, 2, "status_etcd", ["--stall-timeout=60"]),
+                      ["doze", "10"], script=worker) for i in range(2)]
+    read = ["--rdzv-backend=etcd-v3", f"--rdzv-endpoint={eps}"]
+
+    def status(run_id, *more):
+        t0 = time.monotonic()
+        p = subprocess.run([c.ddprun, "status", *read, f"--rdzv-id={run_id}", *more],
+                           capture_output=True, text=True, timeout=20)
+        return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+    def shown():
+        time.sleep(0.5)  # a value every 2 s: no need to start an ASan ddprun every 50 ms
+        rc, out, _, _ = status("status_etcd", "--json")
+        if rc != 0:
+            return None
+        job = json.loads(out)
+        ranks = {r["rank"]: r for n in job["nodes"] for r in n.get("ranks", [])}
+        ok = sorted(ranks) == [0, 1] and f"job_worker.py:{line}" in ranks[1].get("where", "")
+        return job if ok else None
+
+    job = poll(shown, 30, "status names both ranks and rank 1's sleep", c.logs)
+    check([n["node"] for n in job["nodes"]] == [0, 1], "both nodes", job)
+    rc, _, err, took = status("no_such_job")
+    check(rc == 4 and "no run 'no_such_job'" in err and took < 5, "an unknown run id", err)
+    for a in agents:
+        check(a.wait(60) == 0, f"{a.name} failed: the status reads disturbed the job", c.logs())
+    rc, _, err, took = status("status_etcd")
+    check(rc == 7 and "has ended" in err and took < 5, "the run has ended", err)
+
+
+@test
 def etcd_preflight_leaves_a_bad_node_out(c):
     """Issue 34 over etcd-v3 (the findings and the verdict on etcd's board): --nnodes 2:3
     --preflight, node1's python cannot import torch: every node names it, node1 leaves

@@ -552,6 +552,14 @@ def _marked_line(path, mark):
         return next(i for i, l in enumerate(f, 1) if mark in l)
 
 
+def ddprun_status(c, *args, timeout=20):
+    """`ddprun status ARGS`: (exit code, stdout, stderr, seconds it took)."""
+    t0 = time.monotonic()
+    p = subprocess.run([c.ddprun, "status", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+
 @test
 def stall_waiting_node_is_not_a_stall(c):
     """Issue 32: --stall-timeout 3 on 2 nodes; rank 0 (node 0 or 1) computes silently for
@@ -673,13 +681,24 @@ def straggler_named_by_node_0_and_its_own_node(c):
     --stall-timeout), --straggler-window 5; for 20 s the last rank (3, on node 1) sleeps
     0.3 s before each all_reduce, the others 0.02 s. Node 0 (which ranks the job) and node 1
     (the straggler's) log a line naming rank 3, its host and a median margin near 0.28 s,
-    once; the run record carries it; the job succeeds."""
+    once; the run record carries it, and `ddprun status` shows it while the job runs (issue
+    34's ranking in the live view); the job succeeds."""
     port = c.reserve_port()
     recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
     extra = ["--nproc-per-node=2", "--stall-timeout=60", "--straggler-window=5"]
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "straggle",
                                             [*extra, f"--record-file={recs[i]}"]),
                       ["straggle", "20"], script=JOB_WORKER) for i in range(2)]
+
+    def in_status():  # `ddprun status` shows the line while the job runs
+        time.sleep(0.5)  # a value every 2 s: no need to start an ASan ddprun every 50 ms
+        rc, out, _, _ = ddprun_status(c, "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                                      "--rdzv-id=straggle", "--json")
+        return rc == 0 and [n["straggler"] for n in json.loads(out)["nodes"] if "straggler" in n]
+
+    shown = poll(in_status, 60, "ddprun status shows the straggler line", c.logs)
+    check(all(l.startswith("straggler: rank 3 on localhost (127.0.0.2) arrived last at ")
+              for l in shown), "the line in the status", shown)
     for a in agents:
         check(a.wait(120) == 0, f"{a.name} failed", c.logs())
     lines = []
@@ -733,6 +752,118 @@ def straggler_left_out_and_job_goes_on(c):
               f"{a.name}: a new round of 2 nodes, no restart spent", c.logs())
     with open(blocklist) as f:
         check("127.0.0.3" in f.read(), "node 2's address on the block-list", c.logs())
+
+
+@test(tier="214")
+def status_shows_every_node_rank_place_and_collective(c):
+    """Issue 32 item 1: 2 nodes x 2 ranks, --stall-timeout 60; the last rank (3, on node 1)
+    sleeps 12 s in Python before an all_reduce the others wait in. Meanwhile `ddprun status`
+    (read-only, from outside the job) names both nodes and all four ranks with their pids,
+    rank 3 at the sleep's file:line, and (PyTorch 2.14's flight recorder) ranks 0-2 in the
+    all_reduce; the text table shows the same. The job still succeeds; afterwards status
+    says the run has ended (exit 7), and an unknown run id is exit 4, both within seconds."""
+    port = c.reserve_port()
+    extra = ["--nproc-per-node=2", "--stall-timeout=60", "--max-restarts=0"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "status_job", extra), ["doze", "12"],
+                      script=JOB_WORKER) for i in range(2)]
+    where = f"job_worker.py:{_marked_line(JOB_WORKER, '# STATUS-SLEEP')}"
+    read = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=status_job"]
+
+    def shown():
+        time.sleep(0.5)  # a value every 2 s: no need to start an ASan ddprun every 50 ms
+        rc, out, _, _ = ddprun_status(c, *read, "--json")
+        if rc != 0:
+            return None
+        job = json.loads(out)
+        ranks = {r["rank"]: r for n in job["nodes"] for r in n.get("ranks", [])}
+        if sorted(ranks) != [0, 1, 2, 3] or where not in ranks[3].get("where", ""):
+            return None
+        if any("in all_reduce" not in _status_collective(ranks[r]) for r in range(3)):
+            return None
+        return job
+
+    job = poll(shown, 40, "status names every rank, rank 3's sleep and the all_reduce",
+               c.logs)
+    check([n["node"] for n in job["nodes"]] == [0, 1]
+          and all(n["state"] == "running" and n["host"] for n in job["nodes"]),
+          "both nodes, running", job)
+    check(all(r["pid"] > 0 for n in job["nodes"] for r in n["ranks"]), "every rank's pid", job)
+    rc, table, err, took = ddprun_status(c, *read)
+    check(rc == 0 and where in table and table.count("in all_reduce #") >= 3
+          and all(f"\n      {r} " in table for r in range(4)), "the text table", table + err)
+    rc, _, err, took = ddprun_status(c, "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                                     "--rdzv-id=no_such_job")
+    check(rc == 4 and "no run 'no_such_job'" in err and took < 5, "an unknown run id", err)
+    for a in agents:
+        check(a.wait(60) == 0, f"{a.name} failed: the status reads disturbed the job", c.logs())
+    rc, _, err, took = ddprun_status(c, *read)
+    # The store went with its host: unreachable (3) once it is gone, ended (7) before.
+    check(rc in (3, 7) and took < 5 and len(err.splitlines()) == 1, "after the job", err)
+
+
+def _status_collective(rank):
+    groups = [g for g in rank.get("collectives", []) if g["entered"] >= 0]
+    if not groups:
+        return ""
+    g = min(groups, key=lambda g: g["pg"])
+    return ("after " if g["completed"] >= g["entered"] else "in ") + g["op"].split(":")[-1]
+
+
+@test(needs_torch=False)
+def status_bad_input_one_line_and_its_exit_code(c):
+    """`ddprun status` where it cannot show a job, against a ddprun-store holding what the
+    rendezvous would: each case one line on stderr, its own exit code, within seconds:
+    nothing listening (3), no such run id (4), a run with no round formed yet (5), a node's
+    value that is not a status (6: the table is printed without it), a corrupt round key
+    (6), the run ended (7, --watch too), no endpoint (2)."""
+    store_bin = os.path.join(os.path.dirname(os.path.dirname(c.ddprun)), "store", "ddprun-store")
+    port, idle = c.reserve_port(), c.reserve_port()
+    addr = f"127.0.0.1:{port}"
+    server = subprocess.Popen([store_bin, "serve", "--host=127.0.0.1", f"--port={port}"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        check("listening" in server.stdout.readline(), "the store serves")
+
+        def put(run_id, key, value):
+            subprocess.run([store_bin, "set", f"--addr={addr}", f"ddprun/rdzv/{run_id}/{key}",
+                            value], check=True, capture_output=True)
+
+        def status(endpoint, run_id, *more):
+            rc, out, err, took = ddprun_status(c, "--rdzv-backend=c10d",
+                                               f"--rdzv-endpoint={endpoint}",
+                                               f"--rdzv-id={run_id}", *more)
+            check(took < 5 and len(err.strip().splitlines()) == 1, "one line, at once",
+                  (rc, out, err, took))
+            return rc, out, err
+
+        rc, _, err = status(f"127.0.0.1:{idle}", "j")
+        check(rc == 3 and "cannot be reached" in err, "nothing listening", err)
+        rc, _, err = status(addr, "j")
+        check(rc == 4 and f"c10d at {addr}: no run 'j' (" in err, "no such run id", err)
+        put("forming", "job", '["train.py"]')
+        rc, _, err = status(addr, "forming")
+        check(rc == 5 and "no round formed yet" in err, "no round yet", err)
+        for key, value in [("job", "x"), ("round", "0"), ("r0/final", "2"),
+                           ("r0/view/status/0", "garbage")]:
+            put("foreign", key, value)
+        rc, out, err = status(addr, "foreign")
+        check(rc == 6 and err.startswith("ddprun status: node 0: not a ddprun status value: "
+                                         "'garbage'"), "a foreign value", err)
+        check("\n0     -                        not a ddprun status value" in out
+              and "\n1     -                        no status yet" in out, "the table", out)
+        put("corrupt", "round", "zz")
+        rc, _, err = status(addr, "corrupt")
+        check(rc == 6 and "corrupt rendezvous key round = 'zz'" in err, "a corrupt key", err)
+        put("ended", "closed", "1")
+        rc, _, err = status(addr, "ended")
+        check(rc == 7 and "has ended" in err, "the run ended", err)
+        rc, _, err = status(addr, "ended", "--watch")
+        check(rc == 7 and "has ended" in err, "--watch ends with the run", err)
+        rc, _, err, _ = ddprun_status(c, "--rdzv-id=j")
+        check(rc == 2 and "--rdzv-endpoint is needed" in err, "no endpoint", err)
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 @test(tier="214")

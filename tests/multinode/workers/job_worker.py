@@ -14,6 +14,9 @@
                                          last rank 0.15 s late (the job must leave the last
                                          rank's node out first); in a smaller round, 5
                                          all_reduces and exit 0
+    job_worker.py doze SECONDS           the last rank sleeps SECONDS (STATUS-SLEEP) before
+                                         an all_reduce the others wait in; then every rank
+                                         exits 0
     job_worker.py hang                   the last rank sleeps forever before its all_reduce
                                          (STALL-SLEEP) while the others wait in it
                                          (STALL-ALLREDUCE); a restarted attempt exits 0
@@ -39,6 +42,13 @@ def step(rank, world):
     if rank == world - 1:
         time.sleep(1e6)  # STALL-SLEEP
     dist.all_reduce(t)  # STALL-ALLREDUCE
+
+
+def doze(rank, world, seconds):
+    t = torch.ones(4)
+    if rank == world - 1:
+        time.sleep(seconds)  # STATUS-SLEEP
+    dist.all_reduce(t)
 
 
 def mismatch(rank, world):
@@ -82,6 +92,9 @@ def main():
         fail(rank, world)
     elif sys.argv[1] == "mismatch":
         mismatch(rank, world)
+    elif sys.argv[1] == "doze":
+        doze(rank, world, float(sys.argv[2]))
+        os._exit(0)  # as evaluate: no gloo teardown race at exit
     elif sys.argv[1] == "straggle":
         straggle(rank, world, float(sys.argv[2]))
     elif sys.argv[1] == "straggle-out":
