@@ -37,6 +37,9 @@ struct WorkerSpec {
                                   // terminal (output_router.h)
   StreamSpec out;
   StreamSpec err;
+  // Where this worker writes PyTorch's flight recorder dump when the stall watchdog
+  // declares a stall (fr_dump.h); "": no dump.
+  std::string flight_recorder_file;
 };
 
 struct WorkerExit {
