@@ -18,7 +18,7 @@ std::string fr_dump_prefix(const std::vector<std::string>& env) {
     if (!value) continue;
     // The analyzer takes the rank from the digits after the prefix: a prefix ending in a
     // digit would read as part of it.
-    const std::string base = std::filesystem::path(*value).filename().string();
+    std::string base = std::filesystem::path(*value).filename().string();
     if (!base.empty() && base != "." && base != ".." &&
         std::isdigit(static_cast<unsigned char>(base.back())) == 0) {
       return base;
