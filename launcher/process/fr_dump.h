@@ -22,8 +22,12 @@ inline constexpr std::string_view kFrDumpFolder = "flight_recorder";
 // PyTorch's own file prefix, the basename of TORCH_FR_DUMP_TEMP_FILE's default.
 inline constexpr std::string_view kFrDefaultPrefix = "nccl_trace_rank_";
 // How long the watchdog waits for the answers before it stops the workers anyway (the
-// hook looks for the question every 0.1 s; a dump of 256 entries takes a few ms).
-inline constexpr std::chrono::milliseconds kFrDumpWait{2000};
+// hook looks for the question every 0.1 s; a dump of 256 entries takes a few ms). On a node
+// of a job of several, once a rank there dumped, it waits that long: the other nodes hear the
+// job-wide verdict up to a sample and a judge's read later (1 s each at most), and ranks
+// stopped here would break their ranks' collectives (a gloo rank then fails and exits)
+// before those are asked.
+inline constexpr std::chrono::milliseconds kFrDumpWait{3000};
 
 // The file prefix: the basename of the workers' TORCH_FR_DUMP_TEMP_FILE (or the older
 // TORCH_NCCL_DEBUG_INFO_TEMP_FILE) when set, else kFrDefaultPrefix. `env` holds

@@ -258,6 +258,11 @@ bool StackProbe::dumps_answered() const {
                      [](const auto& w) { return !w->asked || w->dump.answered; });
 }
 
+bool StackProbe::dumps_written() const {
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [](const auto& w) { return w->dump.written; });
+}
+
 std::vector<FrDump> StackProbe::dumps() const {
   std::vector<FrDump> out;
   for (const auto& w : workers_) {

@@ -69,8 +69,9 @@ class StackProbe {
   std::size_t request_dumps(const std::vector<std::size_t>& indices);
   // Worker `index` is not asked, for `why` (it is stopped).
   void no_dump(std::size_t index, std::string why);
-  // Every worker asked has answered.
+  // Every worker asked has answered; one has written its dump.
   bool dumps_answered() const;
+  bool dumps_written() const;
   // Each worker's dump, by index (FrDump::file "" where none was asked or refused).
   std::vector<FrDump> dumps() const;
   // The workers' setting that switches PyTorch's recorder off ("TORCH_FR_BUFFER_SIZE=0"),

@@ -69,7 +69,10 @@ void StallWatchdog::tick() {
   const auto now = Clock::now();
   if (dump_.active) {
     if (dump_.asking) {
-      if (now < dump_.deadline && !probe_.dumps_answered()) {
+      // Several nodes: the whole wait once a rank here dumped, for the other nodes' dumps
+      // (fr_dump.h); without a recorder here there is none to wait for.
+      if (now < dump_.deadline &&
+          (!probe_.dumps_answered() || (gate_.judged() && probe_.dumps_written()))) {
         return arm(std::min(now + kAnswerPoll, dump_.deadline));
       }
       dumps_done();
@@ -224,13 +227,10 @@ bool StallWatchdog::ask_for_dumps(Clock::time_point now) {
 
 void StallWatchdog::dumps_done() {
   dump_.asking = false;
-  const std::vector<FrDump> dumps = probe_.dumps();
-  const std::string line = fr_dump_summary(dumps, gate_.judged());
+  const std::string line = fr_dump_summary(probe_.dumps(), gate_.judged());
   if (line.empty()) return;
-  const bool written =
-      std::any_of(dumps.begin(), dumps.end(), [](const FrDump& d) { return d.written; });
   // Without any dump the reason is the same each stall: said once a run.
-  if (!written && std::exchange(said_no_dumps_, true)) return;
+  if (!probe_.dumps_written() && std::exchange(said_no_dumps_, true)) return;
   spdlog::warn("{}", line);
 }
 

@@ -577,6 +577,21 @@ def _flight_recorder_dumps(log_dir):
     return sorted(found)
 
 
+def _analyze_dumps(c, dumps):
+    """PyTorch's analyzer (the tier's interpreter) on every node's dump files (`dumps`: a
+    list per node), put in one folder: what it printed."""
+    both = os.path.join(c.dir, "flight_recorder")
+    os.mkdir(both)
+    for d in dumps:
+        for f in d:
+            shutil.copy(f, both)
+    run = subprocess.run([blackbox.PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace",
+                          both, "--prefix", "nccl_trace_rank_"], capture_output=True, text=True,
+                         timeout=120)
+    check(run.returncode == 0, "the analyzer read the dumps", run.stdout + run.stderr)
+    return run.stdout + run.stderr
+
+
 @test(every_tier=True)
 def stall_verdict_names_the_culprit_on_every_node(c):
     """Issue 32: --stall-timeout 3 on 2 nodes; rank 1 sleeps before its all_reduce while
@@ -659,16 +674,9 @@ def stall_verdict_names_the_culprit_on_every_node(c):
                                 "--allow-incomplete-ranks)"),
               f"{a.name}: the line names the folder and the analyzer's command", line)
     # PyTorch 2.14's own analyzer reads both nodes' files and finds rank 1 missing.
-    both = os.path.join(c.dir, "flight_recorder")
-    os.mkdir(both)
-    for d in dumps:
-        shutil.copy(d[0], both)
-    run = subprocess.run([blackbox.PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace",
-                          both, "--prefix", "nccl_trace_rank_"], capture_output=True, text=True,
-                         timeout=120)
-    said = run.stdout + run.stderr
-    check(run.returncode == 0 and "Not all ranks joining collective" in said
-          and "collective: gloo:all_reduce" in said and "missing ranks: {1}" in said,
+    said = _analyze_dumps(c, dumps)
+    check("Not all ranks joining collective" in said and "collective: gloo:all_reduce" in said
+          and "missing ranks: {1}" in said,
           "the analyzer names rank 1 as missing from the all_reduce", said)
 
 
@@ -676,10 +684,14 @@ def stall_verdict_names_the_culprit_on_every_node(c):
 def stall_verdict_names_a_mismatched_collective(c):
     """Issue 32, PyTorch 2.14's flight recorder: 2 nodes, --stall-timeout 3; rank 1 calls
     broadcast where rank 0 calls all_reduce (both hang in gloo). Every node's verdict says
-    the ranks entered different collectives as the same one of group 0, naming each."""
+    the ranks entered different collectives as the same one of group 0, naming each; and
+    PyTorch 2.14's analyzer, on both nodes' dumps, names rank 1 the culprit of a collective
+    type mismatch."""
     port = c.reserve_port()
     extra = ["--stall-timeout=3", "--max-restarts=0"]
-    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_mismatch", extra), ["mismatch"],
+    logs = [os.path.join(c.dir, f"logs{i}") for i in range(2)]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_mismatch",
+                                            [*extra, f"--log-dir={logs[i]}"]), ["mismatch"],
                       script=JOB_WORKER) for i in range(2)]
     for a in agents:
         check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
@@ -691,6 +703,10 @@ def stall_verdict_names_a_mismatched_collective(c):
         check(" waits in broadcast #2 of group 0 at " in head
               and f"job_worker.py:{_marked_line(JOB_WORKER, '# MISMATCH-BROADCAST')}" in head,
               f"{a.name}: rank 1's place", head)
+    said = _analyze_dumps(c, [_flight_recorder_dumps(d) for d in logs])
+    check("Culprit rank 1; Error type: COLLECTIVE_TYPE_MISMATCH" in said
+          and "'all_reduce' does not match found collective type: 'broadcast'" in said,
+          "the analyzer names rank 1's broadcast", said)
 
 
 @test(tier="214")
