@@ -57,6 +57,13 @@ bool parse_fr_answer(std::string_view answer, FrDump& d) {
   return true;
 }
 
+std::string fr_dump_folder(const std::vector<FrDump>& dumps) {
+  for (const FrDump& d : dumps) {
+    if (d.written && !d.file.empty()) return std::filesystem::path(d.file).parent_path().string();
+  }
+  return "";
+}
+
 std::string fr_analyzer_command(std::string_view python, std::string_view folder,
                                 std::string_view prefix) {
   return fmt::format("{} -m torch.distributed.flight_recorder.fr_trace {} --prefix {}",
@@ -80,7 +87,7 @@ std::string fr_dump_summary(const std::vector<FrDump>& dumps, bool several_nodes
   std::string line;
   if (first != nullptr) {
     const std::filesystem::path file(first->file);
-    const std::string folder = file.parent_path().string();
+    const std::string folder = fr_dump_folder(dumps);
     const std::string prefix = file.filename().string().substr(
         0, file.filename().string().size() - std::to_string(first->rank).size());
     line = fmt::format("stall: flight recorder dumps of {} {} are in {}; analyze them with: {}",

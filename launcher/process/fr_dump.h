@@ -22,7 +22,7 @@ inline constexpr std::string_view kFrDumpFolder = "flight_recorder";
 // PyTorch's own file prefix, the basename of TORCH_FR_DUMP_TEMP_FILE's default.
 inline constexpr std::string_view kFrDefaultPrefix = "nccl_trace_rank_";
 // How long the watchdog waits for the answers before it stops the workers anyway (the
-// hook looks for the question every 0.1 s; a dump of 256 entries takes a few ms). On a node
+// hook looks for the question each 20 ms sample; a dump of 256 entries takes a few ms). On a node
 // of a job of several, once a rank there dumped, it waits that long: the other nodes hear the
 // job-wide verdict up to a sample and a judge's read later (1 s each at most), and ranks
 // stopped here would break their ranks' collectives (a gloo rank then fails and exits)
@@ -53,6 +53,9 @@ struct FrDump {
 // The hook's answer after "D ": "1 <bytes> <python>" or "0 <why>". Fills `d`'s answer
 // fields; false (and `d` unchanged) when malformed.
 bool parse_fr_answer(std::string_view answer, FrDump& d);
+
+// The folder of the first dump written ("": none written).
+std::string fr_dump_folder(const std::vector<FrDump>& dumps);
 
 // The analyzer's command line for the dumps in `folder`, each word shell-quoted:
 // "<python> -m torch.distributed.flight_recorder.fr_trace <folder> --prefix <prefix>".

@@ -230,7 +230,7 @@ std::size_t StackProbe::request_dumps(const std::vector<std::size_t>& indices) {
     ++asked;
   }
   if (asked == 0) return 0;
-  // The question: a file the hooks look for (every 0.1 s). Made whole by rename, so a
+  // The question: a file the hooks look for (each 20 ms sample). Made whole by rename, so a
   // hook never sees half of it (its content is not read).
   const std::string question = dir_ + "/fr_dump";
   std::ofstream(question + ".tmp") << "dump\n";

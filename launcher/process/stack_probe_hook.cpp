@@ -217,7 +217,7 @@ def _ddprun_stack_probe():
         # The innermost frame is held until the next sample, so that a new call (a loop
         # calling a function, seen at the same back edge each time) is a new object.
         last, last_frame, moves, report = None, None, 0, 0.0
-        ask, ask_at = bool(dump_to and here), 0.0
+        ask = bool(dump_to and here)
         while True:
             time.sleep(period)
             frames = _sys._current_frames()
@@ -236,17 +236,14 @@ def _ddprun_stack_probe():
                 last = key
             last_frame = frame
             now = time.monotonic()
-            if ask and now >= ask_at:  # ddprun's question, looked for every 0.1 s
-                ask_at = now + 0.1
-                if _os.path.exists(trigger):
-                    answer = dump_answer()
-                    ask = False
-                    try:
-                        _os.write(fd, answer)
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        return
+            if ask and _os.path.exists(trigger):  # ddprun's question, looked for each sample
+                ask = False
+                try:
+                    _os.write(fd, dump_answer())
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return
             if now >= report:
                 report = now + interval
                 code = frame.f_code

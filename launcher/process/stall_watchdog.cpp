@@ -18,7 +18,7 @@ namespace ddprun::launcher {
 namespace {
 
 // How often the watchdog looks for the hooks' answers while it waits for the dumps.
-constexpr std::chrono::milliseconds kAnswerPoll{50};
+constexpr std::chrono::milliseconds kAnswerPoll{20};
 
 // "30", "0.3": seconds to a tenth.
 std::string seconds(std::chrono::milliseconds ms) {
@@ -227,6 +227,7 @@ bool StallWatchdog::ask_for_dumps(Clock::time_point now) {
 
 void StallWatchdog::dumps_done() {
   dump_.asking = false;
+  dump_.dumps_folder = fr_dump_folder(probe_.dumps());
   const std::string line = fr_dump_summary(probe_.dumps(), gate_.judged());
   if (line.empty()) return;
   // Without any dump the reason is the same each stall: said once a run.
@@ -280,6 +281,7 @@ bool StallWatchdog::collect(std::size_t index, const WorkerExit& exit) {
     SupervisorEvent ev;
     ev.kind = SupervisorEvent::Kind::kStalled;
     ev.exits = std::move(dump_.exits);
+    ev.flight_recorder_dir = dump_.dumps_folder;
     router_.hold(ev);
     dump_ = Dump{};
     if (sampling_) arm(next_sample_);

@@ -67,6 +67,7 @@ class StallWatchdog {
     std::vector<std::size_t> to_continue;  // stopped (state T): SIGCONT after SIGABRT
     std::vector<std::string> notes;        // by worker index
     std::vector<WorkerExit> exits;
+    std::string dumps_folder;  // of the flight recorder dumps written ("": none)
   };
 
   void arm(Clock::time_point when);

@@ -75,6 +75,8 @@ struct SupervisorEvent {
   WorkerExit exit;
   int signo = 0;
   std::vector<WorkerExit> exits;  // kStalled
+  // kStalled: the folder of the flight recorder dumps written before (fr_dump.h); "": none.
+  std::string flight_recorder_dir;
 };
 
 // One attempt's workers at a time. The contract (ProcessSupervisor documents it fully):

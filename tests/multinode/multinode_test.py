@@ -602,9 +602,9 @@ def stall_verdict_names_the_culprit_on_every_node(c):
     each rank's recorder is dumped into its node's log dir
     (attempt_0/flight_recorder/nccl_trace_rank_<rank>) before the workers are stopped, one
     line per node saying where and the analyzer's command, which, run by PyTorch 2.14 on
-    both nodes' files, says rank 1 never joined the all_reduce. Older PyTorch: no dump
-    folder, one line saying why. Each node's failure report carries the verdict's
-    headline."""
+    both nodes' files, says rank 1 never joined the all_reduce; the run record names the
+    folder. Older PyTorch: no dump folder, one line saying why. Each node's failure report
+    carries the verdict's headline."""
     recorder = tuple(map(int, blackbox.torch_version().split(".")[:2])) >= (2, 14)
     port = c.reserve_port()
     extra = ["--stall-timeout=3", "--max-restarts=0"]
@@ -651,8 +651,13 @@ def stall_verdict_names_the_culprit_on_every_node(c):
         check(r["stall_verdict"] and r["stall_verdict"][0] == heads[0]
               and r["exit_class"] == "stall", "the record carries the verdict", r)
     dumps = [_flight_recorder_dumps(d) for d in logs]
+    folders = []
+    for rec in recs:
+        with open(rec) as f:
+            folders.append(json.load(f)["attempts"][0]["flight_recorder"])
     if not recorder:
-        check(dumps == [[], []], "no dump without a flight recorder", dumps)
+        check(dumps == [[], []] and folders == [None, None], "no dump without a flight recorder",
+              dumps, folders)
         for a in agents:
             lines = [l for l in a.text().splitlines() if "stall: no flight recorder dumps" in l]
             check(len(lines) == 1 and " wrote none: PyTorch " in lines[0]
@@ -663,6 +668,8 @@ def stall_verdict_names_the_culprit_on_every_node(c):
     names = [[os.path.basename(f) for f in d] for d in dumps]
     check(sorted(n for d in names for n in d) == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
           and all(len(d) == 1 for d in names), "one dump per rank, in its node's log dir", dumps)
+    check(folders == [os.path.dirname(d[0]) for d in dumps], "each run record names its folder",
+          folders)
     for a, d in zip(agents, dumps):
         folder = os.path.dirname(d[0])
         line = next((l for l in a.text().splitlines() if "stall: flight recorder dumps of" in l),
