@@ -193,12 +193,19 @@ def _ddprun_stack_probe():
                             ".%s.%d.tmp" % (_os.path.basename(dump_to), pid))
         out = _os.open(tmp, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[_os.write(out, view):]
-        finally:
-            _os.close(out)
-        _os.replace(tmp, dump_to)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[_os.write(out, view):]
+            finally:
+                _os.close(out)
+            _os.replace(tmp, dump_to)
+        except BaseException:
+            try:  # no partial file left (a full disk, say)
+                _os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         return len(data)
 
     def dump_answer():
