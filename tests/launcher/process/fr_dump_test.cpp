@@ -1,9 +1,10 @@
 // fr_dump_test.cpp: the flight recorder dumps at a stall (fr_dump.h): the file prefix,
 // the user's switch, the hook's answers and the line ddprun logs (tables); and, with the
 // ProcessSupervisor and real workers, the question asked of the hooks of Python workers
-// without torch (their answer named, the stall handled as before) and not asked when the
-// user switched the recorder off. The dumps PyTorch's analyzer reads are checked by the
-// 2.14 tier (tests/multinode, stall_verdict_names_the_culprit_on_every_node).
+// without torch (their answer named, the stall handled as before), a hook that cannot answer
+// (the wait is bounded), and no question when the user switched the recorder off. The dumps
+// PyTorch's analyzer reads are checked by the 2.14 tier (tests/multinode,
+// stall_verdict_names_the_culprit_on_every_node).
 #include "launcher/process/fr_dump.h"
 
 #include <catch2/catch.hpp>
@@ -135,6 +136,31 @@ TEST_CASE("fr_dump: a stall asks the workers' hooks first, and without torch the
   INFO(Catch::Detail::stringify(log.lines()));
   CHECK(log.has("stall: no flight recorder dumps; ranks 10-11 wrote none: torch not imported"));
   CHECK_FALSE(std::filesystem::exists(folder));  // made only for a dump
+}
+
+TEST_CASE(
+    "fr_dump: a hook that cannot answer (its main thread holds the GIL) costs at most "
+    "kFrDumpWait, then the stall is handled as before",
+    "[fr_dump][stall]") {
+  ddprun::test::TempDir dir;
+  ddprun::test::LogCapture log;
+  Harness h(true, 600ms);
+  WorkerSpec w = sleeping_python(0, dir.str() + "/flight_recorder/nccl_trace_rank_10");
+  // After its sampler reported (the sleep), a regular expression that backtracks for ever
+  // without releasing the GIL: the sampler can neither sample nor answer.
+  w.argv = {"python3", "-c",
+            "import re, time; time.sleep(0.5); re.match(r'(a+)+$', 'a' * 64 + 'b')"};
+  const auto t0 = std::chrono::steady_clock::now();
+  h.sup->start({w});
+  const SupervisorEvent ev = h.next(30s);
+  REQUIRE(ev.kind == Kind::kStalled);
+  REQUIRE(ev.exits.size() == 1);
+  CHECK(ev.exits[0].signal == SIGABRT);
+  CHECK(std::chrono::steady_clock::now() - t0 >= kFrDumpWait);
+  INFO(Catch::Detail::stringify(log.lines()));
+  CHECK(
+      log.has("stall: no flight recorder dumps; rank 10 wrote none: no answer from ddprun's "
+              "sampler in time"));
 }
 
 TEST_CASE("fr_dump: the recorder switched off by the user: no question, one line",
