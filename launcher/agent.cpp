@@ -279,6 +279,7 @@ Agent::Step Agent::monitor(RunResult& result) {
         return on_success(result);
       case Kind::kStalled:  // the stall watchdog stopped them (--stall-timeout)
         failure_ = {ExitClass::kStall, 0};
+        history_->flight_recorder_dumps(ev.flight_recorder_dir);
         return on_failure(ev.exits, result);
       case Kind::kSignal:
         // Every handled signal, SIGUSR1/SIGUSR2 included, ends the run (torchrun 2.11:

@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "base/sys_error.h"
+#include "launcher/process/fr_dump.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -56,6 +57,10 @@ std::string RunDirs::rank_dir(int attempt, int local_rank) const {
 
 std::string RunDirs::error_file(int attempt, int local_rank) const {
   return (fs::path(rank_dir(attempt, local_rank)) / "error.json").string();
+}
+
+std::string RunDirs::flight_recorder_dir(int attempt) const {
+  return (fs::path(attempt_dir(attempt)) / kFrDumpFolder).string();
 }
 
 void RunDirs::prepare_attempt(int attempt, int local_ranks) const {

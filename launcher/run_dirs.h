@@ -1,5 +1,6 @@
 // run_dirs.h: RunDirs, the Agent's files on disk: the run log directory
-// <log-dir>/<run_id>_XXXXXX, each attempt's attempt_<N>/<local_rank>/ (logs, error.json),
+// <log-dir>/<run_id>_XXXXXX, each attempt's attempt_<N>/<local_rank>/ (logs, error.json)
+// and attempt_<N>/flight_recorder/ (the dumps at a stall),
 // and the default TMPDIR/torchelastic_XXXXXX made without --log-dir, removed at the end
 // unless it holds log files or a failed worker's folders.
 // Used by the Agent. Thread-safety: one owner (the agent's thread).
@@ -22,6 +23,9 @@ class RunDirs {
   std::string attempt_dir(int attempt) const;
   std::string rank_dir(int attempt, int local_rank) const;
   std::string error_file(int attempt, int local_rank) const;
+  // attempt_<N>/flight_recorder: the flight recorder's dumps at a stall (fr_dump.h), made
+  // by the stall watchdog only then.
+  std::string flight_recorder_dir(int attempt) const;
   // Removes attempt_<N> and creates it again with one folder per local rank.
   void prepare_attempt(int attempt, int local_ranks) const;
 

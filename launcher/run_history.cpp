@@ -79,7 +79,12 @@ void RunHistory::attempt_started(int attempt, int restarts_spent) {
     start.worker.emplace(lr, info.rank_base + lr, info.world_size);
     record(start);
   }
-  attempts_.push_back({attempt, info.round, Clock::now(), std::nullopt, ""});
+  attempts_.push_back({attempt, info.round, Clock::now(), std::nullopt, "", ""});
+}
+
+void RunHistory::flight_recorder_dumps(std::string folder) {
+  if (attempts_.empty() || attempts_.back().ended) return;
+  attempts_.back().flight_recorder = std::move(folder);
 }
 
 void RunHistory::attempt_ended(const std::string& why) {
@@ -147,11 +152,13 @@ std::string RunHistory::record_json(const std::vector<Failure>& failures, ExitCl
   }
   json attempts = json::array();
   for (const Attempt& a : attempts_) {
-    attempts.push_back({{"attempt", a.attempt},
-                        {"round", a.round},
-                        {"started_at", iso(a.started)},
-                        {"ended_at", a.ended ? json(iso(*a.ended)) : json(nullptr)},
-                        {"end", a.ended ? json(a.end) : json(nullptr)}});
+    attempts.push_back(
+        {{"attempt", a.attempt},
+         {"round", a.round},
+         {"started_at", iso(a.started)},
+         {"ended_at", a.ended ? json(iso(*a.ended)) : json(nullptr)},
+         {"end", a.ended ? json(a.end) : json(nullptr)},
+         {"flight_recorder", a.flight_recorder.empty() ? json(nullptr) : json(a.flight_recorder)}});
   }
   json fails = json::array();
   for (const Failure& f : failures) {
@@ -172,7 +179,7 @@ std::string RunHistory::record_json(const std::vector<Failure>& failures, ExitCl
   }
   const json record = {
       {"schema", "ddprun-run-record"},
-      {"version", 2},
+      {"version", 3},
       {"run_id", facts_.context.run_id},
       {"host", facts_.context.hostname},
       {"rdzv_backend", facts_.context.rdzv_backend},

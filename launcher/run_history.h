@@ -2,8 +2,9 @@
 // elastic events (--event-log-handler console: EventLog, events.h) as they happen, and,
 // with --record-file, one JSON run record written when the run ends: the node, every round and
 // attempt with why it ended, the failures, the job's root cause and stall verdict (job_view.h), the
-// exit class and status, the straggler lines, the start-up timeline. Schema:
-// docs/run-record.schema.json (version 2; docs/usage.md, "Run record"). Used by the Agent and
+// exit class and status, the straggler lines, the start-up timeline, the flight recorder
+// dumps' folder of a stalled attempt. Schema: docs/run-record.schema.json (version 3;
+// docs/usage.md, "Run record"). Used by the Agent and
 // JobView. Thread-safety: the agent thread only.
 #pragma once
 
@@ -39,6 +40,9 @@ class RunHistory {
   // Why the running attempt ended: "succeeded", "failed", "stalled", "membership changed",
   // "wedged (D state)", "stopped by SIGTERM", ...
   void attempt_ended(const std::string& why);
+  // The running attempt's flight recorder dumps at a stall are in `folder` (fr_dump.h; "":
+  // none).
+  void flight_recorder_dumps(std::string folder);
   // The job-wide cause (job_view.h): the root-cause line, the stall verdict's lines.
   void job_cause(std::string root_cause, std::vector<std::string> verdict);
   // A straggler line this node logged (straggler_watch.h).
@@ -62,6 +66,7 @@ class RunHistory {
     Clock::time_point started;
     std::optional<Clock::time_point> ended;
     std::string end;
+    std::string flight_recorder;  // the folder of its dumps at a stall ("": none)
   };
   struct Round {
     rdzv::RendezvousInfo info;

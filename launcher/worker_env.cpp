@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "base/text.h"
+#include "launcher/process/fr_dump.h"
 #include "launcher/torch_version.h"
 
 namespace ddprun::launcher {
@@ -167,6 +168,13 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchConfig& config, const Atte
     w.global_rank = attempt.info.rank_base + lr;
     w.argv = worker_argv(config, lr);
     w.env = to_env_strings(worker_env(config, attempt, agent_env, lr, dirs.error_file(n, lr)));
+    // With the stall watchdog, the file PyTorch's flight recorder is dumped to at a stall,
+    // named as its analyzer expects; none with --log-dir /dev/null (no files).
+    if (config.stall_timeout_s > 0 && files) {
+      w.flight_recorder_file = (std::filesystem::path(dirs.flight_recorder_dir(n)) /
+                                (fr_dump_prefix(w.env) + std::to_string(w.global_rank)))
+                                   .string();
+    }
     if (lr < static_cast<int>(numa_plan.size())) {
       w.cpus.assign(numa_plan[lr].cpus.begin(), numa_plan[lr].cpus.end());
     }

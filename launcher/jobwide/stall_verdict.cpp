@@ -9,6 +9,7 @@
 #include <set>
 
 #include "base/numbers.h"
+#include "base/text.h"
 #include "launcher/jobwide/board_json.h"
 
 namespace ddprun::launcher {
@@ -49,20 +50,6 @@ struct Group {
   std::vector<Member> members;
 };
 
-// "0-4,6,9-10"
-std::string rank_ranges(std::vector<int> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]);
-    if (j > i) out += "-" + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 std::string who(const Group& g) {
   if (g.members.size() <= kNamedPerGroup) {
     std::string s;
@@ -87,7 +74,7 @@ std::string who(const Group& g) {
     }
     on += (on.empty() ? "" : ", ") + h;
   }
-  return fmt::format("{} ranks ({}) on {}", ranks.size(), rank_ranges(ranks), on);
+  return fmt::format("{} ranks ({}) on {}", ranks.size(), number_ranges(ranks), on);
 }
 
 // "<who> never entered all_reduce #12 of group 0: it is at ...", "<who> waits in
@@ -227,7 +214,7 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
       std::vector<int> rs;
       for (int i : at) rs.push_back(flat[static_cast<std::size_t>(i)]->rank);
       which += fmt::format("{}{} ({} {})", which.empty() ? "" : ", ", op_name(op),
-                           rs.size() == 1 ? "rank" : "ranks", rank_ranges(rs));
+                           rs.size() == 1 ? "rank" : "ranks", number_ranges(rs));
     }
     head += fmt::format(
         "; ranks entered different collectives as #{} of group {}: {}: a collective called on "
@@ -247,7 +234,7 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
     std::string which;
     for (const auto& [fn, rs] : collectives) {
       which += fmt::format("{}{} ({} {})", which.empty() ? "" : ", ", fn,
-                           rs.size() == 1 ? "rank" : "ranks", rank_ranges(rs));
+                           rs.size() == 1 ? "rank" : "ranks", number_ranges(rs));
     }
     head += "; ranks wait in different collectives: " + which +
             ": a collective called on some ranks and not on others";
@@ -263,7 +250,7 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
     std::vector<int> rs;
     for (const Member& m : g.members) rs.push_back(m.rank->rank);
     lines.push_back(
-        "  " + say(g, fmt::format("{} {}", rs.size() == 1 ? "rank" : "ranks", rank_ranges(rs))));
+        "  " + say(g, fmt::format("{} {}", rs.size() == 1 ? "rank" : "ranks", number_ranges(rs))));
   }
   return lines;
 }

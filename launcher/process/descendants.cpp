@@ -115,6 +115,17 @@ void set_env_entry(std::vector<std::string>& env, std::string_view name, std::st
   env.push_back(std::move(entry));
 }
 
+std::optional<std::string_view> find_env_entry(const std::vector<std::string>& env,
+                                               std::string_view name) {
+  for (const std::string& kv : env) {
+    if (kv.size() > name.size() && kv.compare(0, name.size(), name) == 0 &&
+        kv[name.size()] == '=') {
+      return std::string_view(kv).substr(name.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<pid_t> processes_with_token(const std::string& token) {
   // The entry as it appears between the NULs of /proc/<pid>/environ.
   std::string entry = std::string(kJobTokenVar) + "=" + token;

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,9 @@ std::string make_job_token();
 
 // Sets `name`=`value` in `env` ("NAME=value" entries), replacing an entry of that name.
 void set_env_entry(std::vector<std::string>& env, std::string_view name, std::string_view value);
+// The value of `name` in `env` (the first entry of that name), nullopt when it has none.
+std::optional<std::string_view> find_env_entry(const std::vector<std::string>& env,
+                                               std::string_view name);
 
 // Live (not zombie) processes, other than the caller, whose environment holds the entry
 // DDPRUN_JOB_TOKEN=<token> (those of other users cannot be read and are skipped).

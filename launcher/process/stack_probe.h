@@ -11,7 +11,9 @@
 // add() sets TORCH_FR_BUFFER_SIZE unless the user did), each report also carries, per
 // process group, the last collective entered and completed, and the new collectives'
 // arrival times; and, until all are known, the worker's start-up times (interpreter up,
-// torch imported, process group formed, first collective) (flight_record.h).
+// torch imported, process group formed, first collective) (flight_record.h). At a stall
+// request_dumps() asks the hooks for the recorder's dump, each written to the worker's file
+// (fr_dump.h), and collects their answers. The hook's text: stack_probe_hook.h.
 // Used by StallWatchdog. Thread-safety: none; the supervisor's EventLoop thread only.
 #pragma once
 
@@ -27,6 +29,7 @@
 #include "base/unique_fd.h"
 #include "launcher/process/event_loop.h"
 #include "launcher/process/flight_record.h"
+#include "launcher/process/fr_dump.h"
 
 namespace ddprun::launcher {
 
@@ -58,7 +61,22 @@ class StackProbe {
   // The next worker (numbered from 0 in the order of add()): sets its environment
   // (PYTHONPATH, DDPRUN_STACK_*) and returns the write end of its report pipe, which the
   // child must inherit at the same number (SpawnOptions::keep_fd); invalid when disabled.
-  UniqueFd add(std::vector<std::string>& env);
+  // `dump`: its rank and the file its flight recorder dump goes to at a stall ("": none).
+  UniqueFd add(std::vector<std::string>& env, FrDump dump = {});
+  // A stall: asks workers `indices` (those with a file, a hook that reported and a
+  // recorder the user did not switch off) for their dump: writes the question (<hook
+  // dir>/fr_dump). Returns how many were asked.
+  std::size_t request_dumps(const std::vector<std::size_t>& indices);
+  // Worker `index` is not asked, for `why` (it is stopped).
+  void no_dump(std::size_t index, std::string why);
+  // Every worker asked has answered; one has written its dump.
+  bool dumps_answered() const;
+  bool dumps_written() const;
+  // Each worker's dump, by index (FrDump::file "" where none was asked or refused).
+  std::vector<FrDump> dumps() const;
+  // The workers' setting that switches PyTorch's recorder off ("TORCH_FR_BUFFER_SIZE=0"),
+  // "" when none does (fr_recorder_off).
+  const std::string& recorder_off() const { return recorder_off_; }
   // The attempt ended: closes the pipes and forgets the workers.
   void clear();
   // Worker `index`'s last report (not sampled when none came).
@@ -76,6 +94,8 @@ class StackProbe {
     Position position;
     std::vector<CollectiveState> collectives;  // of the report under way
     std::vector<Arrival> arrivals;
+    FrDump dump;
+    bool asked = false;
   };
   void read(Worker& w);
   // One "F ..." or "A ..." line of the flight recorder.
@@ -84,6 +104,7 @@ class StackProbe {
   EventLoop& loop_;
   std::chrono::milliseconds interval_;
   std::string dir_;  // "" when disabled
+  std::string recorder_off_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

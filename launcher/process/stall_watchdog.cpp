@@ -10,11 +10,15 @@
 #include <csignal>
 #include <iterator>
 #include <optional>
+#include <utility>
 
 #include "launcher/process/descendants.h"
 
 namespace ddprun::launcher {
 namespace {
+
+// How often the watchdog looks for the hooks' answers while it waits for the dumps.
+constexpr std::chrono::milliseconds kAnswerPoll{20};
 
 // "30", "0.3": seconds to a tenth.
 std::string seconds(std::chrono::milliseconds ms) {
@@ -64,6 +68,17 @@ void StallWatchdog::tick() {
   if (group_.alive() == 0) return;
   const auto now = Clock::now();
   if (dump_.active) {
+    if (dump_.asking) {
+      // Several nodes: the whole wait once a rank here dumped, for the other nodes' dumps
+      // (fr_dump.h); without a recorder here there is none to wait for.
+      if (now < dump_.deadline &&
+          (!probe_.dumps_answered() || (gate_.judged() && probe_.dumps_written()))) {
+        return arm(std::min(now + kAnswerPoll, dump_.deadline));
+      }
+      dumps_done();
+      abort_workers(now);
+      return arm(dump_.deadline);
+    }
     if (dump_.killed) return;
     if (now < dump_.deadline) return arm(dump_.deadline);
     dump_.killed = true;
@@ -95,16 +110,10 @@ void StallWatchdog::tick() {
   // With a job-wide judge, this node's workers all idle is a stall only when the judge
   // says the whole job is stuck (ranks elsewhere may be working while these wait).
   if (all_idle && gate_.judged()) {
-    if (const auto verdict = gate_.decision()) {
-      fire(stalled, now, *verdict);
-      return arm(dump_.deadline);
-    }
+    if (const auto verdict = gate_.decision()) return fire(stalled, now, *verdict);
     return arm(next_sample_);  // the judge says what this node's quiet means
   }
-  if (all_idle) {
-    fire(stalled, now, {});
-    return arm(dump_.deadline);
-  }
+  if (all_idle) return fire(stalled, now, {});
   arm(next_sample_);
   // Some workers idle while others still progress: most often ranks waiting for a slower
   // peer (a long import, a checkpoint), so it is said once per idle spell, not acted on.
@@ -149,7 +158,6 @@ void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_po
   std::string who;
   dump_ = Dump{};
   dump_.notes.assign(group_.size(), "");
-  std::vector<std::size_t> to_continue;
   for (std::size_t i : stalled) {  // every live worker (all_stalled)
     who += fmt::format("{}local rank {} (pid {}){}", who.empty() ? "" : ", ", group_.local_rank(i),
                        group_.pid(i), where(i));
@@ -170,7 +178,7 @@ void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_po
                     "stalled: the process was stopped by a debugger (state t in /proc/{}/stat) "
                     "for {} s{}; no stacks (SIGABRT cannot reach it), then killed",
                     group_.pid(i), idle, at);
-      if (state == 'T') to_continue.push_back(i);
+      if (state == 'T') dump_.to_continue.push_back(i);
     } else {
       dump_.notes[i] = fmt::format(
           "stalled: no progress ({}) for {} s{}; stacks dumped by the stall watchdog (SIGABRT)",
@@ -185,12 +193,56 @@ void StallWatchdog::fire(const std::vector<std::size_t>& stalled, Clock::time_po
       verdict.empty() ? "no worker made progress" : "the job made no progress (job-wide verdict)",
       seconds(timeout_), who);
   dump_.active = true;
+  if (!ask_for_dumps(now)) abort_workers(now);
+  arm(dump_.asking ? std::min(now + kAnswerPoll, dump_.deadline) : dump_.deadline);
+}
+
+bool StallWatchdog::ask_for_dumps(Clock::time_point now) {
+  if (!probe_.recorder_off().empty()) {
+    if (!std::exchange(said_no_dumps_, true)) {
+      spdlog::warn(
+          "stall: no flight recorder dumps: the workers' environment switches PyTorch's "
+          "flight recorder off ({})",
+          probe_.recorder_off());
+    }
+    return false;
+  }
+  // Not the stopped ones: their hook is stopped too.
+  std::vector<std::size_t> ask;
+  for (std::size_t i : dump_.pending) {
+    char state = '?';
+    if (stopped(i, &state)) {
+      probe_.no_dump(i, fmt::format("the process is stopped (state {})", state));
+    } else {
+      ask.push_back(i);
+    }
+  }
+  if (probe_.request_dumps(ask) == 0) {
+    dumps_done();
+    return false;
+  }
+  dump_.asking = true;
+  dump_.deadline = now + kFrDumpWait;
+  return true;
+}
+
+void StallWatchdog::dumps_done() {
+  dump_.asking = false;
+  dump_.dumps_folder = fr_dump_folder(probe_.dumps());
+  const std::string line = fr_dump_summary(probe_.dumps(), gate_.judged());
+  if (line.empty()) return;
+  // Without any dump the reason is the same each stall: said once a run.
+  if (!probe_.dumps_written() && std::exchange(said_no_dumps_, true)) return;
+  spdlog::warn("{}", line);
+}
+
+void StallWatchdog::abort_workers(Clock::time_point now) {
   dump_.deadline = now + kStallDumpWait;
   // The worker process only, not its group: faulthandler prints its own stacks, and its
   // children (data loaders) would add theirs to the same stderr. The group dies at the
   // attempt's end.
   for (std::size_t i : dump_.pending) ::kill(group_.pid(i), SIGABRT);
-  for (std::size_t i : to_continue) ::kill(group_.pid(i), SIGCONT);
+  for (std::size_t i : dump_.to_continue) ::kill(group_.pid(i), SIGCONT);
 }
 
 bool StallWatchdog::stopped(std::size_t index, char* state) const {
@@ -226,9 +278,11 @@ bool StallWatchdog::collect(std::size_t index, const WorkerExit& exit) {
   e.note = dump_.notes[index];
   dump_.exits.push_back(std::move(e));
   if (dump_.pending.empty()) {
+    if (dump_.asking) dumps_done();  // every worker exited before the answers were in
     SupervisorEvent ev;
     ev.kind = SupervisorEvent::Kind::kStalled;
     ev.exits = std::move(dump_.exits);
+    ev.flight_recorder_dir = dump_.dumps_folder;
     router_.hold(ev);
     dump_ = Dump{};
     if (sampling_) arm(next_sample_);

@@ -244,7 +244,10 @@ void ProcessSupervisor::Impl::do_start(std::vector<WorkerSpec>& specs) {
   try {
     for (WorkerSpec& spec : specs) {
       OutputRouter::ChildEnds ends = router.add(spec);
-      const UniqueFd probe = stall ? stall->add_worker(spec.env) : UniqueFd();
+      FrDump dump;
+      dump.rank = spec.global_rank;
+      dump.file = spec.flight_recorder_file;
+      const UniqueFd probe = stall ? stall->add_worker(spec.env, std::move(dump)) : UniqueFd();
       group.spawn(spec, ends.out.get(), ends.err.get(), probe.get());
     }
   } catch (const SpawnError&) {

@@ -37,6 +37,9 @@ struct WorkerSpec {
                                   // terminal (output_router.h)
   StreamSpec out;
   StreamSpec err;
+  // Where this worker writes PyTorch's flight recorder dump when the stall watchdog
+  // declares a stall (fr_dump.h); "": no dump.
+  std::string flight_recorder_file;
 };
 
 struct WorkerExit {
@@ -72,6 +75,8 @@ struct SupervisorEvent {
   WorkerExit exit;
   int signo = 0;
   std::vector<WorkerExit> exits;  // kStalled
+  // kStalled: the folder of the flight recorder dumps written before (fr_dump.h); "": none.
+  std::string flight_recorder_dir;
 };
 
 // One attempt's workers at a time. The contract (ProcessSupervisor documents it fully):

@@ -1,4 +1,4 @@
-// remote_launch.cpp: shell quoting, --ssh-command words, the forwarded environment and
+// remote_launch.cpp: --ssh-command words, the forwarded environment and
 // each host's ssh command (see remote_launch.h). Used by ssh_launch.cpp.
 #include "launcher/ssh/remote_launch.h"
 
@@ -13,11 +13,6 @@
 
 namespace ddprun::launcher {
 namespace {
-
-bool is_shell_safe(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
-         std::string_view("_-./:=,@%+").find(c) != std::string_view::npos;
-}
 
 bool is_forwarded(const std::string& name) {
   static constexpr std::array<std::string_view, 5> kExact = {
@@ -37,19 +32,6 @@ bool is_env_name(const std::string& name) {
 }
 
 }  // namespace
-
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && std::all_of(s.begin(), s.end(), is_shell_safe)) return s;
-  std::string out = "'";
-  for (const char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
 
 std::vector<std::string> split_command_words(const std::string& text) {
   std::vector<std::string> words;

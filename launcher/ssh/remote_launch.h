@@ -1,6 +1,6 @@
 // remote_launch.h: the commands of a multi-host launch: per host, the ssh argv that starts
-// its ddprun agent in the user's working directory with the forwarded environment; and
-// the two text helpers this needs, POSIX shell quoting and --ssh-command word splitting.
+// its ddprun agent in the user's working directory with the forwarded environment
+// (each word quoted by shell_quote, base/text.h); and --ssh-command's word splitting.
 // Used by ssh_launch.cpp (and tests). Thread-safety: pure functions.
 #pragma once
 
@@ -10,11 +10,9 @@
 #include <utility>
 #include <vector>
 
-namespace ddprun::launcher {
+#include "base/text.h"
 
-// `s` as one word for a POSIX shell: unchanged when it holds only characters no shell
-// treats specially, else in single quotes (a ' inside becomes '\'').
-std::string shell_quote(const std::string& s);
+namespace ddprun::launcher {
 
 // Splits --ssh-command as a POSIX shell splits words: blanks separate, '...' is literal,
 // "..." keeps blanks (\ escapes " \ $ ` inside), \ outside quotes escapes the next

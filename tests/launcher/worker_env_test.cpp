@@ -231,6 +231,24 @@ TEST_CASE("one attempt's worker specs: ranks, CPUs and stream routes", "[worker_
   CHECK(std::find(specs[2].env.begin(), specs[2].env.end(), error_file) != specs[2].env.end());
 }
 
+TEST_CASE("option --stall-timeout: each rank's flight recorder dump file, named for the analyzer",
+          "[worker_env]") {
+  ddprun::test::TempDir dir;
+  const RunDirs dirs(dir.path.string(), "job", dir.path.string());
+  LaunchConfig c = config(2);
+  CHECK(make_worker_specs(c, attempt(), {}, dirs, {})[0].flight_recorder_file.empty());
+  c.stall_timeout_s = 30;
+  auto specs = make_worker_specs(c, attempt(), {}, dirs, {});
+  CHECK(specs[1].flight_recorder_file ==
+        dirs.attempt_dir(2) + "/flight_recorder/nccl_trace_rank_5");
+  // The user's TORCH_FR_DUMP_TEMP_FILE names the prefix, as PyTorch's own dumps.
+  specs = make_worker_specs(c, attempt(), {{"TORCH_FR_DUMP_TEMP_FILE", "/x/fr_"}}, dirs, {});
+  CHECK(specs[0].flight_recorder_file == dirs.flight_recorder_dir(2) + "/fr_4");
+  // --log-dir /dev/null: no files, no dumps.
+  const RunDirs none("/dev/null", "job", dir.path.string());
+  CHECK(make_worker_specs(c, attempt(), {}, none, {})[0].flight_recorder_file.empty());
+}
+
 TEST_CASE("option --log-dir naming a file: one line naming the option", "[worker_env]") {
   ddprun::test::TempDir dir;
   const std::string file = (dir.path / "a_file").string();

@@ -576,20 +576,52 @@ def stall_waiting_node_is_not_a_stall(c):
     check(all("stall (job-wide)" not in a.text() for a in agents), "no verdict", c.logs())
 
 
+def _flight_recorder_dumps(log_dir):
+    """The flight recorder dump files ddprun left under `log_dir` (one run, attempt 0)."""
+    found = []
+    for run in os.listdir(log_dir):
+        folder = os.path.join(log_dir, run, "attempt_0", "flight_recorder")
+        if os.path.isdir(folder):
+            found += [os.path.join(folder, f) for f in os.listdir(folder)]
+    return sorted(found)
+
+
+def _analyze_dumps(c, dumps):
+    """PyTorch's analyzer (the tier's interpreter) on every node's dump files (`dumps`: a
+    list per node), put in one folder: what it printed."""
+    both = os.path.join(c.dir, "flight_recorder")
+    os.mkdir(both)
+    for d in dumps:
+        for f in d:
+            shutil.copy(f, both)
+    run = subprocess.run([blackbox.PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace",
+                          both, "--prefix", "nccl_trace_rank_"], capture_output=True, text=True,
+                         timeout=120)
+    check(run.returncode == 0, "the analyzer read the dumps", run.stdout + run.stderr)
+    return run.stdout + run.stderr
+
+
 @test(every_tier=True)
 def stall_verdict_names_the_culprit_on_every_node(c):
     """Issue 32: --stall-timeout 3 on 2 nodes; rank 1 sleeps before its all_reduce while
     rank 0 waits in it. Every node prints the same job-wide verdict: rank 1, its host and
     pid, at the sleep's file:line, first; rank 0 waiting at the all_reduce's line. With
     PyTorch 2.14's flight recorder (which ddprun switches on) the verdict also names the
-    collective: rank 1 never entered all_reduce #N of group 0, rank 0 waits in it. Each
-    node's failure report carries the verdict's headline."""
+    collective: rank 1 never entered all_reduce #N of group 0, rank 0 waits in it; and
+    each rank's recorder is dumped into its node's log dir
+    (attempt_0/flight_recorder/nccl_trace_rank_<rank>) before the workers are stopped, one
+    line per node saying where and the analyzer's command, which, run by PyTorch 2.14 on
+    both nodes' files, says rank 1 never joined the all_reduce; the run record names the
+    folder. Older PyTorch: no dump folder, one line saying why. Each node's failure report
+    carries the verdict's headline."""
     recorder = tuple(map(int, blackbox.torch_version().split(".")[:2])) >= (2, 14)
     port = c.reserve_port()
     extra = ["--stall-timeout=3", "--max-restarts=0"]
     recs = [os.path.join(c.dir, f"rec{i}.json") for i in range(2)]
+    logs = [os.path.join(c.dir, f"logs{i}") for i in range(2)]
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_hang",
-                                            [*extra, f"--record-file={recs[i]}"]), ["hang"],
+                                            [*extra, f"--record-file={recs[i]}",
+                                             f"--log-dir={logs[i]}"]), ["hang"],
                       script=JOB_WORKER) for i in range(2)]
     for a in agents:
         check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
@@ -627,6 +659,41 @@ def stall_verdict_names_the_culprit_on_every_node(c):
             r = json.load(f)
         check(r["stall_verdict"] and r["stall_verdict"][0] == heads[0]
               and r["exit_class"] == "stall", "the record carries the verdict", r)
+    dumps = [_flight_recorder_dumps(d) for d in logs]
+    folders = []
+    for rec in recs:
+        with open(rec) as f:
+            folders.append(json.load(f)["attempts"][0]["flight_recorder"])
+    if not recorder:
+        check(dumps == [[], []] and folders == [None, None], "no dump without a flight recorder",
+              dumps, folders)
+        for a in agents:
+            lines = [l for l in a.text().splitlines() if "stall: no flight recorder dumps" in l]
+            check(len(lines) == 1 and " wrote none: PyTorch " in lines[0]
+                  and " has no flight recorder for its process groups" in lines[0],
+                  f"{a.name}: one line says why there is no dump", c.logs())
+        return
+    # Each node dumped its own rank, in PyTorch's naming, and said where and how to read it.
+    names = [[os.path.basename(f) for f in d] for d in dumps]
+    check(sorted(n for d in names for n in d) == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
+          and all(len(d) == 1 for d in names), "one dump per rank, in its node's log dir", dumps)
+    check(folders == [os.path.dirname(d[0]) for d in dumps], "each run record names its folder",
+          folders)
+    for a, d in zip(agents, dumps):
+        folder = os.path.dirname(d[0])
+        line = next((l for l in a.text().splitlines() if "stall: flight recorder dumps of" in l),
+                    "")
+        check(f" are in {folder}; analyze them with: " in line
+              and line.endswith(f" -m torch.distributed.flight_recorder.fr_trace {folder} "
+                                "--prefix nccl_trace_rank_ (this node's ranks: copy every "
+                                "node's files into one folder first, or add "
+                                "--allow-incomplete-ranks)"),
+              f"{a.name}: the line names the folder and the analyzer's command", line)
+    # PyTorch 2.14's own analyzer reads both nodes' files and finds rank 1 missing.
+    said = _analyze_dumps(c, dumps)
+    check("Not all ranks joining collective" in said and "collective: gloo:all_reduce" in said
+          and "missing ranks: {1}" in said,
+          "the analyzer names rank 1 as missing from the all_reduce", said)
 
 
 @test
@@ -658,10 +725,14 @@ def stall_verdict_without_torch_or_python(c):
 def stall_verdict_names_a_mismatched_collective(c):
     """Issue 32, PyTorch 2.14's flight recorder: 2 nodes, --stall-timeout 3; rank 1 calls
     broadcast where rank 0 calls all_reduce (both hang in gloo). Every node's verdict says
-    the ranks entered different collectives as the same one of group 0, naming each."""
+    the ranks entered different collectives as the same one of group 0, naming each; and
+    PyTorch 2.14's analyzer, on both nodes' dumps, names rank 1 the culprit of a collective
+    type mismatch."""
     port = c.reserve_port()
     extra = ["--stall-timeout=3", "--max-restarts=0"]
-    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_mismatch", extra), ["mismatch"],
+    logs = [os.path.join(c.dir, f"logs{i}") for i in range(2)]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_mismatch",
+                                            [*extra, f"--log-dir={logs[i]}"]), ["mismatch"],
                       script=JOB_WORKER) for i in range(2)]
     for a in agents:
         check(a.wait(120) != 0, f"{a.name} must fail", c.logs())
@@ -673,6 +744,38 @@ def stall_verdict_names_a_mismatched_collective(c):
         check(" waits in broadcast #2 of group 0 at " in head
               and f"job_worker.py:{_marked_line(JOB_WORKER, '# MISMATCH-BROADCAST')}" in head,
               f"{a.name}: rank 1's place", head)
+    said = _analyze_dumps(c, [_flight_recorder_dumps(d) for d in logs])
+    check("Culprit rank 1; Error type: COLLECTIVE_TYPE_MISMATCH" in said
+          and "'all_reduce' does not match found collective type: 'broadcast'" in said,
+          "the analyzer names rank 1's broadcast", said)
+
+
+@test(tier="214")
+def stall_verdict_without_the_recorder_the_user_switched_off(c):
+    """Issue 32, bad input: the user's TORCH_FR_BUFFER_SIZE=0 (PyTorch 2.14's flight
+    recorder off) on 2 nodes, --stall-timeout 3, rank 1 sleeping before its all_reduce.
+    The job-wide verdict still comes (the functions, not the collective), no dump is
+    asked for or written, and each node says why in one line; the job's outcome (a stall,
+    exit 1) is unchanged."""
+    port = c.reserve_port()
+    logs = [os.path.join(c.dir, f"logs{i}") for i in range(2)]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "stall_fr_off",
+                                            ["--stall-timeout=3", "--max-restarts=0",
+                                             f"--log-dir={logs[i]}"]), ["hang"],
+                      script=JOB_WORKER, env={"TORCH_FR_BUFFER_SIZE": "0"}) for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 1, f"{a.name} must fail as a stall does (exit 1)", c.logs())
+    for a in agents:
+        head = next((l for l in a.text().splitlines() if "stall (job-wide): " in l), "")
+        check("; rank 1 on " in head and " is at " in head and " never entered " not in head,
+              f"{a.name}: the verdict, without the recorder's collective", c.logs())
+        lines = [l for l in a.text().splitlines() if "flight recorder" in l]
+        check(len(lines) == 1 and lines[0].endswith(
+            "stall: no flight recorder dumps: the workers' environment switches PyTorch's "
+            "flight recorder off (TORCH_FR_BUFFER_SIZE=0)"), f"{a.name}: one line says why",
+            c.logs())
+    check([_flight_recorder_dumps(d) for d in logs] == [[], []], "no dump folder",
+          os.listdir(c.dir))
 
 
 @test(tier="214")

@@ -17,6 +17,7 @@
 #include "tests/launcher/options/usage_error_text.h"
 
 using namespace ddprun::launcher;
+using ddprun::shell_quote;
 using ddprun::launcher::test::usage_error_text;
 
 namespace {
