@@ -33,6 +33,7 @@ EtcdRendezvous::EtcdRendezvous(Config config)
     : config_(with_defaults(std::move(config))),
       keys_{config_.prefix + "/" + config_.round.run_id + "/"},
       client_(options_with(&interrupted_flag())),
+      board_client_(board_options()),
       watch_(options_with(&interrupted_flag()), keys_.key("state")),
       session_(
           EtcdSession::Settings{config_.etcd, keys_, where(), config_.round.keep_alive_interval,
@@ -41,6 +42,16 @@ EtcdRendezvous::EtcdRendezvous(Config config)
 EtcdOptions EtcdRendezvous::options_with(const std::atomic<bool>* cancel) const {
   EtcdOptions o = config_.etcd;
   o.cancel = cancel;
+  return o;
+}
+
+EtcdOptions EtcdRendezvous::board_options() const {
+  EtcdOptions o = options_with(&interrupted_flag());
+  const Ms ttl = EtcdSession::lease_ttl(config_.round.keep_alive_interval,
+                                        config_.round.keep_alive_max_attempt);
+  const Ms bound = std::max(EtcdSession::fence(ttl) - config_.round.keep_alive_interval, Ms(500));
+  o.failover_timeout = std::min(o.failover_timeout, bound);
+  o.request_timeout = std::min(o.request_timeout, bound);
   return o;
 }
 

@@ -69,6 +69,9 @@ class EtcdRendezvous final : public RoundHandlerBase {
   const RoundConfig& round_config() const override { return config_.round; }
   void wake() override;
   EtcdOptions options_with(const std::atomic<bool>* cancel) const;
+  // How long one job-board call may take across the members: the fence less one
+  // keep-alive interval (the agent's look), 0.5 s at least.
+  EtcdOptions board_options() const;
   // Blocks until a key watch_ watches changes after `revision`, `until`, or
   // recheck_interval (the safety net); with `burst`, lets a burst of changes end first
   // (settle()). RendezvousInterruptedError on interrupt().
@@ -134,7 +137,10 @@ class EtcdRendezvous final : public RoundHandlerBase {
   Config config_;
   EtcdKeys keys_;      // under <prefix>/<run id>/
   EtcdClient client_;  // the agent thread's
-  EtcdWatch watch_;    // the agent thread's: the state key, or what it waits for now
+  // The job board's (agent thread): its calls end within board_call_bound(), so that a
+  // board call on a node cut off from etcd cannot hold the agent thread past the fence.
+  EtcdClient board_client_;
+  EtcdWatch watch_;  // the agent thread's: the state key, or what it waits for now
   EtcdSession session_;
   WorkersStore workers_store_;
   std::unique_ptr<EtcdJobBoard> board_;  // the current round's (agent thread)

@@ -315,7 +315,7 @@ std::optional<RendezvousInfo> EtcdRendezvous::formed(const EtcdRoundState& s,
   info.gloo_socket_ifname = gloo_socket_ifname(mine);
   info.node_address = config_.round.advertise_addr;
   session_.enter_round(s.round, s.members);  // its thread starts watching the round
-  board_ = std::make_unique<EtcdJobBoard>(client_, keys_, s.round, info.group_rank,
+  board_ = std::make_unique<EtcdJobBoard>(board_client_, keys_, s.round, info.group_rank,
                                           static_cast<int>(s.members.size()));
   log_round_formed(info);
   return info;
