@@ -192,7 +192,8 @@ std::vector<std::string> stall_verdict(const std::vector<NodeSnapshot>& snapshot
   std::string head =
       fmt::format("{}no rank of the job made progress for {} s", kVerdictPrefix, seconds(timeout));
   if (groups.size() == 1) {
-    head += "; " + say(groups[0], fmt::format("all {} ranks", ranks));
+    // One rank (the others' snapshots missing): named as any other.
+    head += "; " + say(groups[0], ranks == 1 ? who(groups[0]) : fmt::format("all {} ranks", ranks));
   } else {
     for (std::size_t i = 0; i < groups.size(); ++i) {
       const Group& g = groups[i];

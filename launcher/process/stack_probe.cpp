@@ -130,12 +130,28 @@ void StackProbe::read(Worker& w) {
   // innermost frame, then the innermost outside the Python library and installed
   // packages, when that is another); only the last whole one counts. Before it, from the
   // flight recorder, "F <pg> <entered> <completed> <op>\n" per group and "A <pg>
-  // <seq>:<ns> ...\n", the group's new arrivals.
+  // <seq>:<ns> ...\n", the group's new arrivals; "I\n" when the main
+  // thread is importing a module. Once, "N <why>\n": its torch has no recorder to dump
+  // (the answer to a question not asked).
   std::size_t end;
   while ((end = w.partial.find('\n')) != std::string::npos) {
     std::string_view rest(w.partial.data(), end);
     if (rest.starts_with("D ")) {  // the answer to request_dumps()
       if (w.asked) parse_fr_answer(rest.substr(2), w.dump);
+      w.partial.erase(0, end + 1);
+      continue;
+    }
+    if (rest.starts_with("N ") && rest.size() > 2) {  // no recorder: never asked (below)
+      if (!w.asked && !w.dump.file.empty()) {
+        w.dump.answered = true;
+        w.dump.written = false;
+        w.dump.why = std::string(rest.substr(2, 300));
+      }
+      w.partial.erase(0, end + 1);
+      continue;
+    }
+    if (rest == "I") {  // the next position is inside an import
+      w.importing = true;
       w.partial.erase(0, end + 1);
       continue;
     }
@@ -158,6 +174,7 @@ void StackProbe::read(Worker& w) {
     w.position.user_where = tab == std::string::npos ? "" : frame_text(where.substr(tab + 1));
     w.position.collectives = std::move(w.collectives);
     w.collectives.clear();
+    w.position.importing = std::exchange(w.importing, false);
   }
   if (w.partial.size() > 8192) w.partial.clear();  // not a report
 }
@@ -220,7 +237,7 @@ std::size_t StackProbe::request_dumps(const std::vector<std::size_t>& indices) {
   for (const std::size_t i : indices) {
     if (i >= workers_.size() || dir_.empty()) continue;
     Worker& w = *workers_[i];
-    if (w.dump.file.empty() || w.asked) continue;
+    if (w.dump.file.empty() || w.asked || w.dump.answered) continue;
     if (!w.fd || !w.position.sampled) {
       w.dump.answered = true;
       w.dump.why = "no report from ddprun's sampler in the worker (not Python, or -S/-I)";

@@ -47,7 +47,8 @@ class StackProbe {
     // Its process groups, from PyTorch's flight recorder (empty: no recorder, or no
     // group yet).
     std::vector<CollectiveState> collectives;
-    StartupTimes startup;  // spawned: when add() was called
+    StartupTimes startup;    // spawned: when add() was called
+    bool importing = false;  // an import system frame is on its stack
   };
 
   // Writes the hook into a new directory under $TMPDIR (/tmp when unset or when it holds
@@ -63,8 +64,9 @@ class StackProbe {
   // child must inherit at the same number (SpawnOptions::keep_fd); invalid when disabled.
   // `dump`: its rank and the file its flight recorder dump goes to at a stall ("": none).
   UniqueFd add(std::vector<std::string>& env, FrDump dump = {});
-  // A stall: asks workers `indices` (those with a file, a hook that reported and a
-  // recorder the user did not switch off) for their dump: writes the question (<hook
+  // A stall: asks workers `indices` (those with a file, a hook that reported, a recorder
+  // the user did not switch off and a torch that has one: the hook says so up front) for
+  // their dump: writes the question (<hook
   // dir>/fr_dump). Returns how many were asked.
   std::size_t request_dumps(const std::vector<std::size_t>& indices);
   // Worker `index` is not asked, for `why` (it is stopped).
@@ -96,6 +98,7 @@ class StackProbe {
     std::vector<Arrival> arrivals;
     FrDump dump;
     bool asked = false;
+    bool importing = false;  // of the report under way
   };
   void read(Worker& w);
   // One "F ..." or "A ..." line of the flight recorder.

@@ -141,19 +141,25 @@ def _ddprun_stack_probe():
     trigger = _os.path.join(here or "", "fr_dump")
     DUMP_LIMIT = 64 << 20  # bytes
 
+    def dumpers():
+        # The recorder of every backend's groups (2.14), and NCCL's own (CUDA builds).
+        c10d = _sys.modules.get("torch._C._distributed_c10d")
+        return [f for f in (getattr(c10d, "_dump_fr_trace", None),
+                            getattr(c10d, "_dump_nccl_trace", None)) if f is not None]
+
+    def no_recorder():
+        version = getattr(_sys.modules.get("torch"), "__version__", None)
+        return ("torch not imported" if version is None else
+                "PyTorch %s has no flight recorder for its process groups" % version)
+
     def flight_recorder_dump():
         # Writes the recorder's pickle where the analyzer (python -m
         # torch.distributed.flight_recorder.fr_trace) reads it; returns its size, or why
         # there is none (a str).
-        c10d = _sys.modules.get("torch._C._distributed_c10d")
-        # The recorder of every backend's groups (2.14), and NCCL's own (CUDA builds).
-        dumps = [f for f in (getattr(c10d, "_dump_fr_trace", None),
-                             getattr(c10d, "_dump_nccl_trace", None)) if f is not None]
+        dumps = dumpers()
         dist = _sys.modules.get("torch.distributed")
         if not dumps:
-            version = getattr(_sys.modules.get("torch"), "__version__", None)
-            return ("torch not imported" if version is None else
-                    "PyTorch %s has no flight recorder for its process groups" % version)
+            return no_recorder()
         if not getattr(dist, "is_initialized", lambda: False)():
             return "no process group yet (torch.distributed not initialized)"
         import pickle
@@ -220,6 +226,10 @@ def _ddprun_stack_probe():
             line = "D 0 " + " ".join(got.split())[:300]
         return (line[:1000] + "\n").encode("ascii", "replace")
 
+    # Where the import system's frames come from: a stack holding one is importing a
+    # module, which may sit in one C call (loading libtorch) for seconds.
+    BOOTSTRAP = "<frozen importlib._bootstrap>"
+
     def run():
         # The innermost frame is held until the next sample, so that a new call (a loop
         # calling a function, seen at the same back edge each time) is a new object.
@@ -234,9 +244,19 @@ def _ddprun_stack_probe():
             frames = None
             if not start[2]:
                 startup()
-            key, f = [ident], frame
+                # Said once the process group is formed (torch.distributed's C part
+                # loaded): a torch without a recorder, so that ddprun need not ask at a
+                # stall (a rank may be gone by then, ended by a peer's abort).
+                if start[2] and ask and not dumpers():
+                    ask = False
+                    try:
+                        _os.write(fd, ("N %s\n" % no_recorder()).encode("ascii", "replace"))
+                    except OSError:
+                        pass
+            key, f, importing = [ident], frame, False
             while f is not None:
                 key.append((id(f.f_code), f.f_lasti))
+                importing = importing or f.f_code.co_filename == BOOTSTRAP
                 f = f.f_back
             if key != last or frame is not last_frame:
                 moves += last is not None
@@ -270,6 +290,8 @@ def _ddprun_stack_probe():
                     records = recorder().encode("ascii", "replace")
                 except Exception:
                     rec["off"], records = True, b""
+                if importing:  # its CPU time is progress too (stall_watch.h)
+                    records += b"I\n"
                 if not start_sent[0]:
                     # Until every phase is known (the last once the recorder is off).
                     start_sent[0] = all(start) or (rec["off"] and start[2] > 0)

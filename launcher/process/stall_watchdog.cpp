@@ -92,8 +92,10 @@ void StallWatchdog::tick() {
   for (std::size_t i = 0; i < group_.size(); ++i) {
     if (group_.reaped(i)) continue;
     const StackProbe::Position& pos = probe_.position(i);
-    detector_.observe(i, now, process_tree_cpu_seconds(group_.pid(i), pos.sampled ? pos.pid : 0),
-                      router_.bytes_read(i),
+    // The sampled process's own CPU time says nothing its stack does not, but while it
+    // imports (one C call loading a library can take seconds).
+    const pid_t own = pos.sampled && !pos.importing ? pos.pid : 0;
+    detector_.observe(i, now, process_tree_cpu_seconds(group_.pid(i), own), router_.bytes_read(i),
                       pos.sampled ? std::optional<std::uint64_t>(pos.moves) : std::nullopt);
     if (router_.held_back(i)) detector_.held_back(i, now);
   }

@@ -1306,6 +1306,24 @@ def stall_watchdog_follows_the_work(job):
           f"the spinning thread's stall (exit {rc})", err)
 
 
+@test()
+def stall_watchdog_waits_for_a_slow_import(job):
+    """A module whose import computes for 3 stall timeouts in one C call (as loading
+    libtorch does on a loaded host: a CI run met it with --stall-timeout 3) is not a stall:
+    while a rank imports, its CPU time is progress too. The same call outside any import is
+    one, at its line: there the stack alone decides."""
+    worker = os.path.join(WORKERS, "spin.py")
+    args = ["--nproc-per-node=1", "--max-restarts=0", "--stall-timeout=2", worker, job.out]
+    rc, out, err = job.run(args + ["import", "6"], timeout=90)
+    check(rc == 0 and "stall" not in err, f"a slow import called a stall (exit {rc})", out, err)
+    check(os.path.exists(os.path.join(job.out, "count")), "the import did not finish", err)
+    rc, out, err = job.run(args + ["ccall", "6"], timeout=90)
+    stalls = [l for l in err.splitlines() if "error: stall: " in l]
+    check(rc != 0 and len(stalls) == 1
+          and f"at {worker}:{marked_line(worker, '# CCALL')} in <module>" in stalls[0],
+          f"the C call's stall (exit {rc})", err)
+
+
 @test(every_tier=True)
 def file_timer_kills_expired_scope(job):
     """TORCHELASTIC_ENABLE_FILE_TIMER=1 with the worker PyTorch's own FileTimerClient

@@ -95,6 +95,11 @@ TEST_CASE("verdict: every rank at one place, and ranks not sampled", "[stall]") 
   CHECK(v[0] ==
         "stall (job-wide): no rank of the job made progress for 1 s; all 2 ranks are at "
         "w.py:5 in f");
+  // Only one rank's snapshot came (a CI run printed "all 1 ranks is at"): named as any.
+  v = stall_verdict({{1, "b", {at(1, "w.py:30 in <module>")}}}, {"node 0"}, 3000ms);
+  CHECK(v[0] ==
+        "stall (job-wide): no rank of the job made progress for 3 s; rank 1 on b (pid 1001) is "
+        "at w.py:30 in <module>; no snapshot from node 0");
 }
 
 TEST_CASE("verdict: with the flight recorder, the collective a rank never entered", "[stall]") {

@@ -612,7 +612,8 @@ def stall_verdict_names_the_culprit_on_every_node(c):
     (attempt_0/flight_recorder/nccl_trace_rank_<rank>) before the workers are stopped, one
     line per node saying where and the analyzer's command, which, run by PyTorch 2.14 on
     both nodes' files, says rank 1 never joined the all_reduce; the run record names the
-    folder. Older PyTorch: no dump folder, one line saying why. Each node's failure report
+    folder. Older PyTorch: no dump folder, and each node that stopped its ranks says why
+    in one line, without asking them (their hooks said so). Each node's failure report
     carries the verdict's headline."""
     recorder = tuple(map(int, blackbox.torch_version().split(".")[:2])) >= (2, 14)
     port = c.reserve_port()
@@ -667,16 +668,20 @@ def stall_verdict_names_the_culprit_on_every_node(c):
     if not recorder:
         check(dumps == [[], []] and folders == [None, None], "no dump without a flight recorder",
               dumps, folders)
-        # Said by each node whose watchdog asked its ranks. Without dumps no node holds its
-        # SIGABRT, so a peer's abort can end this node's rank (connection closed) before its
-        # own watchdog asks: at least one node says it, none twice.
-        said = [[l for l in a.text().splitlines() if "stall: no flight recorder dumps" in l]
-                for a in agents]
-        check(any(said) and all(len(lines) <= 1 for lines in said)
-              and all(" wrote none: PyTorch " in l
-                      and " has no flight recorder for its process groups" in l
-                      for lines in said for l in lines),
-              "a line says why there is no dump", c.logs())
+        # Said by every node whose watchdog stopped its ranks, once, from what each rank's
+        # hook said when its process group formed: a rank ended by a peer's abort before
+        # its own watchdog fired (no node holds its SIGABRT without dumps) is never asked.
+        for a in agents:
+            text = a.text()
+            said = [l for l in text.splitlines() if "stall: no flight recorder dumps" in l]
+            fired = "dumping their Python stacks (SIGABRT)" in text
+            check(len(said) == (1 if fired else 0)
+                  and all(" wrote none: PyTorch " in l
+                          and " has no flight recorder for its process groups" in l
+                          for l in said),
+                  f"{a.name}: a line says why there is no dump", c.logs())
+        check(any("dumping their Python stacks (SIGABRT)" in a.text() for a in agents),
+              "a node stopped its ranks", c.logs())
         return
     # Each node dumped its own rank, in PyTorch's naming, and said where and how to read it.
     names = [[os.path.basename(f) for f in d] for d in dumps]

@@ -15,6 +15,11 @@ stall_watchdog_sees_where_ranks_are).
                                       joins
     spin.py <out dir> thread-spin     spins (the line marked THREAD-SPIN) in a thread that
                                       the main thread joins
+    spin.py <out dir> import <secs>   imports a module whose top level computes for about
+                                      <secs> in one C call (as loading libtorch does),
+                                      writes <out>/count, exits 0
+    spin.py <out dir> ccall <secs>    the same C call outside any import (the line marked
+                                      CCALL)
 """
 import os
 import signal
@@ -67,6 +72,22 @@ elif MODE == "thread-spin":
     t = threading.Thread(target=spin, daemon=True)
     t.start()
     t.join()
+elif MODE in ("import", "ccall"):
+    # One call of hashlib's PBKDF2 (C, without the GIL: the sampler thread sees the main
+    # thread on one line), its iterations measured to take about <secs>.
+    import hashlib
+    t0, n = time.monotonic(), 20000
+    hashlib.pbkdf2_hmac("sha256", b"ddprun", b"salt", n)
+    n = int(n * float(sys.argv[3]) / max(time.monotonic() - t0, 1e-4))
+    if MODE == "ccall":
+        hashlib.pbkdf2_hmac("sha256", b"ddprun", b"salt", n)  # CCALL
+    else:
+        sys.path.insert(0, OUT)
+        with open(os.path.join(OUT, "slow_module.py"), "w") as f:
+            f.write("import hashlib\nhashlib.pbkdf2_hmac('sha256', b'ddprun', b'salt', %d)\n" % n)
+        import slow_module  # noqa: F401
+    with open(os.path.join(OUT, "count"), "w") as f:
+        f.write(str(n))
 elif MODE == "stop":
     os.kill(os.getpid(), signal.SIGSTOP)  # STOP
     time.sleep(60)
