@@ -19,6 +19,7 @@
 #include "launcher/agent.h"
 #include "launcher/logging.h"
 #include "launcher/options/cli.h"
+#include "launcher/options/status_options.h"
 #include "launcher/ssh/ssh_launch.h"
 #include "launcher/ssh/stdin_watch.h"
 #include "launcher/status_command.h"
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   fill_closed_std_fds();
   // `ddprun status ...`: the live view of a running job (a script named "status" is
   // given as ./status).
-  if (argc >= 2 && std::string(argv[1]) == "status") {
+  if (argc >= 2 && argv[1] == kStatusVerb) {
     const std::map<std::string, std::string> env = current_environment();
     setup_agent_logging(env);
     return run_status_command(std::vector<std::string>(argv + 2, argv + argc), env);

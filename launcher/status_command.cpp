@@ -1,6 +1,7 @@
 // status_command.cpp: `ddprun status` (status_command.h).
 #include "launcher/status_command.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include "base/text.h"
 #include "launcher/jobwide/job_status.h"
 #include "launcher/jobwide/status_publisher.h"
+#include "launcher/options/status_options.h"
 #include "rendezvous/rdzv_conf.h"
 #include "rendezvous/registry.h"
 
@@ -63,12 +65,15 @@ std::string parse_status_args(const std::vector<std::string>& args,
     for (std::size_t c = 2; c < flag.size(); ++c) {
       if (flag[c] == '_') flag[c] = '-';
     }
-    if (flag == "-h" || flag == "--help") {
-      help = true;
-      return "";
-    }
-    if (flag == "--json" || flag == "--watch") {
+    if (flag == "-h") flag = "--help";
+    const VerbOption* option = find_status_option(flag);
+    if (option == nullptr) return "unknown option '" + args[i] + "'";
+    if (option->metavar.empty()) {  // a flag
       if (value) return flag + " takes no value";
+      if (flag == "--help") {
+        help = true;
+        return "";
+      }
       (flag == "--json" ? out.json : out.watch) = true;
       continue;
     }
@@ -76,8 +81,7 @@ std::string parse_status_args(const std::vector<std::string>& args,
                         : flag == "--rdzv-endpoint" ? &out.endpoint
                         : flag == "--rdzv-id"       ? &out.run_id
                         : flag == "--rdzv-conf"     ? &out.conf
-                                                    : nullptr;
-    if (into == nullptr && flag != "--timeout") return "unknown option '" + args[i] + "'";
+                                                    : nullptr;  // --timeout
     if (!value) {
       if (i + 1 >= args.size()) return flag + " needs a value";
       value = args[++i];
@@ -155,7 +159,12 @@ int run_status_command(const std::vector<std::string>& args,
   StatusArgs a;
   bool help = false;
   if (std::string why = parse_status_args(args, env, a, help); help) {
-    std::fputs(kStatusUsageText, stdout);
+    std::string text = kStatusUsageText;
+    text += "options:\n";
+    for (const VerbOption& o : kStatusOptions) {
+      text += fmt::format("  {:<36} {}\n", fmt::format("{} {}", o.name, o.metavar), o.help);
+    }
+    std::fputs(text.c_str(), stdout);
     return kStatusOk;
   } else if (!why.empty()) {
     return usage(why);

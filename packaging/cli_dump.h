@@ -70,10 +70,39 @@ inline std::string option_json(const CLI::Option& opt) {
   return out + "}";
 }
 
-// The app and, recursively, its subcommands. `usage` and `version` may be empty
-// (subcommands).
+// A verb the program takes as its first word outside CLI11 (ddprun's `status`), for the
+// "verbs" list of app_json: its options in option_json's shape.
+struct VerbJson {
+  struct Option {
+    std::string name;       // "--json"
+    std::string type_name;  // the metavar; "" for a flag
+    std::string description;
+  };
+  std::string name;
+  std::string description;
+  std::vector<Option> options;
+};
+
+inline std::string verb_json(const VerbJson& verb) {
+  std::string out = "{\"name\":" + json_string(verb.name);
+  out += ",\"description\":" + json_string(verb.description) + ",\"options\":[";
+  bool first = true;
+  for (const auto& o : verb.options) {
+    out += first ? "" : ",";
+    first = false;
+    out += "{\"names\":" + json_strings({o.name}, "") + ",\"positional\":\"\"";
+    out += ",\"takes_value\":" + std::string(o.type_name.empty() ? "false" : "true");
+    out += ",\"type_name\":" + json_string(o.type_name);
+    out += ",\"description\":" + json_string(o.description);
+    out += ",\"group\":\"Options\",\"default\":\"\",\"envname\":\"\",\"required\":false}";
+  }
+  return out + "]}";
+}
+
+// The app and, recursively, its subcommands; `verbs`: the top level's (none for
+// subcommands). `usage` and `version` may be empty (subcommands).
 inline std::string app_json(const CLI::App& app, const std::string& usage,
-                            const std::string& version) {
+                            const std::string& version, const std::vector<VerbJson>& verbs = {}) {
   std::string out = "{\"name\":" + json_string(app.get_name());
   out += ",\"version\":" + json_string(version);
   out += ",\"usage\":" + json_string(usage);
@@ -92,6 +121,12 @@ inline std::string app_json(const CLI::App& app, const std::string& usage,
   first = true;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
     out += (first ? "" : ",") + app_json(*sub, "", "");
+    first = false;
+  }
+  out += "],\"verbs\":[";
+  first = true;
+  for (const VerbJson& verb : verbs) {
+    out += (first ? "" : ",") + verb_json(verb);
     first = false;
   }
   return out + "]}\n";

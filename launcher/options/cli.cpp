@@ -21,6 +21,7 @@
 #include "launcher/options/nproc.h"
 #include "launcher/options/option_table.h"
 #include "launcher/options/slurm_env.h"
+#include "launcher/options/status_options.h"
 #include "packaging/cli_dump.h"
 
 extern char** environ;
@@ -294,8 +295,12 @@ CliOutcome parse_command_line(const std::vector<std::string>& args, const HostFa
   }
   if (dump_cli) {
     out.kind = CliOutcome::Kind::kPrint;
-    out.text =
-        ddprun::packaging::app_json(app, Formatter().make_usage(&app, "ddprun"), DDPRUN_VERSION);
+    ddprun::packaging::VerbJson status{std::string(kStatusVerb), std::string(kStatusSummary), {}};
+    for (const VerbOption& o : kStatusOptions) {
+      status.options.push_back({std::string(o.name), std::string(o.metavar), std::string(o.help)});
+    }
+    out.text = ddprun::packaging::app_json(app, Formatter().make_usage(&app, "ddprun"),
+                                           DDPRUN_VERSION, {status});
     return out;
   }
 

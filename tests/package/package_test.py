@@ -113,6 +113,21 @@ def test_docs(build):
     if complete_bash(store_bash, ["ddprun-store", "serve", "--log-level", "de"]) != ["debug"]:
         fail("--log-level choices do not complete")
     ddprun_bash = os.path.join(pkg, "bash", "ddprun")
+    # The status verb (outside CLI11: the "verbs" of --dump-cli-json): the word, its
+    # options and their choices, and its section of the man page.
+    if complete_bash(ddprun_bash, ["ddprun", "sta"], files=["start.py"]) != ["start.py", "status"]:
+        fail("the status verb does not complete beside the files")
+    if complete_bash(ddprun_bash, ["ddprun", "status", "--js"]) != ["--json"]:
+        fail("ddprun status options do not complete")
+    if complete_bash(ddprun_bash, ["ddprun", "status", "--rdzv-backend", ""]) != \
+            ["c10d", "static", "etcd-v3"]:
+        fail("ddprun status --rdzv-backend choices do not complete")
+    if complete_bash(ddprun_bash, ["ddprun", "status", "--rdzv-id", ""], files=["train.py"]):
+        fail("ddprun status --rdzv-id completes file names")
+    with open(os.path.join(pkg, "man", "ddprun.1"), encoding="utf-8") as f:
+        man = f.read()
+    if '.SH "DDPRUN STATUS"' not in man or "\\-\\-watch" not in man:
+        fail("the man page has no section for ddprun status")
     if complete_bash(ddprun_bash, ["ddprun", "train.py", "--sta"]):
         fail("options completed after the training script")
     # Values: choices where there are some, file names only where the value is a path.
