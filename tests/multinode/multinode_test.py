@@ -949,8 +949,12 @@ def status_bad_input_one_line_and_its_exit_code(c):
                   (rc, out, err, took))
             return rc, out, err
 
-        rc, _, err = status(f"127.0.0.1:{idle}", "j")
-        check(rc == 3 and "cannot be reached" in err, "nothing listening", err)
+        # Refused connections are tried again until --timeout (a store host restarting):
+        # 1 s here, so that an ASan ddprun's start on a loaded machine fits the 5 s (a fresh
+        # clone took 5.7 s with the default 3 s).
+        rc, _, err = status(f"127.0.0.1:{idle}", "j", "--timeout=1")
+        check(rc == 3 and "cannot be reached" in err and "within 1000 ms" in err,
+              "nothing listening", err)
         rc, _, err = status(addr, "j")
         check(rc == 4 and f"c10d at {addr}: no run 'j' (" in err, "no such run id", err)
         put("forming", "job", '["train.py"]')
