@@ -32,6 +32,7 @@
 #include "base/text.h"
 #include "bench/rdzv_sim/etcd_member.h"
 #include "bench/rdzv_sim/forked_store.h"
+#include "bench/rdzv_sim/preflight_phase.h"
 #include "bench/rdzv_sim/stall_phase.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/rendezvous.h"
@@ -56,6 +57,7 @@ struct Options {
   bool store_process = false;  // c10d: the store in a forked child, not among the agents
   int stall_ranks = 0;         // > 0: the job-wide stall phase, this many ranks per node
   double stall_timeout_s = 3;
+  bool preflight = false;  // the pre-flight check's board traffic after forming
 };
 
 // One phase's cost at the store host.
@@ -69,8 +71,9 @@ struct Result {
   std::string status = "ok";  // or "skipped: ..." / "failed: ..."
   std::string note;
   double spawn_s = 0;  // starting the N agent threads
-  Phase form, hold, stall, exit;
-  int stall_ranks = 0;  // the stall phase's ranks per node (0: not run)
+  Phase form, hold, stall, preflight, exit;
+  PreflightPhase checked;  // the pre-flight phase's outcome (when run)
+  int stall_ranks = 0;     // the stall phase's ranks per node (0: not run)
   StallPhase verdict;
   int rounds = 0;       // rounds the agents went through (1: the first one formed)
   int failed = 0;       // agents whose next_rendezvous() threw
@@ -279,6 +282,17 @@ Result simulate(const Options& o, int n, const std::function<std::string(int)>& 
                  " agents without one" + (r.verdict.same ? "" : ", not the same on every agent");
     }
   }
+  if (r.status == "ok" && o.preflight) {
+    const Counters p0 = counters();
+    const auto tp = Clock::now();
+    r.checked = run_preflight_phase(hs, std::chrono::seconds(60));
+    r.preflight = {std::chrono::duration<double>(Clock::now() - tp).count(), minus(counters(), p0)};
+    if (r.checked.undecided > 0 || !r.checked.same || r.checked.action != "run") {
+      r.status = "failed: pre-flight verdict: " + std::to_string(r.checked.undecided) +
+                 " agents without one" + (r.checked.same ? "" : ", not the same on every agent") +
+                 ", action " + r.checked.action;
+    }
+  }
   if (r.status == "ok") {
     std::atomic<int> exit_failed{0};
     const Counters e0 = counters();
@@ -377,6 +391,10 @@ nlohmann::json to_json(const Result& r) {
                                (static_cast<double>(r.n) * r.stall_ranks)
                          : 0.0},
       {"stall_headline", r.verdict.headline},
+      {"preflight", phase(r.preflight)},
+      {"preflight_last_s", r.checked.last_s},
+      {"preflight_median_s", r.checked.median_s},
+      {"preflight_value_bytes", r.checked.value_bytes},
       {"exit", phase(r.exit)}};
 }
 
@@ -397,6 +415,15 @@ void print_row(const Result& r, std::FILE* f) {
                    static_cast<double>(r.stall.delta.bytes_in + r.stall.delta.bytes_out) /
                        (static_cast<double>(r.n) * r.stall_ranks),
                    r.stall_ranks);
+    }
+    if (!r.checked.action.empty()) {
+      std::fprintf(f,
+                   "        pre-flight board traffic: verdict on every agent after %.2f s "
+                   "(median %.2f s), %.0f requests and %.0f bytes per agent (findings %zu "
+                   "bytes a node)\n",
+                   r.checked.last_s, r.checked.median_s, per(r.preflight.delta.requests, r.n),
+                   per(r.preflight.delta.bytes_in + r.preflight.delta.bytes_out, r.n),
+                   r.checked.value_bytes);
     }
   }
   std::fflush(f);
@@ -434,6 +461,9 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0, 64));
   app.add_option("--stall-timeout", o.stall_timeout_s, "the stall phase's --stall-timeout")
       ->check(CLI::Range(0.5, 600.0));
+  app.add_flag("--preflight", o.preflight,
+               "after forming: the pre-flight check's board traffic on every agent (the real "
+               "exchange and judge, findings of a real check's size, no check program)");
   app.add_option("--log-level", o.log_level, "the agents' log level (spdlog)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   CLI11_PARSE(app, argc, argv);

@@ -11,10 +11,10 @@
 #include <csignal>
 #include <cstring>
 #include <optional>
-#include <thread>
 
 #include "base/file.h"
 #include "base/unique_fd.h"
+#include "launcher/preflight/board_exchange.h"
 #include "launcher/preflight/preflight_script.h"
 #include "launcher/process/signals.h"
 #include "launcher/process/spawn.h"
@@ -29,11 +29,8 @@ using Kind = SupervisorEvent::Kind;
 // How long a node waits for its peers' findings past its own bound: their checks started
 // a little later (the round's last nodes) and they share it the moment they end.
 constexpr Ms kPeerSlack{10000};
-constexpr Ms kPoll{50};
 // What the program writes once its local checks are all in the findings (json.dump's form).
 constexpr const char* kLocalDone = "\"local_done\": true";
-// How long the rendezvous store's host waits for the others to read the verdict.
-constexpr Ms kReadWait{5000};
 
 // The check program of this node, as the Supervisor runs it, and what it said so far.
 class Program {
@@ -85,7 +82,7 @@ class Program {
 
   // Serves the Supervisor for up to `wait`: the program's exit, a signal. False once a
   // signal arrived (signo()).
-  bool pump(Ms wait = kPoll) {
+  bool pump(Ms wait = kBoardPoll) {
     const SupervisorEvent ev = c_.supervisor.next_event(wait);
     switch (ev.kind) {
       case Kind::kWorkerExited:
@@ -187,35 +184,24 @@ class Program {
   std::string failure_;  // ": exit 1: <last stderr line>" once it failed
 };
 
-// Shares `mine` as `prefix<node>` and returns every node's, by node ("" for a node silent
-// until `deadline`). Serves the program (or, without one running, the signals) meanwhile;
-// nullopt when a signal arrived (`signo`). Waits on one counter (one round trip a look,
-// less often the larger the round), then reads the values in one wait and one read.
+// Shares `mine` as `prefix<node>` and returns every node's (share_on_board), serving the
+// program (or, without one running, the signals) while it waits; nullopt when a signal
+// arrived (`signo`).
 std::optional<std::vector<std::string>> exchange(const Context& c, Program* program,
                                                  const std::string& prefix, const std::string& mine,
                                                  Clock::time_point deadline, int& signo) {
-  const int n = c.info.group_world_size;
-  std::vector<std::string> names;
-  for (int i = 0; i < n; ++i) names.push_back(prefix + std::to_string(i));
-  c.board->set(names[static_cast<std::size_t>(c.info.group_rank)], mine);
-  std::int64_t shared = c.board->add(prefix + "count", 1);
-  const Ms look = kPoll * (1 + n / 64);
-  while (shared < n && Clock::now() < deadline) {
-    if (program != nullptr && program->running()) {
-      if (!program->pump(look)) {
-        signo = program->signo();
-        return std::nullopt;
-      }
-    } else if (const SupervisorEvent ev = c.supervisor.next_event(look); ev.kind == Kind::kSignal) {
-      signo = ev.signo;  // nothing runs: signals only
-      return std::nullopt;
-    }
-    shared = c.board->add(prefix + "count", 0);
-  }
-  const auto values = c.board->get(names, shared >= n ? kReadWait : Ms(0));
-  std::vector<std::string> out;
-  for (const auto& v : values) out.push_back(v.value_or(""));
-  return out;
+  return share_on_board(*c.board, c.info.group_world_size, c.info.group_rank, prefix, mine,
+                        deadline, [&](Ms look) {
+                          if (program != nullptr && program->running()) {
+                            if (program->pump(look)) return true;
+                            signo = program->signo();
+                            return false;
+                          }
+                          const SupervisorEvent ev = c.supervisor.next_event(look);
+                          if (ev.kind != Kind::kSignal) return true;
+                          signo = ev.signo;  // nothing runs: signals only
+                          return false;
+                        });
 }
 
 std::vector<NodeResult> results(const std::vector<std::string>& values, Ms waited) {
@@ -294,15 +280,8 @@ Outcome run(const Context& c) {
   // Every node reads the same verdict: the first node's to write it (the spares each
   // counted may differ by a beat).
   if (c.board) {
-    v = decode(c.board->set_once("preflight/verdict", encode(v)));
-    // The node hosting the rendezvous store waits (briefly) until every node has read the
-    // verdict: when it stops the job, its store goes with it.
-    std::int64_t read = c.board->add("preflight/read", 1);
-    const auto read_deadline = Clock::now() + kReadWait;
-    while (c.hosts_store && read < c.info.group_world_size && Clock::now() < read_deadline) {
-      std::this_thread::sleep_for(kPoll);
-      read = c.board->add("preflight/read", 0);
-    }
+    v = decode(agree_on_board(*c.board, c.info.group_world_size, c.hosts_store, "preflight/verdict",
+                              encode(v)));
   }
   out.verdict = std::move(v);
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
