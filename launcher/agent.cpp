@@ -32,6 +32,10 @@ using Ms = std::chrono::milliseconds;
 
 // How often the agent asks the handler whether the round must be re-formed.
 constexpr auto kMembershipPoll = 1000ms;
+// A round whose rendezvous a peer closed (its workers failed, no restart left): how long
+// this node waits for its own workers to fail on their closed connections, so that their
+// failure is reported with the job's root cause, before it leaves for a new round anyway.
+constexpr auto kClosedGrace = 5000ms;
 // torchrun's exit barrier timeout.
 constexpr auto kExitBarrierTimeout = std::chrono::seconds(300);
 
@@ -218,7 +222,8 @@ bool Agent::membership_changed(bool fresh) {
 
 Agent::Step Agent::monitor(RunResult& result) {
   auto next_poll = Clock::now() + kMembershipPoll;
-  std::vector<WorkerExit> also_failed;  // while round_breaks_for() waited
+  std::vector<WorkerExit> also_failed;      // while round_breaks_for() waited
+  std::optional<Clock::time_point> closed;  // when the closed rendezvous was first seen
   while (true) {
     const auto wake = job_view_ ? std::min(next_poll, job_view_->next_tick()) : next_poll;
     const SupervisorEvent ev = supervisor_.next_event(
@@ -234,6 +239,10 @@ Agent::Step Agent::monitor(RunResult& result) {
         if (auto step = end_if_wedged(result)) return *step;
         if (membership_changed()) {
           if (std::string why = handler_->cut_off(); !why.empty()) return end_cut_off(why, result);
+          if (rendezvous_closed()) {  // the job ended elsewhere: this node's failure follows
+            if (!closed) closed = Clock::now();
+            if (Clock::now() - *closed < kClosedGrace) break;
+          }
           spdlog::warn(
               "membership changed; restarting the workers in a new rendezvous round "
               "(no restart spent)");
