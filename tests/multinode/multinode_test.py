@@ -906,12 +906,12 @@ def status_shows_every_node_rank_place_and_collective(c):
           and all(f"\n      {r} " in table for r in range(4)), "the text table", table + err)
     rc, _, err, took = ddprun_status(c, "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
                                      "--rdzv-id=no_such_job")
-    check(rc == 4 and "no run 'no_such_job'" in err and took < 5, "an unknown run id", err)
+    check(rc == 4 and "no run 'no_such_job'" in err and took < 15, "an unknown run id", err)
     for a in agents:
         check(a.wait(60) == 0, f"{a.name} failed: the status reads disturbed the job", c.logs())
     rc, _, err, took = ddprun_status(c, *read)
     # The store went with its host: unreachable (3) once it is gone, ended (7) before.
-    check(rc in (3, 7) and took < 5 and len(err.splitlines()) == 1, "after the job", err)
+    check(rc in (3, 7) and took < 15 and len(err.splitlines()) == 1, "after the job", err)
 
 
 def _status_collective(rank):
@@ -945,13 +945,14 @@ def status_bad_input_one_line_and_its_exit_code(c):
             rc, out, err, took = ddprun_status(c, "--rdzv-backend=c10d",
                                                f"--rdzv-endpoint={endpoint}",
                                                f"--rdzv-id={run_id}", *more)
-            check(took < 5 and len(err.strip().splitlines()) == 1, "one line, at once",
+            # A bound against hanging, not a speed: an ASan ddprun's start alone took 8 s in
+            # a fresh clone beside the 256-agent test's load. Each read's own bound is
+            # --timeout (3 s, 1 s below).
+            check(took < 15 and len(err.strip().splitlines()) == 1, "one line, without hanging",
                   (rc, out, err, took))
             return rc, out, err
 
-        # Refused connections are tried again until --timeout (a store host restarting):
-        # 1 s here, so that an ASan ddprun's start on a loaded machine fits the 5 s (a fresh
-        # clone took 5.7 s with the default 3 s).
+        # Refused connections are tried again until --timeout (a store host restarting).
         rc, _, err = status(f"127.0.0.1:{idle}", "j", "--timeout=1")
         check(rc == 3 and "cannot be reached" in err and "within 1000 ms" in err,
               "nothing listening", err)
