@@ -243,16 +243,21 @@ void ConsoleWriter::on_writable() {
   }
 }
 
-void ConsoleWriter::flush(std::chrono::milliseconds limit) {
+void ConsoleWriter::flush(std::chrono::milliseconds stuck) {
   while (!waiting_.empty()) cut();
-  auto deadline = std::chrono::steady_clock::now() + limit;
+  using Clock = std::chrono::steady_clock;
+  const auto last_call = Clock::now() + 8 * stuck;
+  auto deadline = Clock::now() + stuck;
   while (queued_ && !broken_ && backlog() > 0) {
+    const std::size_t before = backlog();
     on_writable();
     if (backlog() == 0) break;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto now = Clock::now();
+    if (backlog() < before) deadline = std::min(now + stuck, last_call);  // it still reads
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     if (left.count() <= 0) {
-      drop_backlog("the console accepted nothing");
+      drop_backlog(now >= last_call ? "the console read too slowly"
+                                    : "the console accepted nothing");
       return;
     }
     pollfd p{private_fd_.get(), POLLOUT, 0};

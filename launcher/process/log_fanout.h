@@ -103,10 +103,11 @@ class ConsoleWriter {
   bool over_high_water() const { return backlog() > kHighWater; }
   // Writes queued bytes until the fd would block (call on EPOLLOUT).
   void on_writable();
-  // Lets every waiting line out, then blocks until the backlog is written or `limit`
-  // passes (what is left is dropped, with a
-  // warning: a console that accepts nothing for that long must not hang the agent).
-  void flush(std::chrono::milliseconds limit);
+  // Lets every waiting line out, then blocks until the backlog is written, or until the
+  // console has accepted nothing for `stuck` (what is left is dropped, with a warning: a
+  // console that stopped reading must not hang the agent). A slow console that still
+  // reads (a loaded machine, a terminal scrolling) gets its output, at most 8 x `stuck`.
+  void flush(std::chrono::milliseconds stuck);
 
   // Byte counters: an event that must not overtake the output queued before it waits
   // until written() reaches the enqueued() value taken when it was queued.

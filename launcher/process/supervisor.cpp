@@ -28,7 +28,8 @@
 namespace ddprun::launcher {
 namespace {
 
-// How long stop() and the destructor wait for a console that does not accept output.
+// How long stop() and the destructor wait for a console that accepts nothing
+// (ConsoleWriter::flush).
 constexpr std::chrono::milliseconds kConsoleFlushLimit{2000};
 
 }  // namespace

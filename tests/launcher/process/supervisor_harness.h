@@ -28,8 +28,9 @@ struct Harness {
     o.stall_timeout = stall_timeout;
     sup = std::make_unique<ProcessSupervisor>(o);
   }
-  // Next event that is not a timeout, or a kTimeout after `limit`.
-  SupervisorEvent next(std::chrono::milliseconds limit = 10s) { return sup->next_event(limit); }
+  // Next event that is not a timeout, or a kTimeout after `limit`: a guard against hanging,
+  // not a speed (TSan beside CI's 256-agent test gave one event over 10 s).
+  SupervisorEvent next(std::chrono::milliseconds limit = 60s) { return sup->next_event(limit); }
 
   std::unique_ptr<PipeCapture> out, err;
   std::unique_ptr<ProcessSupervisor> sup;

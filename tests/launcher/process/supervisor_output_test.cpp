@@ -56,21 +56,31 @@ TEST_CASE("supervisor: concurrent workers' console lines never interleave mid-li
   h.sup.reset();
   std::string out = h.out->finish();
   std::string err = h.err->finish();
-  std::regex line_re("\\[default(\\d)\\]:R(\\d) L(\\d+) 0{990}");
-  std::map<int, int> next_line;
-  int bad = 0;
+  // Every console line is one worker's bytes under its own prefix, in its order. A line
+  // may be cut where it waited past ConsoleWriter::kMaxWait behind another's (a starved
+  // machine: TSan beside CI's heaviest test); its rest resumes under the same prefix, so
+  // each worker's console lines, joined, are its output exactly.
+  const std::string pad(990, '0');
+  std::map<int, std::string> joined;
+  int lines = 0, bad = 0;
   for (const auto& line : split_lines(out)) {
-    std::smatch m;
-    if (!std::regex_match(line, m, line_re) || m[1] != m[2]) {
+    ++lines;
+    if (line.size() < 11 || line.rfind("[default", 0) != 0 || line[9] != ']' || line[10] != ':' ||
+        line[8] < '0' || line[8] > '3') {
       ++bad;
       continue;
     }
-    int r = std::stoi(m[1]);
-    if (std::stoi(m[3]) != next_line[r]) ++bad;  // per-worker order is kept
-    next_line[r] = std::stoi(m[3]) + 1;
+    joined[line[8] - '0'] += line.substr(11);
   }
   CHECK(bad == 0);
-  for (int r = 0; r < 4; ++r) CHECK(next_line[r] == kLines);
+  for (int r = 0; r < 4; ++r) {
+    std::string want;
+    for (int i = 0; i < kLines; ++i)
+      want += "R" + std::to_string(r) + " L" + std::to_string(i) + " " + pad;
+    CHECK(joined[r] == want);
+  }
+  CHECK(lines >= 4 * kLines);
+  CHECK(lines - 4 * kLines <= 4 * kLines / 20);  // cuts are rare: never one per pipe read
   for (int r = 0; r < 4; ++r) {
     CHECK(err.find("[default" + std::to_string(r) + "]:err R" + std::to_string(r) + "\n") !=
           std::string::npos);
@@ -88,32 +98,36 @@ TEST_CASE("supervisor: the last lines of a crashing worker come before its exit 
   CHECK(ev.exit.signal == SIGKILL);
   // The supervisor wrote them before releasing the event; the capture thread may still be
   // reading them from the pipe.
-  CHECK(eventually([&] { return h.out->contains("line2999\nline3000\npartial-last"); }, 2s));
-  CHECK(eventually([&] { return h.err->contains("fatal-error\n"); }, 2s));
+  CHECK(eventually([&] { return h.out->contains("line2999\nline3000\npartial-last"); }, 20s));
+  CHECK(eventually([&] { return h.err->contains("fatal-error\n"); }, 20s));
 }
 
-TEST_CASE("supervisor: a worker printing 50 MB does not stall another's exit", "[supervisor]") {
+TEST_CASE("supervisor: a worker printing without end does not stall another's exit",
+          "[supervisor]") {
   Harness h;
   TempDir dir;
-  WorkerSpec chatty =
-      sh(0, "head -c 50000000 /dev/zero | tr '\\0' 'x' | fold -w 999; echo; sleep 30");
+  // Lines of 999 bytes as fast as `yes` writes them, until stopped: a loop that served
+  // this pipe before the other worker's exit would never release that exit.
+  WorkerSpec chatty = sh(0, "yes \"$(printf '%0998d' 0)\"");
   chatty.out.mode = StreamMode::kRedirect;
   chatty.out.file = dir.str() + "/0/stdout.log";
   WorkerSpec failing = sh(1, "sleep 0.2; exit 5");
-  auto t0 = std::chrono::steady_clock::now();
   h.sup->start({chatty, failing});
   SupervisorEvent ev = h.next();
   REQUIRE(ev.kind == Kind::kWorkerExited);
   CHECK(ev.exit.local_rank == 1);
   CHECK(ev.exit.exit_code == 5);
-  CHECK(std::chrono::steady_clock::now() - t0 < 4s);
-  // All 50 MB reach the file (in 999-byte lines plus newlines).
-  const std::size_t want = 50000000 + 50000000 / 999 + 1;
-  struct stat st {};
-  CHECK(eventually(
-      [&] { return ::stat(chatty.out.file.c_str(), &st) == 0 && std::size_t(st.st_size) == want; },
-      30s));
   h.sup->stop(SIGTERM, 2s);
+  h.sup.reset();
+  // What reached the file is whole lines, but for a last one cut by the stop.
+  const std::string text = slurp(chatty.out.file);
+  CHECK(text.size() >= 999);
+  const std::vector<std::string> lines = split_lines(text);
+  int bad = 0;
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    if (lines[i] != std::string(998, '0')) ++bad;
+  }
+  CHECK(bad == 0);
 }
 
 TEST_CASE("supervisor: a console that stops reading delays but never loses output",
@@ -128,7 +142,7 @@ TEST_CASE("supervisor: a console that stops reading delays but never loses outpu
   REQUIRE(ev.kind == Kind::kWorkerExited);  // held at most briefly behind the jammed console
   CHECK(ev.exit.exit_code == 9);
   h.out->set_paused(false);
-  ev = h.next(30s);
+  ev = h.next();
   REQUIRE(ev.kind == Kind::kWorkerExited);
   CHECK(ev.exit.exit_code == 0);
   h.sup->stop(SIGTERM, 1s);
@@ -279,12 +293,12 @@ TEST_CASE("supervisor: a grandchild that never stops writing cannot stall exit o
   w.out.mode = StreamMode::kRedirect;
   w.out.file = "/dev/null";
   h.sup->start({w});
-  SupervisorEvent ev = h.next(5s);
+  SupervisorEvent ev = h.next();
   REQUIRE(ev.kind == Kind::kWorkerExited);
   CHECK(ev.exit.exit_code == 7);
   auto t0 = std::chrono::steady_clock::now();
   CHECK(h.sup->stop(SIGTERM, 1s).empty());
-  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 30s);  // against a stall, not a speed
 }
 
 TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[supervisor]") {
@@ -345,10 +359,10 @@ TEST_CASE("supervisor: console lines reach a regular file and a terminal", "[sup
     CHECK(slurp(dir.str() + "/1.log") == "pipe-out1\na\nb");
   } else {
     // The terminal's line discipline turns "\n" into "\r\n".
-    CHECK(eventually([&] { return seen("two\r\n"); }, 2s));
+    CHECK(eventually([&] { return seen("two\r\n"); }, 20s));
     CHECK(seen("one\r\n"));
     CHECK(seen("pipe-out\r\n"));
-    CHECK(eventually([&] { return seen("tty-err\r\n"); }, 2s));
+    CHECK(eventually([&] { return seen("tty-err\r\n"); }, 20s));
     CHECK_FALSE(seen("tty-out"));
     CHECK(slurp(dir.str() + "/1.log") == "pipe-out1\na\nb");
     console.reset();  // the master then reads EIO and the reader ends
