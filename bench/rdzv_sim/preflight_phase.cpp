@@ -57,22 +57,26 @@ PreflightPhase run_preflight_phase(std::vector<std::unique_ptr<rdzv::RendezvousH
       rdzv::JobBoard* board = handlers[static_cast<std::size_t>(i)]->job_board();
       if (board == nullptr) return;
       try {
-        const auto step = [&](const std::string& prefix, const std::string& mine) {
-          return *pf::share_on_board(*board, n, i, prefix, mine, Clock::now() + bound, wait);
-        };
-        step("preflight/need/", "1");
-        step("preflight/local/", pf::to_json(findings(i, n, false)));
-        const auto full = step("preflight/full/", pf::to_json(findings(i, n, true)));
-        std::vector<pf::NodeResult> nodes;
-        for (int k = 0; k < n; ++k)
-          nodes.push_back(pf::from_json(k, full[static_cast<std::size_t>(k)]));
-        const bool all = std::all_of(nodes.begin(), nodes.end(),
-                                     [](const pf::NodeResult& r) { return r.missing.empty(); });
-        if (!all) return;
         pf::Settings settings;
         settings.min_nodes = n;
-        verdicts[static_cast<std::size_t>(i)] = pf::agree_on_board(
-            *board, n, i == 0, "preflight/verdict", pf::encode(pf::judge(nodes, settings)));
+        const auto step = [&](const std::string& prefix, const std::string& mine,
+                              const pf::Decide& decide) {
+          return *pf::decide_on_board(*board, n, i, prefix, mine, Clock::now() + bound, wait,
+                                      decide);
+        };
+        const auto answer_on = [&](bool last) -> pf::Decide {
+          return [&, last](const std::vector<std::string>& values) {
+            return pf::findings_answer(values, last, settings, bound, nullptr);
+          };
+        };
+        step("preflight/need/", "1", pf::need_answer);
+        const std::string local =
+            step("preflight/local/", pf::to_json(findings(i, n, false)), answer_on(false));
+        if (local != pf::kGo) return;  // every simulated node passes: a bug
+        const std::string verdict =
+            step("preflight/full/", pf::to_json(findings(i, n, true)), answer_on(true));
+        if (i == 0) pf::wait_until_read(*board, n, "preflight/full/");
+        verdicts[static_cast<std::size_t>(i)] = verdict;
         took[static_cast<std::size_t>(i)] =
             std::chrono::duration<double>(Clock::now() - t0).count();
       } catch (const std::exception&) {
@@ -92,7 +96,8 @@ PreflightPhase run_preflight_phase(std::vector<std::unique_ptr<rdzv::RendezvousH
       continue;
     }
     if (p.action.empty()) {
-      const pf::Verdict d = pf::decode(*v);
+      std::vector<pf::NodeResult> rows;
+      const pf::Verdict d = pf::read_published(*v, rows);
       p.action = d.action == pf::Verdict::Action::kRun       ? "run"
                  : d.action == pf::Verdict::Action::kExclude ? "exclude"
                                                              : "stop";

@@ -1,7 +1,8 @@
 // preflight_phase.h: the simulator's pre-flight phase (ddprun-rdzv-sim --preflight;
 // docs/benchmarks.md, "What --preflight adds to start-up"): with the round formed, every
 // agent runs the pre-flight check's real board traffic (launcher/preflight/board_exchange.h:
-// who needs the check, the local findings, the collective's findings, the one verdict) on
+// who needs the check, the local findings, the collective's findings; node 0 answering
+// each step, node 0's last answer the verdict) on
 // its handler's JobBoard, with findings of a real check's size and the real judge, but no
 // check program (its time is the node's own, measured by bench/preflight_cost.py). Measured:
 // how long the last agent took to hold the verdict, and what the phase cost the store.

@@ -184,41 +184,26 @@ class Program {
   std::string failure_;  // ": exit 1: <last stderr line>" once it failed
 };
 
-// Shares `mine` as `prefix<node>` and returns every node's (share_on_board), serving the
-// program (or, without one running, the signals) while it waits; nullopt when a signal
-// arrived (`signo`).
-std::optional<std::vector<std::string>> exchange(const Context& c, Program* program,
-                                                 const std::string& prefix, const std::string& mine,
-                                                 Clock::time_point deadline, int& signo) {
-  return share_on_board(*c.board, c.info.group_world_size, c.info.group_rank, prefix, mine,
-                        deadline, [&](Ms look) {
-                          if (program != nullptr && program->running()) {
-                            if (program->pump(look)) return true;
-                            signo = program->signo();
-                            return false;
-                          }
-                          const SupervisorEvent ev = c.supervisor.next_event(look);
-                          if (ev.kind != Kind::kSignal) return true;
-                          signo = ev.signo;  // nothing runs: signals only
-                          return false;
-                        });
-}
-
-std::vector<NodeResult> results(const std::vector<std::string>& values, Ms waited) {
-  std::vector<NodeResult> out;
-  for (int i = 0; i < static_cast<int>(values.size()); ++i) {
-    const std::string& v = values[static_cast<std::size_t>(i)];
-    if (v.empty()) {
-      NodeResult r;
-      r.node = i;
-      r.host = fmt::format("node {}", i);
-      r.missing = fmt::format("shared no findings within {} s", waited.count() / 1000);
-      out.push_back(std::move(r));
-    } else {
-      out.push_back(from_json(i, v));
-    }
-  }
-  return out;
+// One step of the board exchange (decide_on_board): shares `mine` as `prefix<node>` and
+// returns the step's answer, serving the program (or, without one running, the signals)
+// while it waits; nullopt when a signal arrived (`signo`).
+std::optional<std::string> exchange(const Context& c, Program* program, const std::string& prefix,
+                                    const std::string& mine, Clock::time_point deadline, int& signo,
+                                    const Decide& decide) {
+  return decide_on_board(
+      *c.board, c.info.group_world_size, c.info.group_rank, prefix, mine, deadline,
+      [&](Ms look) {
+        if (program != nullptr && program->running()) {
+          if (program->pump(look)) return true;
+          signo = program->signo();
+          return false;
+        }
+        const SupervisorEvent ev = c.supervisor.next_event(look);
+        if (ev.kind != Kind::kSignal) return true;
+        signo = ev.signo;  // nothing runs: signals only
+        return false;
+      },
+      decide);
 }
 
 Outcome signalled(int signo) {
@@ -239,11 +224,9 @@ Outcome run(const Context& c) {
     // A round whose nodes all passed before (a restart, a membership change without a new
     // node) runs nothing.
     const auto need = exchange(c, nullptr, "preflight/need/", c.passed_before ? "0" : "1",
-                               peers_deadline, out.signo);
+                               peers_deadline, out.signo, need_answer);
     if (!need) return signalled(out.signo);
-    if (std::all_of(need->begin(), need->end(), [](const std::string& v) { return v == "0"; })) {
-      return out;
-    }
+    if (*need == kSkip) return out;
   }
   out.kind = Outcome::Kind::kVerdict;
   Program program(c, deadline);
@@ -252,38 +235,41 @@ Outcome run(const Context& c) {
   }
   NodeResult mine = program.findings(/*local=*/true);
   if (!c.board) {
+    program.end();
     out.nodes = {mine};
-  } else {
-    const auto local =
-        exchange(c, &program, "preflight/local/", to_json(mine), peers_deadline, out.signo);
-    if (!local) return signalled(out.signo);
-    out.nodes = results(*local, c.timeout + kPeerSlack);
-    const bool go = std::all_of(out.nodes.begin(), out.nodes.end(), [](const NodeResult& r) {
-      return r.missing.empty() &&
-             std::all_of(r.checks.begin(), r.checks.end(), [](const Check& k) { return k.ok; });
-    });
-    program.answer(go);
-    if (go) {
-      while (program.running() && !program.late()) {
-        if (!program.pump()) return signalled(program.signo());
-      }
-      mine = program.findings(/*local=*/false);
-      program.end();
-      const auto full =
-          exchange(c, &program, "preflight/full/", to_json(mine), peers_deadline, out.signo);
-      if (!full) return signalled(out.signo);
-      out.nodes = results(*full, c.timeout + kPeerSlack);
+    out.verdict = judge(out.nodes, c.settings);
+    out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return out;
+  }
+  // Node 0 reads every node's findings (`read`: its table), the others one answer a step.
+  std::vector<NodeResult> read;
+  const auto answer_on = [&](bool last) -> Decide {
+    return [&, last](const std::vector<std::string>& values) {
+      return findings_answer(values, last, c.settings, c.timeout + kPeerSlack, &read);
+    };
+  };
+  std::string prefix = "preflight/local/";
+  auto answer =
+      exchange(c, &program, prefix, to_json(mine), peers_deadline, out.signo, answer_on(false));
+  if (!answer) return signalled(out.signo);
+  const bool go = *answer == kGo;
+  program.answer(go);
+  if (go) {
+    while (program.running() && !program.late()) {
+      if (!program.pump()) return signalled(program.signo());
     }
+    mine = program.findings(/*local=*/false);
+    program.end();
+    read.clear();
+    prefix = "preflight/full/";
+    answer =
+        exchange(c, &program, prefix, to_json(mine), peers_deadline, out.signo, answer_on(true));
+    if (!answer) return signalled(out.signo);
   }
   program.end();
-  Verdict v = judge(out.nodes, c.settings);
-  // Every node reads the same verdict: the first node's to write it (the spares each
-  // counted may differ by a beat).
-  if (c.board) {
-    v = decode(agree_on_board(*c.board, c.info.group_world_size, c.hosts_store, "preflight/verdict",
-                              encode(v)));
-  }
-  out.verdict = std::move(v);
+  out.verdict = read_published(*answer, out.nodes);
+  if (read.size() == out.nodes.size()) out.nodes = std::move(read);
+  if (c.hosts_store) wait_until_read(*c.board, c.info.group_world_size, prefix);
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "base/numbers.h"
 
@@ -187,28 +188,98 @@ Verdict judge(const std::vector<NodeResult>& nodes, const Settings& s) {
   return v;
 }
 
-std::string encode(const Verdict& v) {
+namespace {
+
+json verdict_json(const Verdict& v) {
   json bad = json::array();
   for (const auto& b : v.bad) bad.push_back({{"node", b.node}, {"why", b.why}});
-  return json{{"action", static_cast<int>(v.action)}, {"bad", bad}, {"why", v.why}}.dump(
+  return {{"action", static_cast<int>(v.action)}, {"bad", bad}, {"why", v.why}};
+}
+
+Verdict verdict_of(const json& j) {
+  Verdict v;
+  const int action = j.at("action").get<int>();
+  if (action < 0 || action > 2) throw std::out_of_range("action");
+  v.action = static_cast<Verdict::Action>(action);
+  for (const auto& b : j.at("bad")) {
+    v.bad.push_back({b.at("node").get<int>(), b.at("why").get<std::string>()});
+  }
+  v.why = j.at("why").get<std::string>();
+  return v;
+}
+
+bool passed(const NodeResult& r) {
+  return r.missing.empty() &&
+         std::all_of(r.checks.begin(), r.checks.end(), [](const Check& k) { return k.ok; });
+}
+
+}  // namespace
+
+std::string publish(const Verdict& v, const std::vector<NodeResult>& nodes) {
+  json rows = json::object();
+  for (const auto& b : v.bad) {
+    for (const auto& r : nodes) {
+      if (r.node == b.node) rows[std::to_string(r.node)] = json::parse(to_json(r));
+    }
+  }
+  return json{{"verdict", verdict_json(v)}, {"nodes", nodes.size()}, {"rows", rows}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
 }
 
-Verdict decode(const std::string& text) {
-  Verdict v;
+Verdict read_published(const std::string& text, std::vector<NodeResult>& nodes) {
+  nodes.clear();
   try {
     const json j = json::parse(text);
-    const int action = j.at("action").get<int>();
-    if (action < 0 || action > 2) throw std::out_of_range("action");
-    v.action = static_cast<Verdict::Action>(action);
-    for (const auto& b : j.at("bad")) {
-      v.bad.push_back({b.at("node").get<int>(), b.at("why").get<std::string>()});
+    Verdict v = verdict_of(j.at("verdict"));
+    const int n = j.at("nodes").get<int>();
+    if (n < 0 || n > (1 << 20)) throw std::out_of_range("nodes");
+    for (int i = 0; i < n; ++i) {
+      NodeResult r;
+      r.node = i;
+      r.host = fmt::format("node {}", i);
+      nodes.push_back(std::move(r));
     }
-    v.why = j.at("why").get<std::string>();
+    for (const auto& [node, row] : j.at("rows").items()) {
+      const int i = std::stoi(node);
+      if (i < 0 || i >= n) throw std::out_of_range("row " + node);
+      nodes[static_cast<std::size_t>(i)] = from_json(i, row.dump());
+    }
+    for (const auto& b : v.bad) {
+      if (b.node < 0 || b.node >= n) throw std::out_of_range("bad node");
+    }
+    return v;
   } catch (const std::exception& e) {
-    v = {Verdict::Action::kStop, {}, std::string("the shared verdict is unreadable: ") + e.what()};
+    nodes.clear();
+    return {
+        Verdict::Action::kStop, {}, std::string("the shared verdict is unreadable: ") + e.what()};
   }
-  return v;
+}
+
+std::string need_answer(const std::vector<std::string>& values) {
+  return std::all_of(values.begin(), values.end(), [](const std::string& v) { return v == "0"; })
+             ? kSkip
+             : kRun;
+}
+
+std::string findings_answer(const std::vector<std::string>& values, bool last, const Settings& s,
+                            std::chrono::milliseconds waited, std::vector<NodeResult>* read) {
+  std::vector<NodeResult> nodes;
+  for (int i = 0; i < static_cast<int>(values.size()); ++i) {
+    const std::string& v = values[static_cast<std::size_t>(i)];
+    if (v.empty()) {
+      NodeResult r;
+      r.node = i;
+      r.host = fmt::format("node {}", i);
+      r.missing = fmt::format("shared no findings within {} s", waited.count() / 1000);
+      nodes.push_back(std::move(r));
+    } else {
+      nodes.push_back(from_json(i, v));
+    }
+  }
+  const bool go = !last && std::all_of(nodes.begin(), nodes.end(), passed);
+  std::string answer = go ? kGo : publish(judge(nodes, s), nodes);
+  if (read != nullptr) *read = std::move(nodes);
+  return answer;
 }
 
 std::string table(const std::vector<NodeResult>& nodes, const Verdict& v, bool all_rows) {

@@ -6,6 +6,7 @@
 // tests. Thread-safety: pure functions over values.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -66,9 +67,25 @@ inline constexpr double kSlowFloorSeconds = 0.1;
 
 // The verdict on the round's findings (one per node, by node).
 Verdict judge(const std::vector<NodeResult>& nodes, const Settings& s);
-// The verdict as every node reads it from the board (set_once: the first writer's).
-std::string encode(const Verdict& v);
-Verdict decode(const std::string& text);
+// The verdict as node 0 publishes it on the board: the verdict, the number of nodes and
+// the bad nodes' findings (the rows the other nodes print and the block-list keeps).
+std::string publish(const Verdict& v, const std::vector<NodeResult>& nodes);
+// Back: the verdict, and `nodes` one per node of the round, the bad ones' findings filled
+// in, the others only their node number. Unreadable: a kStop verdict saying so.
+Verdict read_published(const std::string& text, std::vector<NodeResult>& nodes);
+
+// The board exchange's answers (board_exchange.h), from every node's shared value by node
+// ("" for a node silent until the step's deadline):
+// who needs the check: kSkip when every node passed it before ("0"), else kRun.
+inline constexpr const char* kRun = "run";
+inline constexpr const char* kSkip = "skip";
+std::string need_answer(const std::vector<std::string>& values);
+// the findings (to_json): kGo when `last` is false and every node passed its local checks
+// (the collective runs next), else the published verdict on them. `read` (if not null)
+// gets every node's findings; a silent node's says it shared none within `waited`.
+inline constexpr const char* kGo = "go";
+std::string findings_answer(const std::vector<std::string>& values, bool last, const Settings& s,
+                            std::chrono::milliseconds waited, std::vector<NodeResult>* read);
 // The findings as a table, one line per node, "bad" nodes saying why, e.g.
 //   node host                   torch     import  devices        collective links  verdict
 //   0    gpu-01 (10.0.0.1)      2.14.0    1.21 s  cpu 0.08 s     0.05 s     0.02 s ok
