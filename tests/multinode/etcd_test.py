@@ -308,6 +308,41 @@ def etcd_collective_verdict_and_straggler(c):
     check(within < 250, "node 1's clock offset to node 0's, measured through etcd", offset)
 
 
+
+@test(tier="214")
+def etcd_straggler_left_out_and_job_goes_on(c):
+    """Issue 34's --exclude-stragglers over etcd-v3 (the ranking on etcd's board, the leaving
+    node's address recorded under the run's left_out/): 3 nodes x 1 rank, --nnodes 2:3; rank
+    2 (node 2) sleeps 0.3 s before each all_reduce. Node 0 names it 3 rankings in a row and
+    leaves its node out: node 2 stops its worker and exits 1 saying why, its address goes on
+    the --blocklist; nodes 0 and 1 go on in a new round of 2 nodes, no restart spent."""
+    etcd = EtcdCluster(c, 1)
+    eps = etcd.endpoints()
+    worker = os.path.join(HERE, "workers", "job_worker.py")
+    blocklist = os.path.join(c.dir, "blocklist")
+    extra = ["--stall-timeout=60", "--straggler-window=2", "--exclude-stragglers",
+             "--max-restarts=0", f"--blocklist={blocklist}"]
+    agents = [c.start(f"node{i}", etcd_args(i, eps, "2:3", "strag_out", extra),
+                      ["straggle-out", "3"], script=worker, env={"LOGLEVEL": "INFO"})
+              for i in range(3)]
+    for a in agents:
+        a.wait(150)
+    rcs = [a.proc.returncode for a in agents]
+    check(rcs == [0, 0, 1], f"nodes 0 and 1 succeed, node 2 leaves: {rcs}", c.logs())
+    text0, text2 = agents[0].text(), agents[2].text()
+    check("straggler: leaving rank 2 on localhost (127.0.0.3) out of the job: the straggler "
+          "in 3 rankings in a row" in text0, "node 0 says whom it leaves out", c.logs())
+    check("this node leaves the job as a straggler (--exclude-stragglers; node 0's ranking: "
+          "straggler: rank 2 on localhost (127.0.0.3) arrived last at " in text2,
+          "node 2 says why it leaves", c.logs())
+    for a in agents[:2]:
+        check(" formed: 2 nodes" in a.text() and "restarts spent 0" in a.text(),
+              f"{a.name}: a new round of 2 nodes, no restart spent", c.logs())
+    with open(blocklist) as f:
+        check("127.0.0.3" in f.read(), "node 2's address on the block-list", c.logs())
+    check(any(k.endswith("left_out/127.0.0.3") for k in etcd.get_prefix(PREFIX + "strag_out/")),
+          "node 2's address recorded as left out in etcd", etcd.get_prefix(PREFIX))
+
 @test
 def etcd_status_read_only(c):
     """Issue 32 item 1 over etcd-v3: 2 nodes, --stall-timeout 60; rank 1 sleeps 10 s before
