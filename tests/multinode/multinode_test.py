@@ -28,6 +28,7 @@ from blackbox import check, poll  # noqa: E402
 import cluster  # noqa: E402
 from cluster import (Cluster, left_out_then_started_again, stall_verdict_of,  # noqa: E402
                      venv_without_torch)
+from cpu_limit import CpuLimit  # noqa: E402
 from netns import Netns, netns_or_skip  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
@@ -1148,6 +1149,38 @@ def preflight_bad_python_left_out_spare_takes_its_place(c):
     passed = [a.name for a in agents if "pre-flight check passed on 3 node(s)" in a.text()]
     check(len(passed) == 1, f"the spare's round was checked; node 0 shows the table: {passed}",
           c.logs())
+
+
+@test
+def preflight_cpu_throttled_node_is_slow_and_left_out(c):
+    """Issue 34: 3 nodes, --nnodes 2:3 --preflight; node2 (127.0.0.3) and everything it
+    starts run in a cgroup limited to a tenth of one CPU (cgroup v2 cpu.max, else v1's CFS
+    quota: tests/support/cpu_limit.py), as a host whose CPU is throttled. Every node's
+    verdict names node2 as slower than the median (its devices, or its links), node2 leaves
+    the job (exit 3 with --exit-codes classes) and the two others train in a world of 2."""
+    limit = CpuLimit(f"ddprun_test_{os.getpid()}", 0.1)
+    try:
+        port = c.reserve_port()
+        extra = ["--preflight", "--exit-codes=classes", "--max-restarts=0"]
+        agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "pf_cpu", extra),
+                          prefix=limit.prefix() if i == 2 else (), gloo_ifname=False)
+                  for i in range(3)]
+        check(agents[2].wait(150) == 3, f"node2 exits 3 (infrastructure) [{limit.kind}]",
+              c.logs())
+        for i in (0, 1):
+            check(agents[i].wait(150) == 0, f"node{i} failed", c.logs())
+        for a in agents:
+            found = [l for l in a.text().splitlines() if "(127.0.0.3) is bad: " in l]
+            check(found and ("devices took " in found[0] or "its links took " in found[0])
+                  and "against a median of " in found[0],
+                  f"{a.name}: node2 named slow against the median", a.text())
+        for i in (0, 1):
+            worlds = {r["WORLD_SIZE"] for r in agents[i].records()}
+            check(worlds == {"2"}, f"node{i} trained in a world of 2: {worlds}", c.logs())
+        check(not agents[2].records(), "node2 ran no worker", c.logs())
+    finally:
+        c.close()
+        limit.close()
 
 
 @test
