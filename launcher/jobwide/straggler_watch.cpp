@@ -44,7 +44,13 @@ std::optional<ClockSync::Offset> StragglerWatch::clock_offset() const {
   return clock_ && clock_->done() ? clock_->offset() : std::nullopt;
 }
 
-StragglerWatch::~StragglerWatch() { gate_.want_arrivals(false); }
+StragglerWatch::~StragglerWatch() {
+  gate_.want_arrivals(false);
+  if (ranked_ > 0) {
+    spdlog::info("straggler ranking: {} window(s) of the job ranked, {} naming a straggler",
+                 ranked_, named_);
+  }
+}
 
 void StragglerWatch::tick(Clock::time_point now) {
   try {
@@ -70,7 +76,10 @@ void StragglerWatch::tick(Clock::time_point now) {
     failed_ = true;
     return;
   }
-  say(find_straggler(collect(), params_.threshold_s));
+  const std::vector<RankArrivals> arrivals = collect();
+  const auto found = find_straggler(arrivals, params_.threshold_s);
+  count(arrivals, found);
+  say(found);
 }
 
 std::vector<RankArrivals> StragglerWatch::collect() {
@@ -162,6 +171,7 @@ void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {
                      found->host_wide ? found->ranks : std::vector<int>{found->rank}});
   }
   board_->set("strag/found", encode_named_lines(lines));
+  count(job, found);
   say(found);
   maybe_exclude(found, lines.empty() ? std::string() : lines.front().line);
 }
@@ -235,6 +245,13 @@ void StragglerWatch::maybe_exclude(const std::optional<Straggler>& found, const 
       "straggler: leaving {} out of the job: the straggler in {} rankings in a row "
       "(--exclude-stragglers); the others go on in a new round without its node",
       who(line).substr(std::string("straggler: ").size()), streak_);
+}
+
+void StragglerWatch::count(const std::vector<RankArrivals>& judged,
+                           const std::optional<Straggler>& found) {
+  if (judged.size() < 2) return;
+  ++ranked_;
+  if (found) ++named_;
 }
 
 void StragglerWatch::say(const std::optional<Straggler>& found) {

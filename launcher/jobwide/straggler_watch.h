@@ -5,11 +5,12 @@
 // a job of several nodes each node first measures its clock's offset to node 0's through
 // the round's JobBoard (rendezvous/job_board.h; ClockSync, clock_sync.h, polled between the
 // agent's other work), then puts each window's sampled arrivals, on node 0's clock, on the
-// board; node 0 ranks
-// the whole job's previous window and publishes the finding; it and the node it names
-// log it, once per straggler. With --exclude-stragglers, node 0 leaves the node of a
-// straggler named kExcludeAfter windows in a row out of the job when the elastic bounds
-// allow (a spare waiting, or more nodes than --nnodes MIN): it publishes the line
+// board; node 0 ranks the whole job's previous window and publishes the finding; it and
+// the node it names log it, once per straggler. At the attempt's end node 0 says how many
+// windows it ranked and how many named a straggler (a quiet job's evidence). With
+// --exclude-stragglers, node 0 leaves the node of a straggler named kExcludeAfter windows in a row
+// out of the job when the elastic bounds allow (a spare waiting, or more nodes than --nnodes MIN):
+// it publishes the line
 // ("strag/out", set once), the named node's leave() says why, and its Agent leaves.
 // Board keys: "clock/<round>/ready" and "clock/<round>/t", "strag/<node>/<window % 2>",
 // "strag/found", "strag/out".
@@ -78,6 +79,7 @@ class StragglerWatch {
   std::vector<RankArrivals> collect();
   void judge_job(const std::vector<RankArrivals>& mine);
   void say(const std::optional<Straggler>& found);
+  void count(const std::vector<RankArrivals>& judged, const std::optional<Straggler>& found);
   void hear(const std::optional<std::string>& found, const std::optional<std::string>& out);
   void maybe_exclude(const std::optional<Straggler>& found, const std::string& line);
 
@@ -97,6 +99,8 @@ class StragglerWatch {
   std::optional<std::string> leave_;
   int windows_without_recorder_ = 0;  // since every worker formed its group, none recorded
   bool recorder_said_ = false;
+  int ranked_ = 0;  // node 0 (or one node): windows ranked with two ranks or more
+  int named_ = 0;   // of those, windows that named a straggler
 };
 
 }  // namespace ddprun::launcher

@@ -838,6 +838,34 @@ def straggler_named_by_node_0_and_its_own_node(c):
 
 
 @test(tier="214")
+def straggler_none_named_in_a_steady_job(c):
+    """Issue 34, no false alarm: 2 nodes x 2 ranks, PyTorch 2.14's flight recorder,
+    --straggler-window 3; for 20 s every rank does the same (0.02 s, then an all_reduce):
+    some hundreds of collectives. Neither node names a straggler; node 0 says at the end
+    that it ranked the job's windows (several, each with all four ranks) and that none
+    named one; the job succeeds."""
+    port = c.reserve_port()
+    extra = ["--nproc-per-node=2", "--stall-timeout=60", "--straggler-window=3",
+             "--max-restarts=0"]
+    agents = [c.start(f"node{i}", c10d_args(i, port, 2, "steady", extra), ["steady", "20"],
+                      script=JOB_WORKER, env={"LOGLEVEL": "INFO"})
+              for i in range(2)]
+    for a in agents:
+        check(a.wait(120) == 0, f"{a.name} failed", c.logs())
+    steps = [int(l.split("steady: ")[1].split()[0]) for l in agents[0].text().splitlines()
+             if "steady: " in l]
+    check(steps and steps[0] >= 200, f"some hundreds of all_reduces: {steps}", c.logs())
+    for a in agents:
+        check(not [l for l in a.text().splitlines() if "straggler: " in l],
+              f"{a.name} names no straggler", c.logs())
+    summary = [l for l in agents[0].text().splitlines()
+               if "straggler ranking: " in l and " window(s) of the job ranked" in l]
+    ranked = int(summary[-1].split("straggler ranking: ")[1].split()[0]) if summary else 0
+    check(ranked >= 3 and summary[-1].endswith("ranked, 0 naming a straggler"),
+          "node 0 ranked several windows, none naming a straggler", summary or c.logs())
+
+
+@test(tier="214")
 def straggler_left_out_and_job_goes_on(c):
     """Issue 34's --exclude-stragglers: 3 nodes x 1 rank, --nnodes 2:3, --straggler-window 2;
     rank 2 (node 2) sleeps 0.3 s before each all_reduce. Node 0 names it 3 rankings in a

@@ -10,6 +10,8 @@
                                          where the others call all_reduce
     job_worker.py straggle SECONDS       for SECONDS, all_reduce in a loop, the last rank
                                          0.3 s late each time
+    job_worker.py steady SECONDS         for SECONDS, all_reduce in a loop, every rank alike
+                                         (0.02 s before each); rank 0 prints how many
     job_worker.py straggle-out WORLD     while the job has WORLD ranks, straggle for 120 s, the
                                          last rank 0.15 s late (the job must leave the last
                                          rank's node out first); in a smaller round, 5
@@ -68,6 +70,17 @@ def straggle(rank, world, seconds, late=0.3):
     dist.barrier()
 
 
+def steady(rank, seconds):
+    t, deadline, steps = torch.ones(4), time.time() + seconds, 0
+    while time.time() < deadline:
+        time.sleep(0.02)
+        dist.all_reduce(t)
+        steps += 1
+    dist.barrier()
+    if rank == 0:
+        print(f"steady: {steps} all_reduces", flush=True)
+
+
 def fail(rank, world):
     if rank == world - 1:
         time.sleep(0.5)  # the others are in the all_reduce by now
@@ -97,6 +110,8 @@ def main():
         os._exit(0)  # as evaluate: no gloo teardown race at exit
     elif sys.argv[1] == "straggle":
         straggle(rank, world, float(sys.argv[2]))
+    elif sys.argv[1] == "steady":
+        steady(rank, float(sys.argv[2]))
     elif sys.argv[1] == "straggle-out":
         if world == int(sys.argv[2]):
             straggle(rank, world, 120, late=0.15)
