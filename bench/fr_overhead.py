@@ -11,7 +11,8 @@ each round (seeded, --seed), so that a load rising or falling over the run is no
 charged to the mode that always runs last. With the PyTorch 2.14 tier's interpreter
 (scripts/python-torch214: Debian sid's torch, whose generic recorder also records gloo);
 prints each run's training time as the script reports it, then the medians and the ratios
-to the recorder off. Standard library only.
+to the recorder off, and each mode's ratios paired by round (median and range). Standard
+library only.
 
     bench/fr_overhead.py [--ddprun build/bench/launcher/ddprun] [--runs 5] [--workers 2]
                          [--buffer 2000] [--epochs 3] [--samples 65536] [--seed 1]
@@ -68,9 +69,14 @@ def main():
             print(f"run {r + 1} {name:>40}: {t:.2f} s, load {load:.1f}", flush=True)
     steps = a.epochs * (a.samples * 3 // 4) // (64 * a.workers)  # the train split, batch 64
     base = statistics.median(times["recorder off"])
+    off = times["recorder off"]
     for name, _, _ in modes:
         m = statistics.median(times[name])
-        print(f"median {name}: {m:.2f} s (x{m / base:.3f})")
+        # Paired: each round's time against the same round's recorder off, so that a load
+        # drifting over the rounds cancels out.
+        paired = [t / o for t, o in zip(times[name], off)]
+        print(f"median {name}: {m:.2f} s (x{m / base:.3f}); paired by round: median "
+              f"x{statistics.median(paired):.3f}, {min(paired):.3f}-{max(paired):.3f}")
     print(f"about {steps} DDP steps a run per worker")
 
 

@@ -19,10 +19,8 @@
 namespace ddprun::launcher {
 namespace {
 
-constexpr const char* kStatusUsageText =
-    "usage: ddprun status --rdzv-backend c10d|static|etcd-v3 --rdzv-endpoint HOST[:PORT]\n"
-    "                     --rdzv-id ID [--rdzv-conf K=V,...] [--json] [--watch]\n"
-    "                     [--timeout SECONDS]\n"
+// What follows the usage line (status_usage()).
+constexpr const char* kStatusAbout =
     "Prints every node and rank of the running job (read-only; the job is not disturbed).\n"
     "The --rdzv-* values default to PET_RDZV_BACKEND, PET_RDZV_ENDPOINT, PET_RDZV_ID,\n"
     "PET_RDZV_CONF, as the job's own. Exit: 0 shown, 2 usage, 3 unreachable, 4 no such run,\n"
@@ -38,8 +36,26 @@ struct StatusArgs {
   double timeout_s = 3;
 };
 
+// "usage: ddprun status [--rdzv-backend c10d|static|etcd-v3] ..." from kStatusOptions,
+// wrapped under the verb, then kStatusAbout.
+std::string status_usage() {
+  const std::string head = fmt::format("usage: ddprun {}", kStatusVerb);
+  std::string text = head, line;
+  for (const VerbOption& o : kStatusOptions) {
+    if (o.name == "--help") continue;
+    const std::string word = o.metavar.empty() ? fmt::format(" [{}]", o.name)
+                                               : fmt::format(" [{} {}]", o.name, o.metavar);
+    if (head.size() + line.size() + word.size() > 88) {
+      text += line + "\n" + std::string(head.size(), ' ');
+      line.clear();
+    }
+    line += word;
+  }
+  return text + line + "\n" + kStatusAbout;
+}
+
 int usage(const std::string& why) {
-  std::fprintf(stderr, "ddprun status: error: %s\n%s", why.c_str(), kStatusUsageText);
+  std::fprintf(stderr, "ddprun status: error: %s\n%s", why.c_str(), status_usage().c_str());
   return kStatusUsage;
 }
 
@@ -159,8 +175,7 @@ int run_status_command(const std::vector<std::string>& args,
   StatusArgs a;
   bool help = false;
   if (std::string why = parse_status_args(args, env, a, help); help) {
-    std::string text = kStatusUsageText;
-    text += "options:\n";
+    std::string text = status_usage() + "options:\n";
     for (const VerbOption& o : kStatusOptions) {
       text += fmt::format("  {:<36} {}\n", fmt::format("{} {}", o.name, o.metavar), o.help);
     }

@@ -51,23 +51,47 @@ inline std::string json_strings(const std::vector<std::string>& items, const cha
   return out + "]";
 }
 
-// One option; `takes_value` is false for flags. Hidden options (empty group) are left out
-// by the caller.
-inline std::string option_json(const CLI::Option& opt) {
-  std::string out = "{\"names\":";
-  std::vector<std::string> names;
-  for (const auto& s : opt.get_snames()) names.push_back("-" + s);
-  for (const auto& l : opt.get_lnames()) names.push_back("--" + l);
-  out += json_strings(names, "");
-  out += ",\"positional\":" + json_string(opt.get_positional() ? opt.get_name(true) : "");
-  out += ",\"takes_value\":" + std::string(opt.get_items_expected_max() > 0 ? "true" : "false");
-  out += ",\"type_name\":" + json_string(opt.get_type_name());
-  out += ",\"description\":" + json_string(opt.get_description());
-  out += ",\"group\":" + json_string(opt.get_group());
-  out += ",\"default\":" + json_string(opt.get_default_str());
-  out += ",\"envname\":" + json_string(opt.get_envname());
-  out += ",\"required\":" + std::string(opt.get_required() ? "true" : "false");
+// One option as --dump-cli-json lists it, whether CLI11 parses it or a verb's table
+// (VerbJson) describes it.
+struct OptionJson {
+  std::vector<std::string> names;  // "-n", "--nnodes"
+  std::string positional;          // the positional's name, "" for an option
+  bool takes_value = false;        // false for flags
+  std::string type_name;
+  std::string description;
+  std::string group = "Options";
+  std::string default_value;
+  std::string envname;
+  bool required = false;
+};
+
+inline std::string option_json(const OptionJson& o) {
+  std::string out = "{\"names\":" + json_strings(o.names, "");
+  out += ",\"positional\":" + json_string(o.positional);
+  out += ",\"takes_value\":" + std::string(o.takes_value ? "true" : "false");
+  out += ",\"type_name\":" + json_string(o.type_name);
+  out += ",\"description\":" + json_string(o.description);
+  out += ",\"group\":" + json_string(o.group);
+  out += ",\"default\":" + json_string(o.default_value);
+  out += ",\"envname\":" + json_string(o.envname);
+  out += ",\"required\":" + std::string(o.required ? "true" : "false");
   return out + "}";
+}
+
+// One CLI11 option. Hidden options (empty group) are left out by the caller.
+inline std::string option_json(const CLI::Option& opt) {
+  OptionJson o;
+  for (const auto& s : opt.get_snames()) o.names.push_back("-" + s);
+  for (const auto& l : opt.get_lnames()) o.names.push_back("--" + l);
+  o.positional = opt.get_positional() ? opt.get_name(true) : "";
+  o.takes_value = opt.get_items_expected_max() > 0;
+  o.type_name = opt.get_type_name();
+  o.description = opt.get_description();
+  o.group = opt.get_group();
+  o.default_value = opt.get_default_str();
+  o.envname = opt.get_envname();
+  o.required = opt.get_required();
+  return option_json(o);
 }
 
 // A verb the program takes as its first word outside CLI11 (ddprun's `status`), for the
@@ -87,14 +111,14 @@ inline std::string verb_json(const VerbJson& verb) {
   std::string out = "{\"name\":" + json_string(verb.name);
   out += ",\"description\":" + json_string(verb.description) + ",\"options\":[";
   bool first = true;
-  for (const auto& o : verb.options) {
-    out += first ? "" : ",";
+  for (const auto& v : verb.options) {
+    OptionJson o;
+    o.names = {v.name};
+    o.takes_value = !v.type_name.empty();
+    o.type_name = v.type_name;
+    o.description = v.description;
+    out += (first ? "" : ",") + option_json(o);
     first = false;
-    out += "{\"names\":" + json_strings({o.name}, "") + ",\"positional\":\"\"";
-    out += ",\"takes_value\":" + std::string(o.type_name.empty() ? "false" : "true");
-    out += ",\"type_name\":" + json_string(o.type_name);
-    out += ",\"description\":" + json_string(o.description);
-    out += ",\"group\":\"Options\",\"default\":\"\",\"envname\":\"\",\"required\":false}";
   }
   return out + "]}";
 }

@@ -20,7 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
-from cluster import Cluster, left_out_then_started_again, stall_verdict_of  # noqa: E402
+from cluster import (Cluster, left_out_then_started_again, stall_verdict_of,  # noqa: E402
+                     straggler_left_out)
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 suite = blackbox.Suite(__doc__, needs_torch=True)
@@ -311,35 +312,14 @@ def etcd_collective_verdict_and_straggler(c):
 
 @test(tier="214")
 def etcd_straggler_left_out_and_job_goes_on(c):
-    """Issue 34's --exclude-stragglers over etcd-v3 (the ranking on etcd's board, the leaving
-    node's address recorded under the run's left_out/): 3 nodes x 1 rank, --nnodes 2:3; rank
-    2 (node 2) sleeps 0.3 s before each all_reduce. Node 0 names it 3 rankings in a row and
-    leaves its node out: node 2 stops its worker and exits 1 saying why, its address goes on
-    the --blocklist; nodes 0 and 1 go on in a new round of 2 nodes, no restart spent."""
+    """Issue 34's --exclude-stragglers over etcd-v3 (cluster.straggler_left_out: the ranking
+    on etcd's board): rank 2 late at every all_reduce; node 0 leaves node 2 out after 3
+    rankings, node 2 exits 1 saying why and goes on the --blocklist; nodes 0 and 1 go on in
+    a round of 2, no restart spent; node 2's address is recorded under the run's left_out/
+    in etcd."""
     etcd = EtcdCluster(c, 1)
     eps = etcd.endpoints()
-    worker = os.path.join(HERE, "workers", "job_worker.py")
-    blocklist = os.path.join(c.dir, "blocklist")
-    extra = ["--stall-timeout=60", "--straggler-window=2", "--exclude-stragglers",
-             "--max-restarts=0", f"--blocklist={blocklist}"]
-    agents = [c.start(f"node{i}", etcd_args(i, eps, "2:3", "strag_out", extra),
-                      ["straggle-out", "3"], script=worker, env={"LOGLEVEL": "INFO"})
-              for i in range(3)]
-    for a in agents:
-        a.wait(150)
-    rcs = [a.proc.returncode for a in agents]
-    check(rcs == [0, 0, 1], f"nodes 0 and 1 succeed, node 2 leaves: {rcs}", c.logs())
-    text0, text2 = agents[0].text(), agents[2].text()
-    check("straggler: leaving rank 2 on localhost (127.0.0.3) out of the job: the straggler "
-          "in 3 rankings in a row" in text0, "node 0 says whom it leaves out", c.logs())
-    check("this node leaves the job as a straggler (--exclude-stragglers; node 0's ranking: "
-          "straggler: rank 2 on localhost (127.0.0.3) arrived last at " in text2,
-          "node 2 says why it leaves", c.logs())
-    for a in agents[:2]:
-        check(" formed: 2 nodes" in a.text() and "restarts spent 0" in a.text(),
-              f"{a.name}: a new round of 2 nodes, no restart spent", c.logs())
-    with open(blocklist) as f:
-        check("127.0.0.3" in f.read(), "node 2's address on the block-list", c.logs())
+    straggler_left_out(c, lambda i, extra: etcd_args(i, eps, "2:3", "strag_out", extra))
     check(any(k.endswith("left_out/127.0.0.3") for k in etcd.get_prefix(PREFIX + "strag_out/")),
           "node 2's address recorded as left out in etcd", etcd.get_prefix(PREFIX))
 

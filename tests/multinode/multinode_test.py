@@ -27,7 +27,7 @@ import blackbox  # noqa: E402
 from blackbox import check, poll  # noqa: E402
 import cluster  # noqa: E402
 from cluster import (Cluster, left_out_then_started_again, stall_verdict_of,  # noqa: E402
-                     venv_without_torch)
+                     straggler_left_out, venv_without_torch)
 from cpu_limit import CpuLimit  # noqa: E402
 from netns import Netns, netns_or_skip  # noqa: E402
 
@@ -867,34 +867,11 @@ def straggler_none_named_in_a_steady_job(c):
 
 @test(tier="214")
 def straggler_left_out_and_job_goes_on(c):
-    """Issue 34's --exclude-stragglers: 3 nodes x 1 rank, --nnodes 2:3, --straggler-window 2;
-    rank 2 (node 2) sleeps 0.3 s before each all_reduce. Node 0 names it 3 rankings in a
-    row, then leaves its node out: node 2 stops its worker and exits 1 saying why, its
-    address goes on the --blocklist; nodes 0 and 1 go on in a new round of 2 nodes, with
-    no restart spent (--max-restarts 0), and succeed."""
+    """Issue 34's --exclude-stragglers over c10d (cluster.straggler_left_out): rank 2 late at
+    every all_reduce; node 0 leaves node 2 out after 3 rankings, node 2 exits 1 saying why
+    and goes on the --blocklist; nodes 0 and 1 go on in a round of 2, no restart spent."""
     port = c.reserve_port()
-    blocklist = os.path.join(c.dir, "blocklist")
-    extra = ["--stall-timeout=60", "--straggler-window=2", "--exclude-stragglers",
-             "--max-restarts=0", f"--blocklist={blocklist}"]
-    agents = [c.start(f"node{i}", c10d_args(i, port, "2:3", "strag_out", extra),
-                      ["straggle-out", "3"], script=JOB_WORKER, env={"LOGLEVEL": "INFO"})
-              for i in range(3)]
-    for a in agents:
-        a.wait(150)
-    rcs = [a.proc.returncode for a in agents]
-    check(rcs == [0, 0, 1], f"nodes 0 and 1 succeed, node 2 leaves: {rcs}", c.logs())
-    text0, text2 = agents[0].text(), agents[2].text()
-    check("straggler: leaving rank 2 on localhost (127.0.0.3) out of the job: the straggler "
-          "in 3 rankings in a row" in text0, "node 0 says whom it leaves out", c.logs())
-    check("this node leaves the job as a straggler (--exclude-stragglers; node 0's ranking: "
-          "straggler: rank 2 on localhost (127.0.0.3) arrived last at " in text2,
-          "node 2 says why it leaves", c.logs())
-    for a in agents[:2]:
-        check("round 1 formed: 2 nodes" in a.text() and "restarts spent 0" in a.text(),
-              f"{a.name}: a new round of 2 nodes, no restart spent", c.logs())
-    with open(blocklist) as f:
-        check("127.0.0.3" in f.read(), "node 2's address on the block-list", c.logs())
-
+    straggler_left_out(c, lambda i, extra: c10d_args(i, port, "2:3", "strag_out", extra))
 
 @test(tier="214")
 def status_shows_every_node_rank_place_and_collective(c):

@@ -11,6 +11,8 @@ import subprocess
 import blackbox
 from blackbox import Failed
 
+JOB_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "multinode", "workers", "job_worker.py")
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "multinode", "workers", "mn_worker.py")
 
@@ -78,6 +80,36 @@ def left_out_then_started_again(c, launch):
     blackbox.check("was left out of this job by the pre-flight check (import torch: "
                    "ModuleNotFoundError" in again.text(), "one line naming why", again.text())
     return agents, again
+
+
+def straggler_left_out(c, launch):
+    """Issue 34's --exclude-stragglers, for either backend: `launch(i, extra)` gives node i's
+    arguments. 3 nodes x 1 rank, --nnodes 2:3, --straggler-window 2; rank 2 (node 2,
+    127.0.0.3) late before each all_reduce (job_worker.py straggle-out 3). Node 0 names it 3
+    rankings in a row and leaves its node out: node 2 exits 1 saying why, its address goes
+    on the --blocklist; nodes 0 and 1 go on in a new round of 2 nodes, no restart spent."""
+    blocklist = os.path.join(c.dir, "blocklist")
+    extra = ["--stall-timeout=60", "--straggler-window=2", "--exclude-stragglers",
+             "--max-restarts=0", f"--blocklist={blocklist}"]
+    agents = [c.start(f"node{i}", launch(i, extra), ["straggle-out", "3"], script=JOB_WORKER,
+                      env={"LOGLEVEL": "INFO"})
+              for i in range(3)]
+    for a in agents:
+        a.wait(150)
+    rcs = [a.proc.returncode for a in agents]
+    blackbox.check(rcs == [0, 0, 1], f"nodes 0 and 1 succeed, node 2 leaves: {rcs}", c.logs())
+    text0, text2 = agents[0].text(), agents[2].text()
+    blackbox.check("straggler: leaving rank 2 on localhost (127.0.0.3) out of the job: the "
+                   "straggler in 3 rankings in a row" in text0, "node 0 says whom it leaves out",
+                   c.logs())
+    blackbox.check("this node leaves the job as a straggler (--exclude-stragglers; node 0's "
+                   "ranking: straggler: rank 2 on localhost (127.0.0.3) arrived last at " in text2,
+                   "node 2 says why it leaves", c.logs())
+    for a in agents[:2]:
+        blackbox.check(" formed: 2 nodes" in a.text() and "restarts spent 0" in a.text(),
+                       f"{a.name}: a new round of 2 nodes, no restart spent", c.logs())
+    with open(blocklist) as f:
+        blackbox.check("127.0.0.3" in f.read(), "node 2's address on the block-list", c.logs())
 
 
 def stall_verdict_of(c, agents, rc=None):
