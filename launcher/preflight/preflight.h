@@ -2,8 +2,9 @@
 // runs the check program (preflight_script.h) with the workers' interpreter through the
 // Supervisor, before the round's workers start; the nodes share their findings on the
 // round's JobBoard (first the local checks; then, when every node passed them, the
-// collective among the nodes) and all read one verdict (preflight_verdict.h). Skipped in a
-// round whose nodes all passed it before (a restart, a spare that did not join).
+// collective among the nodes), node 0 reads them all and answers each step
+// (board_exchange.h), and all read one verdict (preflight_verdict.h). Skipped in a round
+// whose nodes all passed it before (a restart, a spare that did not join).
 // Used by the Agent (agent_preflight.cpp). Thread-safety: the agent thread; run() owns the
 // Supervisor's attempt while it runs (nothing else may run on it).
 #pragma once
