@@ -260,11 +260,14 @@ Agent::Step Agent::monitor(RunResult& result) {
           also_failed.insert(also_failed.begin(), ev.exit);
           return end_cut_off(why, result, std::move(also_failed));
         }
-        if (broken && pending_signal_ == 0 && !rendezvous_closed()) {
+        if (broken && pending_signal_ == 0 && !rendezvous_closed() && !job_failed_elsewhere()) {
           // Peers that already left for the new round break this round's collectives, so
-          // a failure now is most likely that, not a fault: no restart is spent on it. If
-          // the peer had in fact ended the job (its store gone before the close was seen),
-          // the next rendezvous fails and this failure is the one reported.
+          // a failure now is most likely that, not a fault: no restart is spent on it. A
+          // node whose job failed for good reports it on the board before it closes the
+          // rendezvous and leaves (the leaving may be seen first): then this failure is
+          // the job's, reported with its root cause. If the peer had in fact ended the job
+          // unseen (its store gone), the next rendezvous fails and this failure is the one
+          // reported.
           spdlog::warn(
               "local rank {} failed while the rendezvous needs a new round; "
               "restarting the workers in a new round (no restart spent)",

@@ -43,15 +43,19 @@ bool Agent::round_breaks_for(const WorkerExit& exit, std::vector<WorkerExit>& al
     if (membership_changed(/*fresh=*/true)) return true;
     // A peer's agent that reports a failure (or ended the job) is alive: its workers
     // failed, this one followed; nothing will break the round.
-    if (rendezvous_closed()) return false;
-    try {
-      if (rdzv::JobBoard* board = handler_->job_board(); board && job_failures_reported(*board) > 0)
-        return false;
-    } catch (const std::exception& e) {
-      spdlog::debug("job-wide failures: {}", e.what());
-    }
+    if (rendezvous_closed() || job_failed_elsewhere()) return false;
   }
   return false;
+}
+
+bool Agent::job_failed_elsewhere() {
+  try {
+    rdzv::JobBoard* board = handler_->job_board();
+    return board != nullptr && job_failures_reported(*board) > 0;
+  } catch (const std::exception& e) {
+    spdlog::debug("job-wide failures: {}", e.what());
+    return false;
+  }
 }
 
 std::optional<Agent::Step> Agent::end_if_wedged(RunResult& result) {

@@ -993,7 +993,9 @@ def status_bad_input_one_line_and_its_exit_code(c):
 @test(tier="214")
 def startup_names_a_rank_slow_to_import(c):
     """Issue 32's start-up timeline: 2 nodes x 2 ranks on 2.14 with --stall-timeout; rank 3
-    (node 1) sleeps 12 s before `import torch`. The node that ranks the job (group rank 0)
+    (node 1) sleeps 30 s before `import torch` (more than the others' import: a fresh
+    clone's loaded machine took 12 s to import torch in 4 ranks at once, and a rank stands
+    out at twice the median). The node that ranks the job (group rank 0)
     logs one summary line per phase and a warning naming rank 3, its host and the phase;
     the named node logs the warning too; the first node's run record has every rank's
     phases."""
@@ -1003,7 +1005,7 @@ def startup_names_a_rank_slow_to_import(c):
     agents = [c.start(f"node{i}", c10d_args(i, port, 2, "slow_import",
                                             ["--nproc-per-node=2", "--stall-timeout=60",
                                              f"--record-file={recs[i]}"]),
-                      ["3", "12"], script=script, env={"LOGLEVEL": "INFO"}) for i in range(2)]
+                      ["3", "30"], script=script, env={"LOGLEVEL": "INFO"}) for i in range(2)]
     for a in agents:
         check(a.wait(120) == 0, f"{a.name} failed", c.logs())
     for a in agents:
@@ -1018,7 +1020,7 @@ def startup_names_a_rank_slow_to_import(c):
     whole = max(records, key=len)
     check(sorted(r["rank"] for r in whole) == [0, 1, 2, 3], "every rank in one record", records)
     slow = next(r for r in whole if r["rank"] == 3)["phases"]["import_torch_s"]
-    check(slow is not None and slow >= 12, "rank 3's import includes its 12 s", whole)
+    check(slow is not None and slow >= 30, "rank 3's import includes its 30 s", whole)
     summary = [l for a in agents for l in a.text().splitlines() if "info: start-up: " in l]
     check(any("start-up: import torch: median " in l and "slowest rank 3 on " in l
               for l in summary), "the summary line", c.logs())
