@@ -32,7 +32,7 @@ using Ms = std::chrono::milliseconds;
 
 // How often the agent asks the handler whether the round must be re-formed.
 constexpr auto kMembershipPoll = 1000ms;
-// A round whose rendezvous a peer closed (its workers failed, no restart left): how long
+// A round whose job is ending on a peer (its workers failed, no restart left): how long
 // this node waits for its own workers to fail on their closed connections, so that their
 // failure is reported with the job's root cause, before it leaves for a new round anyway.
 constexpr auto kClosedGrace = 5000ms;
@@ -239,7 +239,7 @@ Agent::Step Agent::monitor(RunResult& result) {
         if (auto step = end_if_wedged(result)) return *step;
         if (membership_changed()) {
           if (std::string why = handler_->cut_off(); !why.empty()) return end_cut_off(why, result);
-          if (rendezvous_closed()) {  // the job ended elsewhere: this node's failure follows
+          if (job_ending_elsewhere()) {  // this node's failure follows
             if (!closed) closed = Clock::now();
             if (Clock::now() - *closed < kClosedGrace) break;
           }
@@ -260,14 +260,12 @@ Agent::Step Agent::monitor(RunResult& result) {
           also_failed.insert(also_failed.begin(), ev.exit);
           return end_cut_off(why, result, std::move(also_failed));
         }
-        if (broken && pending_signal_ == 0 && !rendezvous_closed() && !job_failed_elsewhere()) {
+        if (broken && pending_signal_ == 0 && !job_ending_elsewhere()) {
           // Peers that already left for the new round break this round's collectives, so
-          // a failure now is most likely that, not a fault: no restart is spent on it. A
-          // node whose job failed for good reports it on the board before it closes the
-          // rendezvous and leaves (the leaving may be seen first): then this failure is
-          // the job's, reported with its root cause. If the peer had in fact ended the job
-          // unseen (its store gone), the next rendezvous fails and this failure is the one
-          // reported.
+          // a failure now is most likely that, not a fault: no restart is spent on it.
+          // With the job ending elsewhere, this failure is the job's, reported with its
+          // root cause. If the peer had in fact ended the job unseen (its store gone), the
+          // next rendezvous fails and this failure is the one reported.
           spdlog::warn(
               "local rank {} failed while the rendezvous needs a new round; "
               "restarting the workers in a new round (no restart spent)",

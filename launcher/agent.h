@@ -128,10 +128,11 @@ class Agent {
   Step fail_job(std::vector<Failure> failures, RunResult& result);
   // Whether the job's rendezvous was closed (by a node whose job ended); errors say no.
   bool rendezvous_closed();
-  // Whether a node already reported its job's failure on this round's job-wide board
-  // (job_failures.h; it does so before closing the rendezvous): the job is ending, not
-  // changing its membership. A fresh read; errors say no.
-  bool job_failed_elsewhere();
+  // Whether the job is ending on another node, not changing its membership: the
+  // rendezvous is closed, or a node already reported its job's failure on this round's
+  // job-wide board (job_failures.h; it does so before it closes the rendezvous and
+  // leaves, and the leaving may be seen first). Errors say no.
+  bool job_ending_elsewhere();
   // A terminating signal ended the run: says so on stderr and finishes as kStopped.
   Step stopped_by(int signo, RunResult& result);
   // All workers exited 0: the exit barrier, then set_closed(), then kSucceeded.

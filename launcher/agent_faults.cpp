@@ -43,12 +43,13 @@ bool Agent::round_breaks_for(const WorkerExit& exit, std::vector<WorkerExit>& al
     if (membership_changed(/*fresh=*/true)) return true;
     // A peer's agent that reports a failure (or ended the job) is alive: its workers
     // failed, this one followed; nothing will break the round.
-    if (rendezvous_closed() || job_failed_elsewhere()) return false;
+    if (job_ending_elsewhere()) return false;
   }
   return false;
 }
 
-bool Agent::job_failed_elsewhere() {
+bool Agent::job_ending_elsewhere() {
+  if (rendezvous_closed()) return true;
   try {
     rdzv::JobBoard* board = handler_->job_board();
     return board != nullptr && job_failures_reported(*board) > 0;
