@@ -44,8 +44,11 @@ void ClockSync::poll(Clock::time_point now) {
     board_.add(ready_key(stamp_), 1);
     return;
   }
+  const std::int64_t before = wall_ns_();
   const auto value = board_.get({stamp_key(stamp_)}, std::chrono::milliseconds(0)).front();
   if (!value) {
+    // Not there when this read reached the board: the stamp is set after `before`.
+    asked_ns_ = before;
     if (now >= deadline_) finish(first_);
     return;
   }

@@ -3,8 +3,11 @@
 // arrival times taken on different hosts; docs/usage.md, "Stragglers"). Two stamps: for
 // each, every other node notes its clock and says it is ready ("clock/<k>/ready"); node 0,
 // once every node is ready (or kReadyWait passed), sets its clock ("clock/<k>/t"); a node
-// knows the stamp was taken between its asking and its reading it, so the offset is the
-// stamp minus the midpoint, within half that time. The tighter of the two is kept. Each
+// knows the stamp was taken between the start of its last read that did not find it (or
+// its saying ready) and the end of the read that found it, so the offset is the stamp
+// minus that span's midpoint, within half of it: a poll apart, however long node 0 waited
+// for the slowest node (the board's reads are linearizable: the c10d store's one server,
+// etcd's default reads). The tighter of the two is kept. Each
 // step is one board call, polled every kPoll through poll(): the agent's loop handles its
 // workers' events between them.
 // Used by StragglerWatch (straggler_watch.h). Thread-safety: the agent thread only.
@@ -48,7 +51,7 @@ class ClockSync {
   std::function<std::int64_t()> wall_ns_;
   int stamp_ = 1;  // 1 or 2
   bool asked_ = false;
-  std::int64_t asked_ns_ = 0;
+  std::int64_t asked_ns_ = 0;  // the stamp is set after this
   Clock::time_point deadline_;
   Clock::time_point next_;
   std::optional<Offset> first_;

@@ -114,6 +114,37 @@ std::optional<Straggler> find_straggler(const std::vector<RankArrivals>& ranks,
   return best;
 }
 
+JoinedWindow join_window(const std::vector<RankArrivals>& carry,
+                         const std::vector<RankArrivals>& window) {
+  JoinedWindow out;
+  std::map<int, std::size_t> index;  // rank -> its place in out.ranks
+  auto add = [&](const RankArrivals& r) {
+    const auto [it, added] = index.try_emplace(r.rank, out.ranks.size());
+    if (added) out.ranks.push_back({r.rank, r.host, {}});
+    auto& arrivals = out.ranks[it->second].arrivals;
+    arrivals.insert(arrivals.end(), r.arrivals.begin(), r.arrivals.end());
+  };
+  for (const RankArrivals& r : carry) add(r);
+  for (const RankArrivals& r : window) add(r);
+  // group -> its members; (group, sequence number) -> the ranks that entered it
+  std::map<int, std::set<int>> members;
+  std::map<std::pair<int, std::int64_t>, std::set<int>> entered;
+  for (const RankArrivals& r : out.ranks) {
+    for (const Arrival& a : r.arrivals) {
+      members[a.pg].insert(r.rank);
+      entered[{a.pg, a.seq}].insert(r.rank);
+    }
+  }
+  for (const RankArrivals& r : window) {
+    RankArrivals kept{r.rank, r.host, {}};
+    for (const Arrival& a : r.arrivals) {
+      if (entered[{a.pg, a.seq}].size() < members[a.pg].size()) kept.arrivals.push_back(a);
+    }
+    if (!kept.arrivals.empty()) out.carry.push_back(std::move(kept));
+  }
+  return out;
+}
+
 std::string straggler_line(const Straggler& s, std::chrono::milliseconds window,
                            double threshold_s) {
   const std::string who = s.host_wide

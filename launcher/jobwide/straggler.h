@@ -48,6 +48,19 @@ struct Straggler {
 // The straggler among `ranks` (nullopt: none by the rule above).
 std::optional<Straggler> find_straggler(const std::vector<RankArrivals>& ranks, double threshold_s);
 
+// A window's arrivals joined with those the previous window carried over. Each rank reports
+// its arrivals on its own beat (the sampler's, a node's window), so a window's end cuts
+// some collectives in two: one rank's arrival in this window, a later rank's in the next.
+// `ranks`: `carry` and `window` joined by rank; `carry`: the arrivals of `window` at
+// collectives that a member of their group (a rank with an arrival in it) has not entered
+// in `ranks`, for the next window. A carried arrival is carried once.
+struct JoinedWindow {
+  std::vector<RankArrivals> ranks;
+  std::vector<RankArrivals> carry;
+};
+JoinedWindow join_window(const std::vector<RankArrivals>& carry,
+                         const std::vector<RankArrivals>& window);
+
 // "straggler: rank 3 on b arrived last at 19 of 20 collectives of group 0 in the last
 // 10 s, by a median of 0.3 s (threshold 0.05 s)".
 std::string straggler_line(const Straggler& s, std::chrono::milliseconds window,

@@ -74,12 +74,19 @@ void StragglerWatch::tick(Clock::time_point now) {
         "from now on",
         e.what());
     failed_ = true;
+    carry_.clear();  // other nodes' ranks among them
     return;
   }
-  const std::vector<RankArrivals> arrivals = collect();
+  const std::vector<RankArrivals> arrivals = rank_with_carry(collect());
   const auto found = find_straggler(arrivals, params_.threshold_s);
   count(arrivals, found);
   say(found);
+}
+
+std::vector<RankArrivals> StragglerWatch::rank_with_carry(const std::vector<RankArrivals>& window) {
+  JoinedWindow joined = join_window(carry_, window);
+  carry_ = std::move(joined.carry);
+  return std::move(joined.ranks);
 }
 
 std::vector<RankArrivals> StragglerWatch::collect() {
@@ -164,6 +171,7 @@ void StragglerWatch::judge_job(const std::vector<RankArrivals>& mine) {
     if (!w || w->first != window_ - 1) continue;
     for (RankArrivals& r : w->second) job.push_back(std::move(r));
   }
+  job = rank_with_carry(job);
   const auto found = find_straggler(job, params_.threshold_s);
   std::vector<NamedLine> lines;
   if (found) {

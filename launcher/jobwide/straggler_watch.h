@@ -7,7 +7,9 @@
 // agent's other work), then puts each window's sampled arrivals, on node 0's clock, on the
 // board; node 0 ranks the whole job's previous window and publishes the finding; it and
 // the node it names log it, once per straggler. At the attempt's end node 0 says how many
-// windows it ranked and how many named a straggler (a quiet job's evidence). With
+// windows it ranked and how many named a straggler (a quiet job's evidence). A collective
+// that a window's end cut in two (one rank's arrival reported before it, another's after)
+// is ranked with the next window (join_window). With
 // --exclude-stragglers, node 0 leaves the node of a straggler named kExcludeAfter windows in a row
 // out of the job when the elastic bounds allow (a spare waiting, or more nodes than --nnodes MIN):
 // it publishes the line
@@ -78,6 +80,8 @@ class StragglerWatch {
   void check_recorder();
   std::vector<RankArrivals> collect();
   void judge_job(const std::vector<RankArrivals>& mine);
+  // `window` joined with the collectives the last window's end cut (join_window).
+  std::vector<RankArrivals> rank_with_carry(const std::vector<RankArrivals>& window);
   void say(const std::optional<Straggler>& found);
   void count(const std::vector<RankArrivals>& judged, const std::optional<Straggler>& found);
   void hear(const std::optional<std::string>& found, const std::optional<std::string>& out);
@@ -99,8 +103,9 @@ class StragglerWatch {
   std::optional<std::string> leave_;
   int windows_without_recorder_ = 0;  // since every worker formed its group, none recorded
   bool recorder_said_ = false;
-  int ranked_ = 0;  // node 0 (or one node): windows ranked with two ranks or more
-  int named_ = 0;   // of those, windows that named a straggler
+  std::vector<RankArrivals> carry_;  // node 0 (or one node): for the next window
+  int ranked_ = 0;                   // node 0 (or one node): windows ranked with two ranks or more
+  int named_ = 0;                    // of those, windows that named a straggler
 };
 
 }  // namespace ddprun::launcher

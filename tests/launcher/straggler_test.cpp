@@ -84,6 +84,45 @@ TEST_CASE("straggler: collectives a rank did not report are left out", "[straggl
   CHECK(s->collectives == 10);
 }
 
+TEST_CASE("straggler: a collective a window's end cut in two is ranked with the next window",
+          "[straggler]") {
+  // Two ranks, rank 1 0.28 s late at collectives 1..14 of group 0. Window 1 holds rank 0's
+  // arrivals at 1..10 but rank 1's at 1..6 only (each reports on its own beat); window 2
+  // the rest. Alone, neither window has 8 collectives that both entered.
+  const auto arrivals = [](int rank, int from, int to) {
+    RankArrivals r{rank, "a", {}};
+    for (int seq = from; seq <= to; ++seq) {
+      r.arrivals.push_back(
+          {0, seq, kBaseNs + seq * 3 * kSecondNs / 10 + rank * kSecondNs * 28 / 100});
+    }
+    return r;
+  };
+  const std::vector<RankArrivals> w1{arrivals(0, 1, 10), arrivals(1, 1, 6)};
+  const std::vector<RankArrivals> w2{arrivals(0, 11, 14), arrivals(1, 7, 14)};
+  CHECK_FALSE(find_straggler(w1, 0.05));
+  CHECK_FALSE(find_straggler(w2, 0.05));
+  const JoinedWindow first = join_window({}, w1);
+  CHECK_FALSE(find_straggler(first.ranks, 0.05));
+  REQUIRE(first.carry.size() == 1);  // rank 0's 7..10
+  CHECK(first.carry[0].rank == 0);
+  CHECK(first.carry[0].arrivals.size() == 4);
+  CHECK(first.carry[0].arrivals.front().seq == 7);
+  const JoinedWindow second = join_window(first.carry, w2);
+  const auto s = find_straggler(second.ranks, 0.05);
+  REQUIRE(s);
+  CHECK(s->rank == 1);
+  CHECK(s->collectives == 8);  // 7..14
+  CHECK(second.carry.empty());
+  // A carried arrival whose collective is still not whole is dropped, not carried again.
+  const JoinedWindow third =
+      join_window({arrivals(0, 15, 15)}, {arrivals(0, 16, 16), arrivals(1, 16, 16)});
+  CHECK(third.carry.empty());
+  // A rank in no other group's collective is no member of it: group 1's arrivals of rank 0
+  // alone are whole.
+  RankArrivals only{0, "a", {{1, 1, kBaseNs}}};
+  CHECK(join_window({}, {only, arrivals(1, 1, 1)}).carry.empty());
+}
+
 TEST_CASE("straggler: the window's sample is the same on every rank", "[straggler]") {
   std::vector<Arrival> as;
   for (int seq = 1; seq <= 100; ++seq) as.push_back({0, seq, seq});
@@ -200,6 +239,36 @@ TEST_CASE("straggler watch: job-wide, node 1's clock 5 s ahead is corrected", "[
   CHECK(b.watch.said().empty());      // said on node 0 and on the straggler's node only
 }
 
+TEST_CASE("straggler watch: one node whose ranks report on their own beats", "[straggler]") {
+  // Rank 1 is 0.2 s late at each collective, and its arrivals reach the gate a tick after
+  // rank 0's (the sampler's beats): every window's end cuts the collectives of the last
+  // tick in two. 6 collectives a tick, 2 ticks a window: without the carry no window has
+  // the 8 whole collectives the ranking needs.
+  StallGate gate;
+  StragglerWatch::Params p;
+  p.window = 200ms;
+  p.host = "a";
+  p.workers = 2;
+  StragglerWatch watch(gate, nullptr, p);
+  std::int64_t seq = 0;
+  std::vector<Arrival> rank1_next;
+  const auto until = StragglerWatch::Clock::now() + 1500ms;
+  while (StragglerWatch::Clock::now() < until && watch.said().empty()) {
+    std::vector<Arrival> rank0;
+    gate.add_arrivals(1, std::exchange(rank1_next, {}));
+    for (int i = 0; i < 6; ++i) {
+      ++seq;
+      rank0.push_back({0, seq, kBaseNs + seq * kSecondNs / 10});
+      rank1_next.push_back({0, seq, kBaseNs + seq * kSecondNs / 10 + kSecondNs / 5});
+    }
+    gate.add_arrivals(0, rank0);
+    std::this_thread::sleep_for(100ms);
+    watch.tick(StragglerWatch::Clock::now());
+  }
+  REQUIRE(watch.said().size() == 1);
+  CHECK(watch.said().front().rfind("straggler: rank 1 on a arrived last at ", 0) == 0);
+}
+
 namespace {
 
 // Two nodes for 2.5 s (about 8 windows of 0.3 s), rank `late` 0.2 s late, exclusion on with
@@ -275,4 +344,28 @@ TEST_CASE("clock sync: polled, never blocking, a stamp missing in time is said u
   REQUIRE(one.done());
   CHECK(*zero.offset() == ClockSync::Offset{0, 0});
   CHECK(*one.offset() == ClockSync::Offset{7, 0});
+}
+
+TEST_CASE("clock sync: a node ready long before the stamp still knows it within a poll",
+          "[straggler]") {
+  // Three nodes; node 2 never says ready, so node 0 stamps only after kReadyWait. Node 1,
+  // ready from the start, 7 ns behind, polls every kPoll of a clock that moves with the
+  // polls: its bound is half a poll, not half the wait.
+  auto store = std::make_shared<ddprun::store::MemoryStore>();
+  ddprun::rdzv::StoreJobBoard b0(store, 1, 0, 3, "test"), b1(store, 1, 1, 3, "test");
+  const auto t0 = ClockSync::Clock::now();
+  std::int64_t wall0 = 0;
+  ClockSync zero(
+      b0, [&] { return wall0; }, t0);
+  ClockSync one(
+      b1, [&] { return wall0 - 7; }, t0);
+  for (auto t = t0; !(zero.done() && one.done()) && t < t0 + 10s; t += ClockSync::kPoll) {
+    wall0 = std::chrono::duration_cast<std::chrono::nanoseconds>(t - t0).count();
+    one.poll(t);
+    zero.poll(t);
+  }
+  REQUIRE(one.done());
+  const auto offset = *one.offset();
+  CHECK(offset.second <= std::chrono::nanoseconds(ClockSync::kPoll).count() / 2);
+  CHECK(std::llabs(offset.first - 7) <= offset.second);
 }
