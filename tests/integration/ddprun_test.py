@@ -1240,7 +1240,7 @@ def stall_watchdog_sees_where_ranks_are(job):
     check(rc != 0, f"ddprun exited {rc}", out, err)
     stalls = [l for l in err.splitlines() if "error: stall: " in l]
     check(len(stalls) == 1 and f"at {spin}" in stalls[0], "the stall names the line", err)
-    check(f"stalled: no progress (Python stack or output) for " in err
+    check("stalled: no progress (Python stack or output) for " in err
           and f"s, at {spin}; stacks dumped" in err, "the report's note", err)
     check(f'File "{worker}", line {marked_line(worker, "# SPIN")}' in err, "the stack", err)
 
