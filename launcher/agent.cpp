@@ -202,15 +202,6 @@ std::vector<WorkerSpec> Agent::prepare_attempt(const rdzv::RendezvousInfo& info)
 
 std::vector<WorkerExit> Agent::stop_workers(int signo) { return supervisor_.stop(signo, grace_); }
 
-bool Agent::rendezvous_closed() {
-  try {
-    return handler_->is_closed();
-  } catch (const std::exception& e) {
-    spdlog::debug("is_closed: {}", e.what());
-    return false;
-  }
-}
-
 bool Agent::membership_changed(bool fresh) {
   try {
     return fresh ? handler_->needs_new_round_now() : handler_->needs_new_round();

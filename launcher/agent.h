@@ -126,8 +126,6 @@ class Agent {
   // The job failed for good: the failure report (stderr and the agent's error file), the
   // rendezvous closed, kFailed.
   Step fail_job(std::vector<Failure> failures, RunResult& result);
-  // Whether the job's rendezvous was closed (by a node whose job ended); errors say no.
-  bool rendezvous_closed();
   // Whether the job is ending on another node, not changing its membership: the
   // rendezvous is closed, or a node already reported its job's failure on this round's
   // job-wide board (job_failures.h; it does so before it closes the rendezvous and

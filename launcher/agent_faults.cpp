@@ -49,12 +49,12 @@ bool Agent::round_breaks_for(const WorkerExit& exit, std::vector<WorkerExit>& al
 }
 
 bool Agent::job_ending_elsewhere() {
-  if (rendezvous_closed()) return true;
   try {
+    if (handler_->is_closed()) return true;
     rdzv::JobBoard* board = handler_->job_board();
     return board != nullptr && job_failures_reported(*board) > 0;
   } catch (const std::exception& e) {
-    spdlog::debug("job-wide failures: {}", e.what());
+    spdlog::debug("job ending elsewhere: {}", e.what());
     return false;
   }
 }

@@ -40,7 +40,7 @@ void ClockSync::poll(Clock::time_point now) {
   }
   if (!asked_) {
     asked_ = true;
-    asked_ns_ = wall_ns_();
+    stamp_after_ns_ = wall_ns_();
     board_.add(ready_key(stamp_), 1);
     return;
   }
@@ -48,14 +48,14 @@ void ClockSync::poll(Clock::time_point now) {
   const auto value = board_.get({stamp_key(stamp_)}, std::chrono::milliseconds(0)).front();
   if (!value) {
     // Not there when this read reached the board: the stamp is set after `before`.
-    asked_ns_ = before;
+    stamp_after_ns_ = before;
     if (now >= deadline_) finish(first_);
     return;
   }
   const std::int64_t read = wall_ns_();
   const auto t0 = parse_int<std::int64_t>(*value);
   if (!t0) return finish(first_);
-  const Offset measured{*t0 - (asked_ns_ + read) / 2, (read - asked_ns_) / 2};
+  const Offset measured{*t0 - (stamp_after_ns_ + read) / 2, (read - stamp_after_ns_) / 2};
   if (stamp_ == 1) {
     first_ = measured;
     return begin(2, now);

@@ -51,7 +51,7 @@ class ClockSync {
   std::function<std::int64_t()> wall_ns_;
   int stamp_ = 1;  // 1 or 2
   bool asked_ = false;
-  std::int64_t asked_ns_ = 0;  // the stamp is set after this
+  std::int64_t stamp_after_ns_ = 0;  // this host's clock: the stamp is set after it
   Clock::time_point deadline_;
   Clock::time_point next_;
   std::optional<Offset> first_;
