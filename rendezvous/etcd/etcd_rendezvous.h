@@ -77,7 +77,9 @@ class EtcdRendezvous final : public RoundHandlerBase {
   // (settle()). RendezvousInterruptedError on interrupt().
   void wait_for_change(std::int64_t revision, Clock::time_point until, bool burst);
 
-  void ensure_lease();  // the session's lease (again when it expired) and the descriptor
+  // The session's lease (again when it expired) and the descriptor; true when it granted
+  // a new lease.
+  bool ensure_lease();
   void check_same_job();
   // RendezvousStateError when --preflight left this node's address out of the job
   // (left_out/<addr> under the run's prefix); at this agent's first join only.
@@ -105,6 +107,9 @@ class EtcdRendezvous final : public RoundHandlerBase {
     std::int64_t state_revision = 0;  // the state key's mod_revision: the CAS of a new state
   };
   JoinLook look(JoinMemory& m);
+  // The join loop's lease expired (a keepalive or a write found it gone) and a new one
+  // was granted: the keys that lived with the old one went; they are written again.
+  void joining_again(const std::string& expired, JoinMemory& m);
   // The joining round's join keys, for a node that joined it: is it the oldest joiner
   // (then every joiner, oldest first, and when the newest one came).
   void look_at_joins(JoinLook& l, JoinMemory& m);

@@ -46,17 +46,18 @@ void EtcdRendezvous::check_same_job() {
   }
 }
 
-void EtcdRendezvous::ensure_lease() {
+bool EtcdRendezvous::ensure_lease() {
   // A new lease gets this node's descriptor; so does a new restart count, which every
   // node reads from the descriptors when the round forms (layout_round takes the most).
   const bool fresh = session_.ensure_lease(client_);
-  if (!fresh && described_restarts_ == restarts_spent()) return;
+  if (!fresh && described_restarts_ == restarts_spent()) return false;
   described_restarts_ = restarts_spent();
   me_ = session_.id();
   client_.put(keys_.key("node/" + me_),
               encode_node_desc(this_node_desc(config_.round, /*rdzv_host=*/false,
                                               /*node_rank_defaulted=*/false, restarts_spent())),
               session_.lease());
+  return fresh;
 }
 
 std::vector<std::string> EtcdRendezvous::live_members(const EtcdRoundState& s) {
@@ -115,12 +116,22 @@ RendezvousInfo EtcdRendezvous::next_rendezvous() {
   for (;;) {
     throw_if_stopped();
     session_.check_alive();
-    ensure_lease();  // again when it expired
+    const std::string lease_was = me_;
+    if (ensure_lease()) joining_again(lease_was, m);  // it expired
     if (now() >= m.deadline) throw join_timeout_error(m.round_seen, std::nullopt);
     const JoinLook l = look(m);
     const JoinStep step = next_join_step(l.view);
     std::optional<RendezvousInfo> info;
-    if (!act(step, l, m, info)) {
+    bool wait = false;
+    try {
+      wait = act(step, l, m, info);
+    } catch (const EtcdError& e) {
+      // etcd's NOT_FOUND to a write: the lease it was written with is gone.
+      if (e.grpc_code() != EtcdError::kNotFound) throw;
+      session_.lease_gone(session_.lease());
+      continue;  // the next turn grants a new one
+    }
+    if (!wait) {
       if (info) return std::move(*info);
       continue;  // look again at once
     }
@@ -220,6 +231,23 @@ bool EtcdRendezvous::act(const JoinStep& step, const JoinLook& l, JoinMemory& m,
       return true;
   }
   return true;
+}
+
+void EtcdRendezvous::joining_again(const std::string& expired, JoinMemory& m) {
+  // The agent was not heard for the lease's TTL (stalled, or starved of CPU), and etcd
+  // deleted its keys: it joins again as a new node.
+  spdlog::warn(
+      "{}: this node's lease {} expired while it joined (no keepalive answered for "
+      "its TTL, {} s); joining again as {}",
+      where(), expired,
+      EtcdSession::lease_ttl(config_.round.keep_alive_interval,
+                             config_.round.keep_alive_max_attempt)
+              .count() /
+          1000,
+      me_);
+  m.waiting_in = -1;
+  m.joined_round = -1;
+  m.joined_as.clear();
 }
 
 void EtcdRendezvous::wait_under(int round, JoinMemory& m) {

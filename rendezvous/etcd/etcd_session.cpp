@@ -111,6 +111,13 @@ bool EtcdSession::ensure_lease(EtcdClient& client) {
   return true;
 }
 
+void EtcdSession::lease_gone(std::int64_t id) {
+  std::lock_guard lock(mu_);
+  if (id != lease_.load() || lease_lost_) return;
+  lease_lost_ = true;
+  if (reason_.empty()) reason_ = "this node's lease " + me_ + " expired";
+}
+
 void EtcdSession::enter_round(int round, std::vector<std::string> members) {
   std::lock_guard lock(mu_);
   in_round_ = true;
@@ -179,13 +186,7 @@ void EtcdSession::background() {
         const auto sent = Clock::now();
         const std::int64_t kept = client_->lease_keepalive(lease);
         if (kept != 0 && lease == lease_.load()) kept_at_.store(sent.time_since_epoch().count());
-        if (kept == 0) {
-          std::lock_guard lock(mu_);
-          if (lease == lease_.load() && !lease_lost_) {
-            lease_lost_ = true;
-            if (reason_.empty()) reason_ = "this node's lease " + me_ + " expired";
-          }
-        }
+        if (kept == 0) lease_gone(lease);
       }
       bool in_round = false;
       int round = 0;

@@ -61,6 +61,9 @@ class EtcdSession {
   bool ensure_lease(EtcdClient& client);
   std::int64_t lease() const { return lease_.load(); }
   std::string id() const;  // the lease in hex, as the keys name it
+  // Lease `id` is gone (a keepalive or a write with it answered that etcd has no such
+  // lease): the next ensure_lease() grants a new one. A later lease is left alone.
+  void lease_gone(std::int64_t id);
 
   // Watch `round` of `members` (this node is one of them) until leave_round().
   void enter_round(int round, std::vector<std::string> members);

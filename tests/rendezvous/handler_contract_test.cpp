@@ -39,14 +39,17 @@ struct Shape {
   int nproc = 1;
 };
 
-// Tiny intervals keep the cases fast: last call 300 ms; a silent member is gone after
-// about a second (etcd: its lease's TTL, 2 s at least).
+// Tiny intervals keep the cases fast: last call 300 ms. No case waits for a silent
+// member to be counted gone (a node leaves by shutdown()), so that takes 3 s (etcd: its
+// lease's TTL, 6 s): a node starved of CPU for a second, as TSan's beside 256 ASan agents
+// in ctest was, is not taken for dead while the round forms.
 struct C10dTcp {
   static constexpr const char* kName = "c10d on TCP";
   test::ReservedPort port;
   std::unique_ptr<RendezvousHandler> node(int i, int min_nodes, int max_nodes,
                                           const Shape& shape = {}) {
     RendezvousParams p = test::node_params("c10d", i, port, min_nodes, max_nodes, shape.nproc);
+    p.conf.keep_alive_max_attempt = 30;
     if (!shape.addr.empty()) {
       p.local_addr = shape.addr;
       p.conf.is_host = i == 0;  // node 0 hosts the rendezvous store, whatever its address
@@ -72,7 +75,7 @@ struct C10dMemory {
     c.round.join_timeout = 20s;
     c.round.last_call_timeout = 300ms;
     c.round.keep_alive_interval = 100ms;
-    c.round.keep_alive_max_attempt = 10;
+    c.round.keep_alive_max_attempt = 30;
     c.poll_slice = 20ms;
     return std::make_unique<StoreRendezvous>(c, test::memory_connect(mem, "contract"));
   }
@@ -90,9 +93,10 @@ struct Etcd {
     c.round.join_timeout = 20s;
     c.round.last_call_timeout = 300ms;
     c.round.keep_alive_interval = 1s;
-    // A 3 s lease: its fence (TTL - 1.5 s) leaves a busy machine (TSan beside ctest) time
-    // for a keepalive; with 2 s the fence was 0.5 s, which such a machine missed.
-    c.round.keep_alive_max_attempt = 3;
+    // A 6 s lease: its fence (TTL - 1.5 s) leaves a busy machine (TSan beside ctest) time
+    // for a keepalive; with 2 s the fence was 0.5 s, which such a machine missed, and a
+    // 3 s lease expired once while its node waited in last call.
+    c.round.keep_alive_max_attempt = 6;
     // Far beyond the cases' deadlines: only etcd watches can wake the waits in time.
     c.recheck_interval = 120s;
     c.round.progress_interval = 120s;

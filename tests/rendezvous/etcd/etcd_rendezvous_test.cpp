@@ -30,7 +30,9 @@ EtcdRendezvous::Config config(const EtcdCluster& cluster, int i) {
   c.round.join_timeout = 60s;
   c.round.last_call_timeout = 1s;
   c.round.keep_alive_interval = 1s;
-  c.round.keep_alive_max_attempt = 3;
+  // A 6 s lease: nothing here waits for one to expire (a node leaves by shutdown(), or
+  // the test revokes its lease), and a 3 s one expired under TSan beside ctest.
+  c.round.keep_alive_max_attempt = 6;
   // Longer than any wait here: only the watches can wake the waits in time.
   c.recheck_interval = 120s;
   c.round.progress_interval = 120s;
@@ -162,4 +164,46 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
     CHECK(info.round == 0);
     CHECK(info.group_world_size == 2);
   }
+
+  // A joiner's lease expires while it joins (its agent starved of CPU past the TTL; here
+  // the test revokes it): etcd deletes its keys, and it joins again under a new lease.
+  ddprun::rdzv::EtcdOptions raw_options;
+  raw_options.endpoints = cluster.urls();
+  EtcdClient raw(raw_options);
+  auto only_leaf = [&](const std::string& prefix) {
+    const std::vector<EtcdKv> kvs = raw.get_prefix(prefix, /*keys_only=*/true);
+    return kvs.size() == 1 ? key_leaf(kvs[0].key) : std::string();
+  };
+  auto lapse = [&](const std::string& run_id, int i, std::chrono::milliseconds recheck) {
+    auto lapse_config = config(cluster, i);
+    lapse_config.round.run_id = run_id;
+    lapse_config.round.min_nodes = lapse_config.round.max_nodes = i % 2 == 0 ? 2 : 1;
+    lapse_config.recheck_interval = recheck;
+    return std::make_unique<EtcdRendezvous>(lapse_config);
+  };
+  // Joining an open round: it finds its lease gone (a write answered NOT_FOUND, or the
+  // keepalive did and the next look, within recheck_interval, sees it), and joins again;
+  // the round forms with it.
+  auto g = lapse("lapse", 40, 1s), h = lapse("lapse", 42, 120s);
+  auto fg = std::async(std::launch::async, [&] { return g->next_rendezvous(); });
+  std::string old_lease;
+  REQUIRE(
+      eventually([&] { return !(old_lease = only_leaf("/ddprun/rdzv/lapse/r0/join/")).empty(); }));
+  raw.lease_revoke(std::stoll(old_lease, nullptr, 16));
+  auto fh = std::async(std::launch::async, [&] { return h->next_rendezvous(); });
+  CHECK(group_ranks({fg.get(), fh.get()}) == std::set<int>{0, 1});
+  // Waiting under a running round (nothing to write until it ends): the keepalive finds
+  // the lease gone, and the next look, within recheck_interval, registers it again.
+  auto p = lapse("lapse2", 41, 120s), q = lapse("lapse2", 43, 1s);
+  CHECK(p->next_rendezvous().group_world_size == 1);
+  auto fq = std::async(std::launch::async, [&] { return q->next_rendezvous(); });
+  const std::string waiting = "/ddprun/rdzv/lapse2/r0/waiting/";
+  REQUIRE(eventually([&] { return !(old_lease = only_leaf(waiting)).empty(); }));
+  raw.lease_revoke(std::stoll(old_lease, nullptr, 16));
+  CHECK(eventually([&] {
+    const std::string now_waiting = only_leaf(waiting);
+    return !now_waiting.empty() && now_waiting != old_lease;
+  }));
+  q->interrupt();
+  CHECK_THROWS_AS(fq.get(), RendezvousInterruptedError);
 }
