@@ -107,17 +107,23 @@ def c10d_256_agents_four_per_address(c):
     """Issue 35: 256 agents, four per --local-addr (one launcher per GPU, each
     --nproc-per-node 1), the c10d store hosted by one of them, on this machine however
     busy: one round, every worker runs once, every agent exits 0 (bench/rdzv_procs.py
-    times 1024). Run alone (RUN_SERIAL): 35-80 s with the ASan build on 2 cores where
+    times 1024). Run alone (RUN_SERIAL, and blackbox.machine_alone: in scripts/test, not
+    beside a TSan suite either): 35-80 s with the ASan build on 2 cores where
     processes start fast, 190 s where they do not (docs/architecture.md, CI), about half
     that without the globals' redzones."""
     n = 256
-    port = c.reserve_port()
     # ASan's quarantine and leak check at exit cost each agent memory and CPU; 256 of them
     # must fit beside the other tests. report_globals=0: no redzones around the binary's
     # globals, whose poisoning at start and exit (a memset of their shadow, page by page)
     # was half of each agent's CPU time; the C++ suites and every other test keep them.
     light = ("quarantine_size_mb=1:malloc_context_size=2:detect_leaks=0:abort_on_error=1:"
              "report_globals=0")
+    with blackbox.machine_alone():
+        c10d_256_agents_run(c, n, light)
+
+
+def c10d_256_agents_run(c, n, light):
+    port = c.reserve_port()
     old = os.environ.get("ASAN_OPTIONS")
     os.environ["ASAN_OPTIONS"] = light
     try:
