@@ -738,11 +738,9 @@ def main(argv):
             print(f"item {item}: {what}")
         return 0
     if len(argv) == 3 and argv[2] != "--list":
-        version = subprocess.run([PYTHON, "-c", "import importlib.metadata as m; "
-                                  "print(m.version('torch'))"], capture_output=True, text=True)
-        if version.returncode != 0 or not version.stdout.startswith("2.14"):
-            said = (version.stdout + version.stderr).strip()[-200:]
-            print(f"SKIP: {PYTHON} has no PyTorch 2.14 ({said})")
+        version = blackbox.torch_version()
+        if not (version or "").startswith("2.14"):
+            print(f"SKIP: {PYTHON} has no PyTorch 2.14 ({version})")
             return blackbox.SKIP
     return suite.main(argv, Diff)
 
