@@ -174,24 +174,43 @@ TEST_CASE("etcd-v3 rendezvous: last call, a late joiner, a node leaving, closing
     const std::vector<EtcdKv> kvs = raw.get_prefix(prefix, /*keys_only=*/true);
     return kvs.size() == 1 ? key_leaf(kvs[0].key) : std::string();
   };
-  auto lapse = [&](const std::string& run_id, int i, std::chrono::milliseconds recheck) {
+  // A node of MAX 1 of run `run_id`.
+  auto lapse = [&](const std::string& run_id, int i, std::chrono::milliseconds recheck,
+                   std::chrono::milliseconds keep_alive = 1s) {
     auto lapse_config = config(cluster, i);
+    lapse_config.round.keep_alive_interval = keep_alive;
     lapse_config.round.run_id = run_id;
-    lapse_config.round.min_nodes = lapse_config.round.max_nodes = i % 2 == 0 ? 2 : 1;
+    lapse_config.round.min_nodes = lapse_config.round.max_nodes = 1;
     lapse_config.recheck_interval = recheck;
     return std::make_unique<EtcdRendezvous>(lapse_config);
   };
-  // Joining an open round: it finds its lease gone (a write answered NOT_FOUND, or the
-  // keepalive did and the next look, within recheck_interval, sees it), and joins again;
-  // the round forms with it.
-  auto g = lapse("lapse", 40, 1s), h = lapse("lapse", 42, 120s);
-  auto fg = std::async(std::launch::async, [&] { return g->next_rendezvous(); });
+  // A write finds the lease gone before the keepalive does (a keepalive every 30 s): a
+  // late joiner waiting under round 0 loses its lease, then round 0's member leaves and
+  // opens round 1, and the joiner's next write (its join or waiting key of round 1) gets
+  // etcd's NOT_FOUND. It joins again: it forms round 1, or waits under it, as a new node.
   std::string old_lease;
-  REQUIRE(
-      eventually([&] { return !(old_lease = only_leaf("/ddprun/rdzv/lapse/r0/join/")).empty(); }));
+  auto member = lapse("lapse", 45, 120s), slow = lapse("lapse", 47, 120s, 30s);
+  CHECK(member->next_rendezvous().round == 0);
+  auto fslow = std::async(std::launch::async, [&] { return slow->next_rendezvous(); });
+  REQUIRE(eventually(
+      [&] { return !(old_lease = only_leaf("/ddprun/rdzv/lapse/r0/waiting/")).empty(); }));
   raw.lease_revoke(std::stoll(old_lease, nullptr, 16));
-  auto fh = std::async(std::launch::async, [&] { return h->next_rendezvous(); });
-  CHECK(group_ranks({fg.get(), fh.get()}) == std::set<int>{0, 1});
+  auto fmember = std::async(std::launch::async, [&] { return member->next_rendezvous(); });
+  bool slow_formed = false;
+  CHECK(eventually([&] {
+    if (fslow.wait_for(0s) == std::future_status::ready) return slow_formed = true;
+    const std::string now_waiting = only_leaf("/ddprun/rdzv/lapse/r1/waiting/");
+    return !now_waiting.empty() && now_waiting != old_lease;
+  }));
+  if (slow_formed) {
+    CHECK(fslow.get().round == 1);
+    member->interrupt();
+    CHECK_THROWS_AS(fmember.get(), RendezvousInterruptedError);
+  } else {
+    CHECK(fmember.get().round == 1);
+    slow->interrupt();
+    CHECK_THROWS_AS(fslow.get(), RendezvousInterruptedError);
+  }
   // Waiting under a running round (nothing to write until it ends): the keepalive finds
   // the lease gone, and the next look, within recheck_interval, registers it again.
   auto p = lapse("lapse2", 41, 120s), q = lapse("lapse2", 43, 1s);
