@@ -61,21 +61,32 @@ def mismatch(rank, world):
         dist.all_reduce(t)
 
 
+def all_reduce_until(deadline, world):
+    # One all_reduce of a step, which also carries whether this rank's time is up: every
+    # rank leaves the loop after the same step. (Each rank's own clock check alone let one
+    # rank reach the barrier while the others entered one more all_reduce: a real hang.)
+    t = torch.full((4,), 1.0 if time.time() < deadline else 0.0)
+    dist.all_reduce(t)
+    return t[0].item() == world
+
+
 def straggle(rank, world, seconds, late=0.3):
     # The last rank sleeps `late` s before each all_reduce, the others 0.02 s.
-    t, deadline = torch.ones(4), time.time() + seconds
-    while time.time() < deadline:
+    deadline = time.time() + seconds
+    while True:
         time.sleep(late if rank == world - 1 else 0.02)
-        dist.all_reduce(t)
+        if not all_reduce_until(deadline, world):
+            break
     dist.barrier()
 
 
-def steady(rank, seconds):
-    t, deadline, steps = torch.ones(4), time.time() + seconds, 0
-    while time.time() < deadline:
+def steady(rank, world, seconds):
+    deadline, steps = time.time() + seconds, 0
+    while True:
         time.sleep(0.02)
-        dist.all_reduce(t)
         steps += 1
+        if not all_reduce_until(deadline, world):
+            break
     dist.barrier()
     if rank == 0:
         print(f"steady: {steps} all_reduces", flush=True)
@@ -111,7 +122,7 @@ def main():
     elif sys.argv[1] == "straggle":
         straggle(rank, world, float(sys.argv[2]))
     elif sys.argv[1] == "steady":
-        steady(rank, float(sys.argv[2]))
+        steady(rank, world, float(sys.argv[2]))
     elif sys.argv[1] == "straggle-out":
         if world == int(sys.argv[2]):
             straggle(rank, world, 120, late=0.15)
