@@ -115,7 +115,8 @@ def c10d_256_agents_four_per_address(c):
     # ASan's quarantine and leak check at exit cost each agent memory and CPU; 256 of them
     # must fit beside the other tests. report_globals=0: no redzones around the binary's
     # globals, whose poisoning at start and exit (a memset of their shadow, page by page)
-    # was half of each agent's CPU time; the C++ suites and every other test keep them.
+    # was half of each agent's CPU time; the C++ suites keep them (the other black-box
+    # tests run without them too: ddprun_tier_test in tests/CMakeLists.txt).
     light = ("quarantine_size_mb=1:malloc_context_size=2:detect_leaks=0:abort_on_error=1:"
              "report_globals=0")
     with blackbox.machine_alone():
