@@ -107,8 +107,7 @@ def c10d_256_agents_four_per_address(c):
     """Issue 35: 256 agents, four per --local-addr (one launcher per GPU, each
     --nproc-per-node 1), the c10d store hosted by one of them, on this machine however
     busy: one round, every worker runs once, every agent exits 0 (bench/rdzv_procs.py
-    times 1024). Run alone (RUN_SERIAL, and blackbox.machine_alone: in scripts/test, not
-    beside a TSan suite either): 35-80 s with the ASan build on 2 cores where
+    times 1024). Run alone (RUN_SERIAL): 35-80 s with the ASan build on 2 cores where
     processes start fast, 190 s where they do not (docs/architecture.md, CI), about half
     that without the globals' redzones; scripts/test runs it on the Release build (17 s
     and 29 CPU-s against 101 s and 180 with ASan agents, 2026-11-30)."""
@@ -120,8 +119,7 @@ def c10d_256_agents_four_per_address(c):
     # tests run without them too: ddprun_tier_test in tests/CMakeLists.txt).
     light = ("quarantine_size_mb=1:malloc_context_size=2:detect_leaks=0:abort_on_error=1:"
              "report_globals=0")
-    with blackbox.machine_alone():
-        c10d_256_agents_run(c, n, light)
+    c10d_256_agents_run(c, n, light)
 
 
 def c10d_256_agents_run(c, n, light):

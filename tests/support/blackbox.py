@@ -18,8 +18,6 @@ that needs torch exits 77 (ctest's SKIP_RETURN_CODE) when it has none.
 Every wait is a poll with a generous deadline, never a fixed sleep that a slow 2-core
 machine could outrun.
 """
-import contextlib
-import fcntl
 import glob
 import json
 import os
@@ -104,24 +102,6 @@ def torch_version():
         print(f"{PYTHON} has no torch package: {lines[-1] if lines else f'exit {r.returncode}'}")
         return None
     return r.stdout.strip()
-
-
-@contextlib.contextmanager
-def machine_alone():
-    """Holds $DDPRUN_ALONE_LOCK (a file) exclusively while the block runs: scripts/test
-    sets it and runs each TSan suite under a shared hold of it, so that a test whose
-    processes take the whole machine (ctest keeps its other tests out by RUN_SERIAL) does
-    not starve a TSan suite's threads for seconds, nor they it. Unset: a no-op."""
-    path = os.environ.get("DDPRUN_ALONE_LOCK")
-    if not path:
-        yield
-        return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def job_environment(drop=LAUNCHER_VARIABLES, **extra):
