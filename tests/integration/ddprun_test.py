@@ -135,7 +135,7 @@ def legacy_local_rank(job):
         check(f"local_rank={r} rank={r} same_as_rank0=True" in out, f"rank {r} line", out, err)
 
 
-@test(every_tier=True)
+@test(tiers=("113", "214"))
 def restart_resets_store(job):
     rc, out, err = job.run(["--nproc-per-node=2", "--max-restarts=1",
                             os.path.join(WORKERS, "store_restart.py"), job.out], timeout=180)
@@ -1156,7 +1156,7 @@ def read_time(path):
     return float(read_text(path) or "nan")
 
 
-@test(every_tier=True)
+@test(tiers=("113", "214"))
 def straggler_ranking_says_when_it_has_no_recorder(job):
     """Issue 34: under --stall-timeout the straggler ranking needs a flight recorder that
     records the workers' collectives. One node, 2 ranks, the last one 0.3 s late at each

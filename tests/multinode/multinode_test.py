@@ -613,7 +613,7 @@ def _analyze_dumps(c, dumps):
     return run.stdout + run.stderr
 
 
-@test(every_tier=True)
+@test(tiers=("113", "214"))
 def stall_verdict_names_the_culprit_on_every_node(c):
     """Issue 32: --stall-timeout 3 on 2 nodes; rank 1 sleeps before its all_reduce while
     rank 0 waits in it. Every node prints the same job-wide verdict: rank 1, its host and
@@ -1037,7 +1037,7 @@ def startup_names_a_rank_slow_to_import(c):
               for l in summary), "the summary line", c.logs())
 
 
-@test(every_tier=True)
+@test(tiers=("113", "214"))
 def root_cause_named_on_every_node(c):
     """Issue 32: 2 nodes, no restarts; the last rank raises ValueError while rank 0 waits
     in an all_reduce, which then fails on the closed connection. Both nodes print the same
@@ -1087,7 +1087,7 @@ def exit_code_classes_node_lost(c):
     check(rc == 3, f"node 0 exited {rc}, expected 3 (infrastructure)", c.logs())
 
 
-@test(every_tier=True)
+@test(tiers=("113", "214"))
 def preflight_passes_then_workers_run(c):
     """Issue 34: 3 nodes, --preflight: the check runs once with the tier's torch (its
     TCPStore client on the workers' store, gloo's all_reduce and ring transfers), node 0

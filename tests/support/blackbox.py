@@ -194,14 +194,19 @@ class Suite:
         self.needs_torch = needs_torch  # the default of the suite's tests
         self.tests = {}
 
-    def test(self, fn=None, *, needs_torch=None, every_tier=False, tier=None):
+    def test(self, fn=None, *, needs_torch=None, every_tier=False, tiers=None, tier=None):
         """Registers a test function fn(workspace): `@suite.test`,
         `@suite.test(needs_torch=True)`, `@suite.test(every_tier=True)` for a torch
-        test that also runs with PyTorch 2.6 and 2.14, or `@suite.test(tier="214")` for
-        one that runs with PyTorch 2.14 only."""
+        test that also runs with PyTorch 2.6 and 2.14, `@suite.test(tiers=("113", "214"))`
+        for one that runs with the oldest and the newest only (where 2.6 would repeat what
+        they bracket), or `@suite.test(tier="214")` for one that runs with PyTorch 2.14
+        only."""
+        if every_tier:
+            tiers = ("113", "26", "214")
+
         def register(f):
-            torch = every_tier or (self.needs_torch if needs_torch is None else needs_torch)
-            kind = ("tiers" if every_tier else f"torch{tier}" if tier
+            torch = bool(tiers) or (self.needs_torch if needs_torch is None else needs_torch)
+            kind = ("tiers " + " ".join(tiers) if tiers else f"torch{tier}" if tier
                     else "torch" if torch else "plain")
             self.tests[f.__name__] = (f, torch, kind)
             return f
