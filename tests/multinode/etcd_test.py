@@ -303,7 +303,11 @@ def etcd_collective_verdict_and_straggler(c):
     check(len({l.partition(" arrived last at ")[0] for l in lines}) == 1,
           "the same straggler on both nodes", lines)
     margin = float(lines[0].partition("by a median of ")[2].partition(" s")[0])
-    check(0.2 < margin < 0.35, "the margin is the sleep's", lines)
+    # The straggler sleeps 0.3 s before each all_reduce, the others 0.02 s; on a loaded
+    # machine the others' short sleeps stretch too, and the margin shrinks (0.185 s in a
+    # fresh clone's run of 2026-11-30 with four tests at once): still far above the 0.05 s
+    # threshold, and below the sleep.
+    check(0.1 < margin < 0.35, "the margin is the sleep's", lines)
     offset = [l for l in slow[1].text().splitlines() if "straggler ranking: this host's clock" in l]
     within = float(offset[0].partition("(within ")[2].partition(" ms")[0]) if offset else 1e9
     check(within < 250, "node 1's clock offset to node 0's, measured through etcd", offset)

@@ -845,7 +845,11 @@ def straggler_named_by_node_0_and_its_own_node(c):
     check(lines[0].startswith("straggler: rank 3 on localhost (127.0.0.2) arrived last at "),
           "rank 3 and its host named", lines)
     margin = float(lines[0].partition("by a median of ")[2].partition(" s")[0])
-    check(0.2 < margin < 0.35, "the margin is the sleep's", lines)
+    # The straggler sleeps 0.3 s before each all_reduce, the others 0.02 s; on a loaded
+    # machine the others' short sleeps stretch too, and the margin shrinks (0.185 s in a
+    # fresh clone's run of 2026-11-30 with four tests at once): still far above the 0.05 s
+    # threshold, and below the sleep.
+    check(0.1 < margin < 0.35, "the margin is the sleep's", lines)
 
 
 @test(tier="214")
