@@ -21,6 +21,7 @@ machine could outrun.
 import glob
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -102,6 +103,16 @@ def torch_version():
         print(f"{PYTHON} has no torch package: {lines[-1] if lines else f'exit {r.returncode}'}")
         return None
     return r.stdout.strip()
+
+
+def cpu_used():
+    """One line: the CPU time of this test's harness and of the processes it waited for (the
+    agents and, through them, their workers), for what CI's time is spent on
+    (docs/architecture.md, CI)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    user, system = me.ru_utime + children.ru_utime, me.ru_stime + children.ru_stime
+    return f"cpu: {user + system:.1f} s (user {user:.1f}, system {system:.1f})"
 
 
 def job_environment(drop=LAUNCHER_VARIABLES, **extra):
@@ -239,5 +250,6 @@ class Suite:
             return SKIP
         finally:
             ws.close()
+            print(cpu_used())
         print(f"PASS {name}")
         return 0
