@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -105,13 +106,19 @@ def torch_version():
     return r.stdout.strip()
 
 
-def cpu_used():
+def cpu_used(name):
     """One line: the CPU time of this test's harness and of the processes it waited for (the
     agents and, through them, their workers), for what CI's time is spent on
-    (docs/architecture.md, CI)."""
+    (docs/architecture.md, CI). Also appended to $DDPRUN_TEST_CPU_LOG when set (scripts/test
+    sums it), as `<script> <test> <worker interpreter> <user> <system>`."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     user, system = me.ru_utime + children.ru_utime, me.ru_stime + children.ru_stime
+    log = os.environ.get("DDPRUN_TEST_CPU_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{os.path.basename(sys.argv[0])} {name} {os.path.basename(PYTHON)} "
+                    f"{user:.2f} {system:.2f}\n")
     return f"cpu: {user + system:.1f} s (user {user:.1f}, system {system:.1f})"
 
 
@@ -250,6 +257,6 @@ class Suite:
             return SKIP
         finally:
             ws.close()
-            print(cpu_used())
+            print(cpu_used(name))
         print(f"PASS {name}")
         return 0
