@@ -32,9 +32,13 @@ def note(line):
         f.write(line + "\n")
 
 
-with open(os.path.join(out_dir, f"env.{rank}.json"), "w") as f:
+# Written whole or not at all: the launcher may stop this worker mid-write (another rank
+# failed first), and a reader must never find a cut file.
+env_file = os.path.join(out_dir, f"env.{rank}.json")
+with open(env_file + ".tmp", "w") as f:
     json.dump({"env": dict(os.environ), "argv": sys.argv, "pid": os.getpid(),
                "pgid": os.getpgid(0), "sid": os.getsid(0)}, f)
+os.replace(env_file + ".tmp", env_file)
 note(f"{rank} {os.getpid()}")
 
 only_rank = None
